@@ -34,13 +34,13 @@ type ClusterSelection struct {
 }
 
 // ShardingScheme says how many buckets there are and how pods form shards.
-// +kubebuilder:validation:XValidation:rule="!has(self.shards) || self.shards <= self.buckets",messageExpression="'sharding.shards (' + string(self.shards) + ') cannot exceed sharding.buckets (' + string(self.buckets) + '): every shard needs at least one bucket'"
+// +kubebuilder:validation:XValidation:rule="!has(self.shards) || self.shards <= self.buckets",message="sharding.shards cannot exceed sharding.buckets: every shard needs at least one bucket"
 type ShardingScheme struct {
 	// Buckets is the number of hash buckets the namespaces fall into: a power
 	// of two from 1 to 4096. A namespace's bucket is the top log2(buckets) bits
 	// of the 64-bit FNV-1a hash of its name.
 	// +kubebuilder:default=32
-	// +kubebuilder:validation:XValidation:rule="self in [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]",messageExpression="'sharding.buckets must be a power of two from 1 to 4096, such as 32; got ' + string(self)"
+	// +kubebuilder:validation:XValidation:rule="self in [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]",message="sharding.buckets must be a power of two from 1 to 4096, such as 32"
 	// +optional
 	Buckets int32 `json:"buckets,omitempty"`
 	// Shards fixes the number of shards: per cluster in PerCluster scope,
@@ -99,7 +99,7 @@ type CanarySpec struct {
 }
 
 // ShardingConfigSpec describes one operator to shard across a fleet.
-// +kubebuilder:validation:XValidation:rule="!has(self.canary) || self.canary.steps.all(s, !has(s.buckets) || s.buckets.split(',').all(r, r.split('-').all(b, int(b) < self.sharding.buckets)))",messageExpression="'canary step buckets must be below sharding.buckets: buckets are numbered 0 to ' + string(self.sharding.buckets - 1)"
+// +kubebuilder:validation:XValidation:rule="!has(self.canary) || self.canary.steps.all(s, !has(s.buckets) || s.buckets.split(',').all(r, r.split('-').all(b, int(b) < self.sharding.buckets)))",message="canary step buckets must be below sharding.buckets: with 32 buckets they are numbered 0 to 31"
 type ShardingConfigSpec struct {
 	// Selector selects the operator's pods in the member clusters.
 	// +kubebuilder:validation:XValidation:rule="(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)",message="selector must not be empty: select the operator's pods by their labels, such as matchLabels: {app: my-operator}"
