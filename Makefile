@@ -60,8 +60,8 @@ $(ETCD): test/tools/go.mod test/tools/go.sum test/tools/etcd/main.go
 	cd test/tools && $(GO) build -trimpath -ldflags '-s -w' -o $@ ./etcd
 
 .PHONY: test
-test: tools ## Unit and envtest suites against real API servers, with -race.
-	CTRLMESH_TEST_ASSETS=$(BIN) $(GO) test -race -count=1 ./...
+test: tools ## Unit, fuzz-seed and envtest suites against real API servers, with -race.
+	CTRLMESH_TEST_ASSETS=$(BIN) $(GO) test -race -count=1 -timeout 20m ./...
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for a short while.

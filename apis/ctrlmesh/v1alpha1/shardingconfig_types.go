@@ -61,7 +61,7 @@ type ShardingScheme struct {
 // CanaryStep is what the canary pods serve at one step: whole buckets, single
 // namespaces, or both. Steps are cumulative: each lists all the canary serves.
 // +kubebuilder:validation:XValidation:rule="has(self.buckets) || (has(self.namespaces) && size(self.namespaces) > 0)",message="a canary step must name buckets or namespaces for the canary pods to serve"
-// +kubebuilder:validation:XValidation:rule="!has(self.buckets) || self.buckets.split(',').all(r, r.split('-').size() == 1 || int(r.split('-')[0]) <= int(r.split('-')[1]))",message="canary step buckets: a range must run from low to high, such as 4-7"
+// +kubebuilder:validation:XValidation:rule="!has(self.buckets) || !self.buckets.matches('^[0-9]{1,4}(-[0-9]{1,4})?(,[0-9]{1,4}(-[0-9]{1,4})?)*$') || self.buckets.split(',').all(r, r.split('-').size() == 1 || int(r.split('-')[0]) <= int(r.split('-')[1]))",message="canary step buckets: a range must run from low to high, such as 4-7"
 type CanaryStep struct {
 	// Buckets in compact notation: comma-separated numbers and inclusive
 	// ranges, such as "0-3,12".
@@ -99,7 +99,11 @@ type CanarySpec struct {
 }
 
 // ShardingConfigSpec describes one operator to shard across a fleet.
-// +kubebuilder:validation:XValidation:rule="!has(self.canary) || self.canary.steps.all(s, !has(s.buckets) || s.buckets.split(',').all(r, r.split('-').all(b, int(b) < self.sharding.buckets)))",message="canary step buckets must be below sharding.buckets: with 32 buckets they are numbered 0 to 31"
+//
+// The CEL rules on bucket strings skip strings that do not match the compact
+// notation pattern, so that a malformed string gets the pattern's message
+// alone rather than a CEL conversion error as well.
+// +kubebuilder:validation:XValidation:rule="!has(self.canary) || self.canary.steps.all(s, !has(s.buckets) || !s.buckets.matches('^[0-9]{1,4}(-[0-9]{1,4})?(,[0-9]{1,4}(-[0-9]{1,4})?)*$') || s.buckets.split(',').all(r, r.split('-').all(b, int(b) < self.sharding.buckets)))",message="canary step buckets must be below sharding.buckets: buckets are numbered from 0 to sharding.buckets - 1"
 type ShardingConfigSpec struct {
 	// Selector selects the operator's pods in the member clusters.
 	// +kubebuilder:validation:XValidation:rule="(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)",message="selector must not be empty: select the operator's pods by their labels, such as matchLabels: {app: my-operator}"
