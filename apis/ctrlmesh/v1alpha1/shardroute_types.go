@@ -101,15 +101,19 @@ type PodRouteStatus struct {
 	// Address is the pod's IP.
 	// +optional
 	Address string `json:"address,omitempty"`
-	// Ready is the pod's Ready condition.
-	Ready bool `json:"ready"`
+	// Ready is the pod's Ready condition, as the agent sees it. Optional so
+	// that a proxy can server-side-apply its own appliedRulesHash alone.
+	// +optional
+	Ready bool `json:"ready,omitempty"`
 	// Canary is true when the pod matches the canary selector.
 	// +optional
 	Canary bool `json:"canary,omitempty"`
 	// Shard the pod serves under the current rules, if any.
 	// +optional
 	Shard string `json:"shard,omitempty"`
-	// AppliedRulesHash is the rules hash the pod's proxy reports enforcing.
+	// AppliedRulesHash is the rules hash the pod's proxy reports enforcing;
+	// the proxy writes it by server-side apply, field manager
+	// "ctrlmesh-proxy/<pod>".
 	// +optional
 	AppliedRulesHash string `json:"appliedRulesHash,omitempty"`
 }
