@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
@@ -150,6 +152,65 @@ func TestBucketMathMatchesAPIServer(t *testing.T) {
 		byRange := listWithShardSelector(t, ctx, sharded, shardSel)
 		if got, want := namespacesOf(byLabel.Items), namespacesOf(byRange.Items); !equal(got, want) || !equal(got, expected(all, set)) {
 			t.Errorf("buckets %s: label selector gives %v, shard selector gives %v", text, got, want)
+		}
+	}
+
+	// Ownerships that carve single namespaces out of buckets, or grant them
+	// exactly, select the same objects by hash ranges and by labels.
+	for _, cm := range existing.Items {
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, ctrlmeshv1alpha1.NamespaceLabel, cm.Namespace)
+		if _, err := sharded.CoreV1().ConfigMaps(cm.Namespace).Patch(ctx, cm.Name, "application/merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	low, err := scheme32.ParseSet("0-15")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var carved, granted string
+	for _, ns := range all {
+		if low.HasNamespace(ns) && carved == "" {
+			carved = ns
+		}
+		if !low.HasNamespace(ns) && granted == "" {
+			granted = ns
+		}
+	}
+	noBuckets, err := scheme32.NewSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, own := range []sharding.Ownership{
+		sharding.NewOwnership(low, []string{granted}, []string{carved}),
+		sharding.NewOwnership(low, nil, []string{carved}),
+		sharding.NewOwnership(noBuckets, []string{granted}, nil),
+	} {
+		want := []string{}
+		for _, ns := range all {
+			if own.Owns(ns) {
+				want = append(want, ns)
+			}
+		}
+		shardSel, err := own.ShardSelector()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := namespacesOf(listWithShardSelector(t, ctx, sharded, shardSel).Items); !equal(got, want) {
+			t.Errorf("%s by shard selector: got %v, want %v", own, got, want)
+		}
+		reqs, err := own.LabelRequirements()
+		if errors.Is(err, sharding.ErrNotLabelExpressible) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		byLabel, err := sharded.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{LabelSelector: labels.NewSelector().Add(reqs...).String()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := namespacesOf(byLabel.Items); !equal(got, want) {
+			t.Errorf("%s by label selector: got %v, want %v", own, got, want)
 		}
 	}
 

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
@@ -40,12 +39,7 @@ func (set Set) ShardSelector() (string, error) {
 	if set.IsEmpty() {
 		return "", ErrEmptySet
 	}
-	ranges := set.HashRanges()
-	parts := make([]string, len(ranges))
-	for i, r := range ranges {
-		parts[i] = fmt.Sprintf("shardRange(%s, '%s', '%s')", NamespaceField, formatHex(r.First), formatEnd(r.Last))
-	}
-	return strings.Join(parts, " || "), nil
+	return FormatShardSelector(set.HashRanges()), nil
 }
 
 // formatHex writes a hash bound as the API server requires: 0x and exactly 16
