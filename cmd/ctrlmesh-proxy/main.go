@@ -2,20 +2,83 @@
 package main
 
 import (
+	"flag"
+	"fmt"
 	"os"
+	"time"
 
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/ctrlmesh/ctrlmesh/agent/proxy"
+	"github.com/ctrlmesh/ctrlmesh/agent/proxy/rules"
 	"github.com/ctrlmesh/ctrlmesh/pkg/version"
 )
 
 func main() {
-	cmd := version.NewShellCommand("ctrlmesh-proxy",
-		"ctrlmesh proxy: makes one operator pod see, write and lead only its shard",
-		`ctrlmesh-proxy runs next to an operator container, between the operator and
-kube-apiserver. It injects the shard's selector into list and watch, fences
-writes outside the shard, renames the leader-election lock per shard, routes
-admission requests to the pod that owns the object, and reloads its rules
-without restarts.`,
-		"the proxy issue")
+	opts := proxy.Options{}
+	var upstreamKubeconfig, mode string
+	zapOpts := zap.Options{}
+	cmd := &cobra.Command{
+		Use:   "ctrlmesh-proxy",
+		Short: "ctrlmesh proxy: makes one operator pod see, write and lead only its shard",
+		Long: `ctrlmesh-proxy runs next to an operator container, between the operator and
+kube-apiserver. Point the operator's kubeconfig at --listen-address (see
+--operator-kubeconfig). The proxy then:
+
+  - narrows list and watch of the resources the rules shard to the pod's
+    buckets: server-side with KEP-5866 shardSelector where kube-apiserver
+    supports it, else with the ctrlmesh.io/sharding-hash label;
+  - refuses create, update, patch and delete in namespaces outside the shard
+    (403, naming the bucket and its owner);
+  - renames the leader-election lock to <name>---<shard>;
+  - reloads rules without restarts, ending affected watches with 410 Expired
+    so informers relist.
+
+Upstream it uses verified TLS and the operator's own credentials: in-cluster
+service-account credentials, or --upstream-kubeconfig.`,
+		Version:      version.Version,
+		SilenceUsage: true,
+		Args:         cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := zap.New(zap.UseFlagOptions(&zapOpts))
+			loading := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+				&clientcmd.ClientConfigLoadingRules{ExplicitPath: upstreamKubeconfig}, &clientcmd.ConfigOverrides{})
+			upstream, err := loading.ClientConfig()
+			if err != nil {
+				return fmt.Errorf("upstream credentials: %w", err)
+			}
+			switch rules.Mode(mode) {
+			case rules.ModeRange, rules.ModeLabel:
+				opts.Mode = rules.Mode(mode)
+			case "auto":
+			default:
+				return fmt.Errorf("--selector-mode must be auto, range or label, not %q", mode)
+			}
+			if opts.RulesNamespace == "" && opts.RulesFile == "" {
+				return fmt.Errorf("--pod-namespace (or POD_NAMESPACE) is needed to find the ShardRoute %q", opts.RulesName)
+			}
+			opts.Upstream = upstream
+			opts.Log = log
+			return proxy.Run(ctrl.SetupSignalHandler(), opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.ListenAddress, "listen-address", "127.0.0.1:15080", "address serving the operator's API requests (plain HTTP; keep it on loopback)")
+	f.StringVar(&opts.HealthAddress, "health-address", ":15081", "address serving /healthz, /readyz and /metrics; empty disables")
+	f.StringVar(&upstreamKubeconfig, "upstream-kubeconfig", "", "kubeconfig with the operator's own credentials for the real API server; empty uses in-cluster credentials")
+	f.StringVar(&opts.Pod, "pod-name", os.Getenv("POD_NAME"), "name of this pod, as the rules list it (default $POD_NAME)")
+	f.StringVar(&opts.RulesNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "namespace of this pod and of its ShardRoute (default $POD_NAMESPACE)")
+	f.StringVar(&opts.RulesName, "rules-name", "", "name of the ShardRoute to enforce, watched through the API server (read-only), applied hash reported into its status")
+	f.StringVar(&opts.RulesFile, "rules-file", "", "static rules: a ShardRoute in YAML or JSON, reloaded when it changes (instead of --rules-name)")
+	f.DurationVar(&opts.RulesFileInterval, "rules-file-interval", time.Second, "how often --rules-file is checked for changes")
+	f.StringVar(&mode, "selector-mode", "auto", "how list and watch are narrowed: range (KEP-5866 shardSelector), label (ctrlmesh.io/sharding-hash), or auto (ask the API server)")
+	f.StringVar(&opts.OperatorKubeconfig, "operator-kubeconfig", "", "write a kubeconfig pointing at --listen-address to this path, for the operator")
+	logFlags := flag.NewFlagSet("log", flag.ContinueOnError)
+	zapOpts.BindFlags(logFlags)
+	f.AddGoFlagSet(logFlags)
 	if err := cmd.Execute(); err != nil {
 		os.Exit(1)
 	}

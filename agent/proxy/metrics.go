@@ -1,0 +1,67 @@
+package proxy
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics of one proxy, on a registry of its own (no process-wide globals).
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	requests          *prometheus.CounterVec
+	injectedSelectors *prometheus.CounterVec
+	fencedWrites      prometheus.Counter
+	lockRenames       prometheus.Counter
+	relistsForced     *prometheus.CounterVec
+	rulesLoaded       *prometheus.CounterVec
+	rulesInfo         *prometheus.GaugeVec
+}
+
+// Request outcomes, the "outcome" label of ctrlmesh_proxy_requests_total.
+const (
+	outcomePassthrough = "passthrough"
+	outcomeSharded     = "sharded"
+	outcomeFenced      = "fenced"
+	outcomeLock        = "lock-renamed"
+	outcomeUnavailable = "unavailable"
+	outcomeRefused     = "refused"
+)
+
+// NewMetrics registers the proxy's metrics, plus Go and process collectors.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ctrlmesh_proxy_requests_total",
+			Help: "API requests handled, by verb and outcome (passthrough, sharded, fenced, lock-renamed, unavailable, refused).",
+		}, []string{"verb", "outcome"}),
+		injectedSelectors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ctrlmesh_proxy_injected_selectors_total",
+			Help: "List and watch requests narrowed to the shard, by mode (range, label).",
+		}, []string{"mode"}),
+		fencedWrites: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ctrlmesh_proxy_fenced_writes_total",
+			Help: "Writes refused because their namespace is outside the shard.",
+		}),
+		lockRenames: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ctrlmesh_proxy_lock_renames_total",
+			Help: "Leader-election lock requests renamed to the shard's lock.",
+		}),
+		relistsForced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ctrlmesh_proxy_relists_forced_total",
+			Help: "Watches ended with 410 Expired so the operator relists, by reason (rules-changed, stale-resource-version).",
+		}, []string{"reason"}),
+		rulesLoaded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ctrlmesh_proxy_rules_loads_total",
+			Help: "Rules offered to the proxy, by result (applied, refused).",
+		}, []string{"result"}),
+		rulesInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ctrlmesh_proxy_rules_info",
+			Help: "The rules in force: 1 for the enforced hash, routing generation, shard and mode.",
+		}, []string{"hash", "generation", "shard", "mode"}),
+	}
+	m.Registry.MustRegister(m.requests, m.injectedSelectors, m.fencedWrites, m.lockRenames, m.relistsForced,
+		m.rulesLoaded, m.rulesInfo, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}

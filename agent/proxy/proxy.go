@@ -1,0 +1,509 @@
+// Package proxy is ctrlmesh's sidecar proxy: it sits between one operator
+// container and kube-apiserver and makes that pod see, write and lead only its
+// shard. The operator's kubeconfig points at the proxy on loopback; the proxy
+// forwards to the real API server with verified TLS and the operator's own
+// credentials, so it never widens what the operator may do.
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/rest"
+
+	"github.com/ctrlmesh/ctrlmesh/agent/proxy/rules"
+	"github.com/ctrlmesh/ctrlmesh/agent/proxy/watchstream"
+	ctrlmeshscheme "github.com/ctrlmesh/ctrlmesh/pkg/scheme"
+	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
+)
+
+// maxLockBody bounds the lock object bodies the proxy reads to rename.
+const maxLockBody = 1 << 20
+
+// Config of a Proxy.
+type Config struct {
+	// Upstream is the real API server, with the operator's own credentials.
+	Upstream *rest.Config
+	// Scopes tells namespaced resources from cluster-scoped ones.
+	Scopes rules.Scopes
+	// Metrics to count into; NewMetrics() when nil.
+	Metrics *Metrics
+	// Log for rule changes and errors; the proxy logs nothing per request at
+	// Info level.
+	Log logr.Logger
+}
+
+// Proxy is an http.Handler serving the operator's API requests.
+type Proxy struct {
+	log     logr.Logger
+	metrics *Metrics
+	scopes  rules.Scopes
+	reverse *httputil.ReverseProxy
+	infos   *request.RequestInfoFactory
+	bodies  bodyRenamer
+
+	// state is the rules in force; mu serialises its replacement.
+	state atomic.Pointer[state]
+	mu    sync.Mutex
+
+	// served records, per list/watch selection, the epoch its last response
+	// was served under; a watch that resumes from a resourceVersion served
+	// under an older epoch must relist instead.
+	servedMu sync.Mutex
+	served   map[selectionKey]uint64
+}
+
+// state is one snapshot with its selection epoch. The epoch changes only
+// when the pod's selection changes; closing expire then ends every watch
+// opened under this state.
+type state struct {
+	snap   *rules.Snapshot
+	epoch  uint64
+	expire chan string
+}
+
+type selectionKey struct {
+	gr                            schema.GroupResource
+	namespace, labelSel, fieldSel string
+}
+
+// New builds a proxy. It serves 503 for sharded requests until SetRules.
+func New(cfg Config) (*Proxy, error) {
+	target, err := url.Parse(cfg.Upstream.Host)
+	if err != nil {
+		return nil, fmt.Errorf("upstream host %q: %w", cfg.Upstream.Host, err)
+	}
+	if target.Scheme == "" {
+		target.Scheme = "https"
+	}
+	// TransportFor verifies the server against the configured CA and adds
+	// the operator's credentials (token files are re-read on rotation).
+	transport, err := rest.TransportFor(cfg.Upstream)
+	if err != nil {
+		return nil, fmt.Errorf("upstream transport: %w", err)
+	}
+	scheme, err := ctrlmeshscheme.New()
+	if err != nil {
+		return nil, err
+	}
+	metrics := cfg.Metrics
+	if metrics == nil {
+		metrics = NewMetrics()
+	}
+	p := &Proxy{
+		log:     cfg.Log,
+		metrics: metrics,
+		scopes:  cfg.Scopes,
+		infos: &request.RequestInfoFactory{
+			APIPrefixes:          sets.NewString("api", "apis"),
+			GrouplessAPIPrefixes: sets.NewString("api"),
+		},
+		bodies: bodyRenamer{codecs: serializer.NewCodecFactory(scheme)},
+		served: map[selectionKey]uint64{},
+	}
+	p.reverse = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			// The upstream credentials are the operator's own, added by the
+			// transport; whatever the client sent is not forwarded.
+			pr.Out.Header.Del("Authorization")
+		},
+		Transport: transport,
+		// Flush every write: watches and chunked lists must not stall.
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			p.log.V(1).Info("upstream request failed", "method", r.Method, "path", r.URL.Path, "error", err.Error())
+			writeStatus(w, http.StatusBadGateway, metav1.StatusReasonServiceUnavailable, "ctrlmesh proxy: the API server could not be reached: "+err.Error(), nil)
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			if expire, ok := resp.Request.Context().Value(watchExpireKey{}).(chan string); ok {
+				watchstream.WrapResponse(resp, expire, func(res watchstream.Result, _ error) {
+					if res.Outcome == watchstream.Expired {
+						p.metrics.relistsForced.WithLabelValues("rules-changed").Inc()
+					}
+				})
+			}
+			return nil
+		},
+	}
+	return p, nil
+}
+
+type watchExpireKey struct{}
+
+func contextWithExpire(ctx context.Context, expire chan string) context.Context {
+	return context.WithValue(ctx, watchExpireKey{}, expire)
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// Metrics returns the proxy's metrics.
+func (p *Proxy) Metrics() *Metrics { return p.metrics }
+
+// Rules returns the snapshot in force, or nil before the first SetRules.
+func (p *Proxy) Rules() *rules.Snapshot {
+	if st := p.state.Load(); st != nil {
+		return st.snap
+	}
+	return nil
+}
+
+// SetRules puts a snapshot in force. When the pod's selection changes, every
+// sharded watch opened under the old rules ends with 410 Expired, so the
+// operator's informers relist under the new selector.
+func (p *Proxy) SetRules(snap *rules.Snapshot) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := p.state.Load()
+	next := &state{snap: snap, epoch: 1, expire: make(chan string)}
+	if old != nil {
+		if old.snap.SameSelection(snap) {
+			next.epoch, next.expire = old.epoch, old.expire
+		} else {
+			next.epoch = old.epoch + 1
+			close(old.expire)
+		}
+		p.metrics.rulesInfo.Reset()
+	}
+	p.state.Store(next)
+	p.metrics.rulesInfo.WithLabelValues(snap.Hash(), strconv.FormatInt(snap.Generation(), 10), snap.Shard, string(snap.Mode)).Set(1)
+	p.log.Info("rules in force", "hash", snap.Hash(), "generation", snap.Generation(), "shard", snap.Shard,
+		"ownership", ownershipText(snap), "mode", snap.Mode, "selectionChanged", old == nil || next.epoch != old.epoch)
+}
+
+func ownershipText(snap *rules.Snapshot) string {
+	if !snap.Assigned() {
+		return "none (pod not in the rules)"
+	}
+	return snap.Ownership.String()
+}
+
+// ServeHTTP handles one request from the operator.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	info, err := p.infos.NewRequestInfo(r)
+	if err != nil || !info.IsResourceRequest {
+		p.pass(w, r, "nonresource")
+		return
+	}
+	st := p.state.Load()
+	if st == nil {
+		p.count(info.Verb, outcomeUnavailable)
+		writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, "ctrlmesh proxy: sharding rules not loaded yet", nil)
+		return
+	}
+	gr := schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}
+	if st.snap.LeaderElectionName != "" && isLockResource(gr) && info.Subresource == "" {
+		if handled := p.serveLock(w, r, st.snap, info); handled {
+			return
+		}
+	}
+	limit, sharded := st.snap.LimitFor(gr)
+	if !sharded {
+		p.pass(w, r, info.Verb)
+		return
+	}
+	if namespaced, err := p.scopes.IsNamespaced(gr); err != nil || !namespaced {
+		// Cluster-scoped, or unknown to discovery: the API server answers.
+		p.pass(w, r, info.Verb)
+		return
+	}
+	switch info.Verb {
+	case "list", "watch":
+		p.serveRead(w, r, st, info, gr, limit)
+	case "create", "update", "patch", "delete", "deletecollection":
+		p.serveWrite(w, r, st.snap, info)
+	default:
+		p.pass(w, r, info.Verb)
+	}
+}
+
+func (p *Proxy) pass(w http.ResponseWriter, r *http.Request, verb string) {
+	p.count(verb, outcomePassthrough)
+	p.reverse.ServeHTTP(w, r)
+}
+
+func (p *Proxy) count(verb, outcome string) {
+	p.metrics.requests.WithLabelValues(verb, outcome).Inc()
+}
+
+// serveRead narrows a list or watch to the shard.
+func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, info *request.RequestInfo, gr schema.GroupResource, limit *rules.Limit) {
+	snap := st.snap
+	if !snap.Assigned() {
+		p.count(info.Verb, outcomeUnavailable)
+		writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+			fmt.Sprintf("ctrlmesh proxy: pod %s is not assigned a shard in rules generation %d yet", snap.Pod, snap.Generation()), nil)
+		return
+	}
+	query := r.URL.Query()
+	key := selectionKey{gr: gr, namespace: info.Namespace, labelSel: query.Get("labelSelector"), fieldSel: query.Get("fieldSelector")}
+	if err := narrow(query, snap, limit); err != nil {
+		p.count(info.Verb, outcomeRefused)
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "ctrlmesh proxy: "+err.Error(), nil)
+		return
+	}
+	p.metrics.injectedSelectors.WithLabelValues(string(snap.Mode)).Inc()
+	p.count(info.Verb, outcomeSharded)
+
+	out := r.Clone(r.Context())
+	out.URL.RawQuery = query.Encode()
+	if info.Verb == "watch" {
+		// A watch resuming from a resourceVersion must have been preceded by
+		// a list or watch under the same selection: otherwise the operator's
+		// cache holds objects of another selection, and only a relist fixes
+		// it. 410 Expired makes client-go reflectors relist.
+		resumes := query.Get("resourceVersion") != "" && query.Get("sendInitialEvents") != "true"
+		if resumes && p.servedEpoch(key) != st.epoch {
+			p.metrics.relistsForced.WithLabelValues("stale-resource-version").Inc()
+			writeStatus(w, http.StatusGone, metav1.StatusReasonExpired,
+				"ctrlmesh proxy: the shard's selection changed since this resourceVersion was served: relist required", nil)
+			return
+		}
+		p.markServed(key, st.epoch)
+		out = out.WithContext(contextWithExpire(out.Context(), st.expire))
+		p.reverse.ServeHTTP(w, out)
+		return
+	}
+	rec := &statusRecorder{ResponseWriter: w}
+	p.reverse.ServeHTTP(rec, out)
+	if rec.status == http.StatusOK {
+		p.markServed(key, st.epoch)
+	}
+}
+
+// narrow adds the shard's selection and the limit's selector to a list or
+// watch query. A selector the client already sent on the same key is
+// intersected with the shard's, never overridden.
+func narrow(query url.Values, snap *rules.Snapshot, limit *rules.Limit) error {
+	reqs := append(labels.Requirements{}, limit.Requirements...)
+	switch snap.Mode {
+	case rules.ModeRange:
+		ranges := snap.Ownership.HashRanges()
+		if theirs := query.Get("shardSelector"); theirs != "" {
+			parsed, err := sharding.ParseShardSelector(theirs)
+			if err != nil {
+				return fmt.Errorf("the request's shardSelector: %w", err)
+			}
+			ranges = sharding.IntersectRanges(ranges, parsed)
+			if len(ranges) == 0 {
+				return fmt.Errorf("the request's shardSelector %q selects nothing of this pod's shard (%s)", theirs, snap.Ownership)
+			}
+		}
+		query.Set("shardSelector", sharding.FormatShardSelector(ranges))
+	case rules.ModeLabel:
+		own, err := snap.Ownership.LabelRequirements()
+		if err != nil {
+			return err
+		}
+		reqs = append(reqs, own...)
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	sel, err := labels.Parse(query.Get("labelSelector"))
+	if err != nil {
+		return fmt.Errorf("the request's labelSelector: %w", err)
+	}
+	// labels.Selector.Add ANDs: a requirement on a key the client already
+	// constrains narrows it further.
+	query.Set("labelSelector", sel.Add(reqs...).String())
+	return nil
+}
+
+// serveWrite fences writes outside the shard.
+func (p *Proxy) serveWrite(w http.ResponseWriter, r *http.Request, snap *rules.Snapshot, info *request.RequestInfo) {
+	ns := info.Namespace
+	var refusal string
+	switch {
+	case ns == "":
+		refusal = fmt.Sprintf("ctrlmesh proxy: %s of %s across all namespaces is refused: the resource is sharded, and this pod serves only %s",
+			info.Verb, info.Resource, ownershipText(snap))
+	case !snap.Owns(ns):
+		refusal = fmt.Sprintf("ctrlmesh proxy: %s of %s in namespace %q is refused: its bucket %d %s; this pod (shard %q) serves %s (rules generation %d)",
+			info.Verb, info.Resource, ns, snap.Bucket(ns), ownerText(snap, ns), snap.Shard, ownershipText(snap), snap.Generation())
+	}
+	if refusal == "" {
+		p.pass(w, r, info.Verb)
+		return
+	}
+	p.metrics.fencedWrites.Inc()
+	p.count(info.Verb, outcomeFenced)
+	writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, refusal,
+		&metav1.StatusDetails{Name: info.Name, Group: info.APIGroup, Kind: info.Resource})
+}
+
+func ownerText(snap *rules.Snapshot, ns string) string {
+	owner := snap.OwnerOf(ns)
+	switch {
+	case owner == nil:
+		return "is being handed over and has no serving shard yet"
+	case contains(owner.Namespaces, ns):
+		return fmt.Sprintf("does not decide: the namespace itself is served by shard %q", owner.ID)
+	default:
+		return fmt.Sprintf("is served by shard %q", owner.ID)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// serveLock renames requests on the leader-election lock to the shard's
+// lock. It reports whether it handled the request.
+func (p *Proxy) serveLock(w http.ResponseWriter, r *http.Request, snap *rules.Snapshot, info *request.RequestInfo) bool {
+	lock := snap.LeaderElectionName
+	out := r.Clone(r.Context())
+	renamed := false
+	fail := func(code int32, reason metav1.StatusReason, msg string) bool {
+		p.count(info.Verb, outcomeRefused)
+		writeStatus(w, code, reason, "ctrlmesh proxy: "+msg, nil)
+		return true
+	}
+	shardLock := ShardLockName(lock, snap.Shard)
+	if info.Name == lock {
+		if !snap.Assigned() {
+			return fail(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+				fmt.Sprintf("pod %s is not assigned a shard yet, so it may not take the leader-election lock %q", snap.Pod, lock))
+		}
+		path, err := renameNameSegment(r.URL.Path, info.Parts, lock, shardLock)
+		if err != nil {
+			return fail(http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
+		}
+		out.URL.Path, out.URL.RawPath = path, ""
+		renamed = true
+	}
+	if info.Verb == "list" || info.Verb == "watch" {
+		query := out.URL.Query()
+		sel, did, err := renameFieldSelector(query.Get("fieldSelector"), lock, shardLock)
+		if err != nil {
+			return fail(http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
+		}
+		if did {
+			if !snap.Assigned() {
+				return fail(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+					fmt.Sprintf("pod %s is not assigned a shard yet, so it may not watch the leader-election lock %q", snap.Pod, lock))
+			}
+			query.Set("fieldSelector", sel)
+			out.URL.RawQuery = query.Encode()
+			renamed = true
+		}
+	}
+	if (info.Verb == "create" || info.Verb == "update") && r.Body != nil {
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxLockBody+1))
+		if err != nil {
+			return fail(http.StatusBadRequest, metav1.StatusReasonBadRequest, "reading the request body: "+err.Error())
+		}
+		// A body too large to be a lock is forwarded whole: what was read,
+		// then the rest.
+		out.Body = readCloser{Reader: io.MultiReader(bytes.NewReader(body), r.Body), Closer: r.Body}
+		contentType := r.Header.Get("Content-Type")
+		if len(body) <= maxLockBody {
+			if name, err := p.bodies.name(contentType, body); err == nil && name == lock {
+				if !snap.Assigned() {
+					return fail(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+						fmt.Sprintf("pod %s is not assigned a shard yet, so it may not take the leader-election lock %q", snap.Pod, lock))
+				}
+				renamedBody, err := p.bodies.rename(contentType, body, shardLock)
+				if err != nil {
+					return fail(http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
+				}
+				out.Body = io.NopCloser(bytes.NewReader(renamedBody))
+				out.ContentLength = int64(len(renamedBody))
+				out.Header.Set("Content-Length", strconv.Itoa(len(renamedBody)))
+				renamed = true
+			}
+		}
+	}
+	if !renamed {
+		// Another object of a lock kind: the body was buffered, so forward
+		// the buffered copy.
+		if out.Body != r.Body {
+			p.routeUnrenamed(w, out, info)
+			return true
+		}
+		return false
+	}
+	p.metrics.lockRenames.Inc()
+	p.count(info.Verb, outcomeLock)
+	p.reverse.ServeHTTP(w, out)
+	return true
+}
+
+// routeUnrenamed continues a request whose body serveLock buffered but that
+// was not on the lock: it is sharded or passed through as usual.
+func (p *Proxy) routeUnrenamed(w http.ResponseWriter, r *http.Request, info *request.RequestInfo) {
+	st := p.state.Load()
+	gr := schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}
+	if _, sharded := st.snap.LimitFor(gr); sharded {
+		if namespaced, err := p.scopes.IsNamespaced(gr); err == nil && namespaced {
+			p.serveWrite(w, r, st.snap, info)
+			return
+		}
+	}
+	p.pass(w, r, info.Verb)
+}
+
+// statusRecorder remembers the status code written through it. It keeps
+// http.Flusher working for streamed responses.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusRecorder) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func (p *Proxy) servedEpoch(key selectionKey) uint64 {
+	p.servedMu.Lock()
+	defer p.servedMu.Unlock()
+	return p.served[key]
+}
+
+func (p *Proxy) markServed(key selectionKey, epoch uint64) {
+	p.servedMu.Lock()
+	defer p.servedMu.Unlock()
+	p.served[key] = epoch
+}
