@@ -17,7 +17,6 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 )
 
-
 // DetectMode asks the API server itself, not its version, whether it serves
 // KEP-5866 sharded lists: it lists one object of gr with a whole-space
 // shardSelector, and only a server that applied the selector answers with

@@ -24,9 +24,9 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/yaml"
 
-	v1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/agent/proxy"
 	"github.com/ctrlmesh/ctrlmesh/agent/proxy/rules"
+	v1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
