@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/ctrlmesh/ctrlmesh/agent/proxy/rules"
+	"github.com/ctrlmesh/ctrlmesh/agent/proxy/webhook"
 )
 
 // Options of a running proxy; the ctrlmesh-proxy flags map onto them.
@@ -43,6 +44,15 @@ type Options struct {
 	// OperatorKubeconfig, when set, receives a kubeconfig that points the
 	// operator at ListenAddress.
 	OperatorKubeconfig string
+	// WebhookListenAddress serves the admission webhook router (HTTPS with
+	// the operator's certificate); "" disables it.
+	WebhookListenAddress string
+	// WebhookPeerPort is the port peers' routers listen on; 0 uses the port
+	// of WebhookListenAddress.
+	WebhookPeerPort int
+	// WebhookCertDir is where the operator's webhook certificate is mounted
+	// in this container; "" uses the rules' webhook.certDir.
+	WebhookCertDir string
 	// Ready, when set, receives the addresses actually bound, once serving.
 	Ready func(api, health net.Addr)
 	Log   logr.Logger
@@ -113,6 +123,14 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		return errors.Join(errs...)
 	})
+	if opts.WebhookListenAddress != "" {
+		g.Go(func() error {
+			return webhook.Run(ctx, webhook.Options{
+				Rules: p.Rules, ListenAddress: opts.WebhookListenAddress, ListenPort: opts.WebhookPeerPort,
+				CertDir: opts.WebhookCertDir, Log: opts.Log.WithName("webhook"), Registry: p.metrics.Registry,
+			})
+		})
+	}
 	if opts.RulesFile != "" {
 		g.Go(func() error {
 			RunFileSource(ctx, opts.RulesFile, opts.RulesFileInterval, loader)

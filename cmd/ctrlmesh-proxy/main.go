@@ -34,6 +34,8 @@ kube-apiserver. Point the operator's kubeconfig at --listen-address (see
   - refuses create, update, patch and delete in namespaces outside the shard
     (403, naming the bucket and its owner);
   - renames the leader-election lock to <name>---<shard>;
+  - with --webhook-listen-address, sends each admission request to the pod
+    whose shard owns the object's namespace (never answering on its own);
   - reloads rules without restarts, ending affected watches with 410 Expired
     so informers relist.
 
@@ -76,6 +78,9 @@ service-account credentials, or --upstream-kubeconfig.`,
 	f.DurationVar(&opts.RulesFileInterval, "rules-file-interval", time.Second, "how often --rules-file is checked for changes")
 	f.StringVar(&mode, "selector-mode", "auto", "how list and watch are narrowed: range (KEP-5866 shardSelector), label (ctrlmesh.io/sharding-hash), or auto (ask the API server)")
 	f.StringVar(&opts.OperatorKubeconfig, "operator-kubeconfig", "", "write a kubeconfig pointing at --listen-address to this path, for the operator")
+	f.StringVar(&opts.WebhookListenAddress, "webhook-listen-address", "", "address serving the operator's admission webhooks (HTTPS with the operator's certificate): each request goes to the pod whose shard owns the object's namespace; point the webhook Service's targetPort here; empty disables")
+	f.IntVar(&opts.WebhookPeerPort, "webhook-peer-port", 0, "port the other pods' webhook routers listen on; 0 uses the port of --webhook-listen-address")
+	f.StringVar(&opts.WebhookCertDir, "webhook-cert-dir", "", "where the operator's webhook certificate (tls.crt, tls.key, optional ca.crt) is mounted in this container; empty uses the rules' webhook.certDir")
 	logFlags := flag.NewFlagSet("log", flag.ContinueOnError)
 	zapOpts.BindFlags(logFlags)
 	f.AddGoFlagSet(logFlags)
