@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,7 +47,14 @@ type Config struct {
 	// Log for rule changes and errors; the proxy logs nothing per request at
 	// Info level.
 	Log logr.Logger
+	// SettleTimeout bounds the wait for the operator to relist after a
+	// selection change before the new rules count as applied anyway (an
+	// informer that was stopped never relists). Default DefaultSettleTimeout.
+	SettleTimeout time.Duration
 }
+
+// DefaultSettleTimeout is the default of Config.SettleTimeout.
+const DefaultSettleTimeout = 30 * time.Second
 
 // Proxy is an http.Handler serving the operator's API requests.
 type Proxy struct {
@@ -61,11 +69,17 @@ type Proxy struct {
 	state atomic.Pointer[state]
 	mu    sync.Mutex
 
-	// served records, per list/watch selection, the epoch its last response
-	// was served under; a watch that resumes from a resourceVersion served
-	// under an older epoch must relist instead.
-	servedMu sync.Mutex
-	served   map[selectionKey]uint64
+	// selections knows which epoch each list/watch stream was last served
+	// under: a watch resuming from a resourceVersion of an older epoch must
+	// relist, and a change is applied once the open streams have relisted.
+	selections *selections
+	// applied is the snapshot whose selection the operator has taken up:
+	// its proxy enforces it and its informers have relisted under it. It is
+	// what the proxy reports; appliedChanged closes at every change of it.
+	applied        atomic.Pointer[rules.Snapshot]
+	appliedMu      sync.Mutex
+	appliedChanged chan struct{}
+	settleTimeout  time.Duration
 }
 
 // state is one snapshot with its selection epoch. The epoch changes only
@@ -75,11 +89,6 @@ type state struct {
 	snap   *rules.Snapshot
 	epoch  uint64
 	expire chan string
-}
-
-type selectionKey struct {
-	gr                            schema.GroupResource
-	namespace, labelSel, fieldSel string
 }
 
 // New builds a proxy. It serves 503 for sharded requests until SetRules.
@@ -113,8 +122,13 @@ func New(cfg Config) (*Proxy, error) {
 			APIPrefixes:          sets.NewString("api", "apis"),
 			GrouplessAPIPrefixes: sets.NewString("api"),
 		},
-		bodies: bodyRenamer{codecs: serializer.NewCodecFactory(scheme)},
-		served: map[selectionKey]uint64{},
+		bodies:         bodyRenamer{codecs: serializer.NewCodecFactory(scheme)},
+		selections:     newSelections(),
+		appliedChanged: make(chan struct{}),
+		settleTimeout:  cfg.SettleTimeout,
+	}
+	if p.settleTimeout == 0 {
+		p.settleTimeout = DefaultSettleTimeout
 	}
 	p.reverse = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -168,25 +182,68 @@ func (p *Proxy) Rules() *rules.Snapshot {
 
 // SetRules puts a snapshot in force. When the pod's selection changes, every
 // sharded watch opened under the old rules ends with 410 Expired, so the
-// operator's informers relist under the new selector.
+// operator's informers relist under the new selector; the snapshot counts as
+// applied once they have (see Applied).
 func (p *Proxy) SetRules(snap *rules.Snapshot) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	old := p.state.Load()
 	next := &state{snap: snap, epoch: 1, expire: make(chan string)}
+	changed := old == nil || !old.snap.SameSelection(snap)
 	if old != nil {
-		if old.snap.SameSelection(snap) {
-			next.epoch, next.expire = old.epoch, old.expire
-		} else {
+		if changed {
 			next.epoch = old.epoch + 1
 			close(old.expire)
+		} else {
+			next.epoch, next.expire = old.epoch, old.expire
 		}
-		p.metrics.rulesInfo.Reset()
 	}
 	p.state.Store(next)
-	p.metrics.rulesInfo.WithLabelValues(snap.Hash(), strconv.FormatInt(snap.Generation(), 10), snap.Shard, string(snap.Mode)).Set(1)
 	p.log.Info("rules in force", "hash", snap.Hash(), "generation", snap.Generation(), "shard", snap.Shard,
-		"ownership", ownershipText(snap), "mode", snap.Mode, "selectionChanged", old == nil || next.epoch != old.epoch)
+		"ownership", ownershipText(snap), "mode", snap.Mode, "selectionChanged", changed)
+	if !changed {
+		p.setApplied(snap)
+		return
+	}
+	settled := p.selections.beginChange(next.epoch)
+	go func() {
+		timer := time.NewTimer(p.settleTimeout)
+		defer timer.Stop()
+		select {
+		case <-settled:
+		case <-timer.C:
+			p.log.Info("not every open watch was re-established under the new rules in time; counting them applied",
+				"hash", snap.Hash(), "timeout", p.settleTimeout, "waitingFor", p.selections.pending())
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.state.Load() == next {
+			p.setApplied(snap)
+		}
+	}()
+}
+
+func (p *Proxy) setApplied(snap *rules.Snapshot) {
+	p.appliedMu.Lock()
+	defer p.appliedMu.Unlock()
+	if p.applied.Load() == snap {
+		return
+	}
+	p.applied.Store(snap)
+	p.metrics.rulesInfo.Reset()
+	p.metrics.rulesInfo.WithLabelValues(snap.Hash(), strconv.FormatInt(snap.Generation(), 10), snap.Shard, string(snap.Mode)).Set(1)
+	close(p.appliedChanged)
+	p.appliedChanged = make(chan struct{})
+}
+
+// Applied returns the snapshot the operator has taken up — enforced by the
+// proxy and relisted under by the operator's informers — and a channel that
+// closes when that changes. Its hash is what the proxy reports to the agent,
+// so the hub grants a revoked bucket elsewhere only after this pod let go.
+func (p *Proxy) Applied() (*rules.Snapshot, <-chan struct{}) {
+	p.appliedMu.Lock()
+	defer p.appliedMu.Unlock()
+	return p.applied.Load(), p.appliedChanged
 }
 
 func ownershipText(snap *rules.Snapshot) string {
@@ -271,13 +328,15 @@ func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, inf
 		// cache holds objects of another selection, and only a relist fixes
 		// it. 410 Expired makes client-go reflectors relist.
 		resumes := query.Get("resourceVersion") != "" && query.Get("sendInitialEvents") != "true"
-		if resumes && p.servedEpoch(key) != st.epoch {
+		if resumes && p.selections.servedEpoch(key) != st.epoch {
 			p.metrics.relistsForced.WithLabelValues("stale-resource-version").Inc()
 			writeStatus(w, http.StatusGone, metav1.StatusReasonExpired,
 				"ctrlmesh proxy: the shard's selection changed since this resourceVersion was served: relist required", nil)
 			return
 		}
-		p.markServed(key, st.epoch)
+		p.selections.markServed(key, st.epoch)
+		p.selections.watchOpened(key)
+		defer p.selections.watchClosed(key)
 		out = out.WithContext(contextWithExpire(out.Context(), st.expire))
 		p.reverse.ServeHTTP(w, out)
 		return
@@ -285,7 +344,7 @@ func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, inf
 	rec := &statusRecorder{ResponseWriter: w}
 	p.reverse.ServeHTTP(rec, out)
 	if rec.status == http.StatusOK {
-		p.markServed(key, st.epoch)
+		p.selections.markServed(key, st.epoch)
 	}
 }
 
@@ -495,15 +554,3 @@ func (s *statusRecorder) Flush() {
 
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
-
-func (p *Proxy) servedEpoch(key selectionKey) uint64 {
-	p.servedMu.Lock()
-	defer p.servedMu.Unlock()
-	return p.served[key]
-}
-
-func (p *Proxy) markServed(key selectionKey, epoch uint64) {
-	p.servedMu.Lock()
-	defer p.servedMu.Unlock()
-	p.served[key] = epoch
-}

@@ -158,7 +158,14 @@ func healthMux(p *Proxy) http.Handler {
 			http.Error(w, "rules not loaded", http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = fmt.Fprintf(w, "ok: rules %s (generation %d), shard %q\n", snap.Hash(), snap.Generation(), snap.Shard)
+		// "rules" is what the operator has taken up; "enforcing" what the
+		// proxy enforces, ahead of it while the operator relists.
+		applied, _ := p.Applied()
+		appliedHash := "none"
+		if applied != nil {
+			appliedHash = applied.Hash()
+		}
+		_, _ = fmt.Fprintf(w, "ok: rules %s applied; enforcing %s (generation %d), shard %q\n", appliedHash, snap.Hash(), snap.Generation(), snap.Shard)
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(p.metrics.Registry, promhttp.HandlerOpts{}))
 	return mux

@@ -156,7 +156,8 @@ func (s *APISource) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("rules informer: %w", err)
 	}
-	reports := make(chan *ctrlmeshv1alpha1.ShardRoute, 1)
+	// The latest route seen, for the reporter to compare its status with.
+	latest := make(chan *ctrlmeshv1alpha1.ShardRoute, 1)
 	handle := func(obj any) {
 		route, ok := obj.(*ctrlmeshv1alpha1.ShardRoute)
 		if !ok {
@@ -164,19 +165,14 @@ func (s *APISource) Run(ctx context.Context) error {
 		}
 		current := s.Loader.Proxy.Rules()
 		if current == nil || current.Route.ResourceVersion != route.ResourceVersion {
-			if _, err := s.Loader.Offer(ctx, route); err != nil {
-				return
-			}
+			// Offer logs and counts refusals; the last good rules stay.
+			_, _ = s.Loader.Offer(ctx, route)
 		}
-		// Report whenever the status does not show what this proxy enforces:
-		// after a change, and after anyone overwrote the entry.
-		if reportedHash(route, s.Loader.Pod) != s.Loader.Proxy.Rules().Hash() {
-			select {
-			case reports <- route:
-			default:
-				<-reports
-				reports <- route
-			}
+		select {
+		case latest <- route:
+		default:
+			<-latest
+			latest <- route
 		}
 	}
 	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
@@ -185,7 +181,7 @@ func (s *APISource) Run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	go s.report(ctx, writer, reports)
+	go s.report(ctx, writer, latest)
 	return c.Start(ctx)
 }
 
@@ -198,44 +194,59 @@ func reportedHash(route *ctrlmeshv1alpha1.ShardRoute, pod string) string {
 	return ""
 }
 
-// report applies {status.pods[name=pod].appliedRulesHash} as the pod's own
-// field manager, retrying with backoff until it sticks or newer rules come.
-func (s *APISource) report(ctx context.Context, c client.Client, reports <-chan *ctrlmeshv1alpha1.ShardRoute) {
-	backoff := 100 * time.Millisecond
-	var pending *ctrlmeshv1alpha1.ShardRoute
+// report keeps {status.pods[name=pod].appliedRulesHash} equal to the hash
+// of the rules the operator has taken up (Proxy.Applied), applying it as the
+// pod's own field manager: after every change of the applied rules, and
+// whenever the status seen lacks it (someone overwrote the entry). Failed
+// writes are retried with backoff. Driven by events, never by a ticker.
+func (s *APISource) report(ctx context.Context, c client.Client, latest <-chan *ctrlmeshv1alpha1.ShardRoute) {
+	const initialBackoff = 100 * time.Millisecond
+	backoff := initialBackoff
+	var route *ctrlmeshv1alpha1.ShardRoute
+	var retry <-chan time.Time
 	for {
-		var retry <-chan time.Time
-		if pending != nil {
-			retry = time.After(backoff)
+		applied, changed := s.Loader.Proxy.Applied()
+		if route != nil && applied != nil && reportedHash(route, s.Loader.Pod) != applied.Hash() && retry == nil {
+			if err := s.apply(ctx, c, route, applied.Hash()); err != nil {
+				s.Loader.Log.V(1).Info("reporting the applied rules hash failed; retrying", "error", err.Error(), "in", backoff)
+				retry = time.After(backoff)
+				backoff = min(2*backoff, 5*time.Second)
+			} else {
+				backoff = initialBackoff
+				// Until the watch shows the new status, assume it landed.
+				route = route.DeepCopy()
+				setReportedHash(route, s.Loader.Pod, applied.Hash())
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case pending = <-reports:
-			backoff = 100 * time.Millisecond
+		case <-changed:
+		case route = <-latest:
 		case <-retry:
+			retry = nil
 		}
-		if pending == nil {
-			continue
-		}
-		snap := s.Loader.Proxy.Rules()
-		if snap == nil {
-			continue
-		}
-		patch := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": ctrlmeshv1alpha1.GroupVersion.String(),
-			"kind":       "ShardRoute",
-			"metadata":   map[string]any{"namespace": pending.Namespace, "name": pending.Name},
-			"status": map[string]any{"pods": []any{
-				map[string]any{"name": s.Loader.Pod, "appliedRulesHash": snap.Hash()},
-			}},
-		}}
-		err := c.Status().Patch(ctx, patch, client.Apply, client.FieldOwner(FieldManager(s.Loader.Pod)), client.ForceOwnership)
-		if err == nil {
-			pending = nil
-			continue
-		}
-		s.Loader.Log.V(1).Info("reporting the applied rules hash failed; retrying", "error", err.Error())
-		backoff = min(2*backoff, 5*time.Second)
 	}
+}
+
+func (s *APISource) apply(ctx context.Context, c client.Client, route *ctrlmeshv1alpha1.ShardRoute, hash string) error {
+	patch := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": ctrlmeshv1alpha1.GroupVersion.String(),
+		"kind":       "ShardRoute",
+		"metadata":   map[string]any{"namespace": route.Namespace, "name": route.Name},
+		"status": map[string]any{"pods": []any{
+			map[string]any{"name": s.Loader.Pod, "appliedRulesHash": hash},
+		}},
+	}}
+	return c.Status().Patch(ctx, patch, client.Apply, client.FieldOwner(FieldManager(s.Loader.Pod)), client.ForceOwnership)
+}
+
+func setReportedHash(route *ctrlmeshv1alpha1.ShardRoute, pod, hash string) {
+	for i := range route.Status.Pods {
+		if route.Status.Pods[i].Name == pod {
+			route.Status.Pods[i].AppliedRulesHash = hash
+			return
+		}
+	}
+	route.Status.Pods = append(route.Status.Pods, ctrlmeshv1alpha1.PodRouteStatus{Name: pod, AppliedRulesHash: hash})
 }

@@ -311,8 +311,8 @@ func TestInformerRelistsThroughProxy(t *testing.T) {
 			lists, watches, _ = proxy.counts(ns)
 			proxy.expireWatches(ns)
 			end := proxy.waitEnd(t, ns)
-			if end.res.Outcome != Expired || end.err != nil || end.res.Events != 1 {
-				t.Errorf("expired watch ended with %+v, %v; want Expired after 1 event (b)", end.res, end.err)
+			if end.res.Outcome != Expired || end.err != nil || end.res.Events < 1 {
+				t.Errorf("expired watch ended with %+v, %v; want Expired after at least 1 event (b)", end.res, end.err)
 			}
 			eventually(t, "a LIST and a new watch after the ERROR event", func() bool {
 				l, w, active := proxy.counts(ns)

@@ -30,7 +30,7 @@
 //	if !ok { /* e.g. CBOR: copy the body as it is, flushing */ }
 //	copyHeader(w.Header(), resp.Header)
 //	w.WriteHeader(resp.StatusCode)
-//	res, err := watchstream.Copy(req.Context(), w, flusher.Flush, resp.Body, framing, expire)
+//	res, err := watchstream.Copy(req.Context(), w, flusher.Flush, resp.Body, framing, expire) // res.Outcome: why it ended
 //	resp.Body.Close() // right after Copy returns: see Copy
 //	if err != nil { panic(http.ErrAbortHandler) } // end the stream abruptly
 //

@@ -58,19 +58,22 @@ type reconciler struct {
 
 func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	start := time.Now()
+	outcome := OutcomeFailed
 	defer func() {
-		r.recorder.Record(Reconcile{Namespace: req.Namespace, Name: req.Name, Pod: r.pod, Start: start, End: time.Now()})
+		r.recorder.Record(Reconcile{Namespace: req.Namespace, Name: req.Name, Pod: r.pod, Start: start, End: time.Now(), Outcome: outcome})
 	}()
 	log := logf.FromContext(ctx)
 
 	var cm corev1.ConfigMap
 	if err := r.client.Get(ctx, req.NamespacedName, &cm); err != nil {
 		if apierrors.IsNotFound(err) {
+			outcome = OutcomeAbsent
 			log.V(1).Info("ConfigMap is gone")
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("getting ConfigMap %s: %w", req.NamespacedName, err)
 	}
+	outcome = OutcomeUnchanged
 
 	hash := DataHash(&cm)
 	if cm.Annotations[ReconciledByAnnotation] != r.pod || cm.Annotations[DataHashAnnotation] != hash {
@@ -82,11 +85,14 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		cm.Annotations[DataHashAnnotation] = hash
 		if err := r.client.Patch(ctx, &cm, patch); err != nil {
 			if apierrors.IsNotFound(err) {
+				outcome = OutcomeAbsent
 				log.V(1).Info("ConfigMap is gone")
 				return ctrl.Result{}, nil
 			}
+			outcome = OutcomeFailed
 			return ctrl.Result{}, fmt.Errorf("annotating ConfigMap %s: %w", req.NamespacedName, err)
 		}
+		outcome = OutcomeWritten
 		log.V(1).Info("annotated ConfigMap", "dataHash", hash)
 	}
 

@@ -19,7 +19,25 @@ type Reconcile struct {
 	Pod       string    `json:"pod"`
 	Start     time.Time `json:"start"`
 	End       time.Time `json:"end"`
+	// Outcome says what the run did with the object.
+	Outcome Outcome `json:"outcome,omitempty"`
 }
+
+// Outcome of one reconcile.
+type Outcome string
+
+const (
+	// OutcomeAbsent: the object was not in the pod's cache (deleted, or no
+	// longer in the pod's shard), so the run did nothing.
+	OutcomeAbsent Outcome = "absent"
+	// OutcomeUnchanged: the object was already as wanted.
+	OutcomeUnchanged Outcome = "unchanged"
+	// OutcomeWritten: the run wrote the object.
+	OutcomeWritten Outcome = "written"
+	// OutcomeFailed: the run failed, for example because its write was
+	// refused.
+	OutcomeFailed Outcome = "failed"
+)
 
 // Recorder receives a record at the end of every reconcile. Implementations
 // must be safe for concurrent use.
@@ -169,13 +187,18 @@ func (o Overlap) String() string {
 // Overlaps finds every pair of records in which two different pods
 // reconciled the same object (namespace and name) during intersecting closed
 // intervals [Start, End]; intervals that merely touch count as intersecting.
-// Overlaps of one pod with itself are not reported. The result is ordered by
+// Overlaps of one pod with itself are not reported, nor records of runs that
+// found the object absent from the pod's cache: such a run did no work on
+// the object. The result is ordered by
 // namespace, name, then the start of A and of B; it is nil when there is no
 // overlap.
 func Overlaps(records []Reconcile) []Overlap {
 	type key struct{ namespace, name string }
 	byObject := map[key][]Reconcile{}
 	for _, r := range records {
+		if r.Outcome == OutcomeAbsent {
+			continue
+		}
 		k := key{r.Namespace, r.Name}
 		byObject[k] = append(byObject[k], r)
 	}

@@ -1,0 +1,127 @@
+package proxy_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/agent/proxy"
+	"github.com/ctrlmesh/ctrlmesh/agent/proxy/rules"
+)
+
+// TestRulesFromTheAPIServer: the proxy follows its ShardRoute through the API
+// server and reports the hash it has applied into the route's status, under
+// its own field manager, again after anyone overwrites it.
+func TestRulesFromTheAPIServer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cluster := fleet.Cluster("label")
+	c := cluster.Client
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "api-rules"}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	r := route("a1", 1, "0-15", "16-31")
+	r.Namespace = "api-rules"
+	if err := c.Create(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+
+	ready := make(chan net.Addr, 1)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- proxy.Run(ctx, proxy.Options{
+			Upstream: cluster.Config, ListenAddress: "127.0.0.1:0", HealthAddress: "127.0.0.1:0", Pod: "pod-a",
+			RulesNamespace: "api-rules", RulesName: "demo", Mode: rules.ModeLabel,
+			Ready: func(_, health net.Addr) { ready <- health },
+			Log:   testr.New(t).WithName("pod-a"),
+		})
+	}()
+	var health string
+	select {
+	case addr := <-ready:
+		health = "http://" + addr.String()
+	case err := <-errc:
+		t.Fatal(err)
+	}
+
+	reported := func(want string) {
+		t.Helper()
+		eventually(t, "pod-a reports "+want, func() (bool, string) {
+			var got v1alpha1.ShardRoute
+			if err := c.Get(ctx, client.ObjectKeyFromObject(r), &got); err != nil {
+				return false, err.Error()
+			}
+			for _, p := range got.Status.Pods {
+				if p.Name == "pod-a" && p.AppliedRulesHash == want {
+					for _, mf := range got.ManagedFields {
+						if mf.Manager == proxy.FieldManager("pod-a") && mf.Subresource == "status" {
+							return true, ""
+						}
+					}
+					return false, "no status field manager " + proxy.FieldManager("pod-a")
+				}
+			}
+			return false, fmt.Sprintf("status %+v", got.Status)
+		})
+	}
+	reported("a1")
+	waitReady(t, health, "a1")
+
+	// New rules: applied and reported.
+	var current v1alpha1.ShardRoute
+	if err := c.Get(ctx, client.ObjectKeyFromObject(r), &current); err != nil {
+		t.Fatal(err)
+	}
+	current.Spec.RulesHash, current.Spec.RoutingGeneration, current.Spec.Shards[0].Buckets = "a2", 2, "0-7"
+	current.Spec.Shards[1].Buckets = "16-31"
+	if err := c.Update(ctx, &current); err != nil {
+		t.Fatal(err)
+	}
+	reported("a2")
+
+	// Someone overwrites the status: the proxy puts its entry back.
+	if err := c.Get(ctx, client.ObjectKeyFromObject(r), &current); err != nil {
+		t.Fatal(err)
+	}
+	current.Status.Pods = nil
+	if err := c.Status().Update(ctx, &current); err != nil {
+		t.Fatal(err)
+	}
+	reported("a2")
+
+	// Bad rules from the API server are refused like bad files.
+	if err := c.Get(ctx, client.ObjectKeyFromObject(r), &current); err != nil {
+		t.Fatal(err)
+	}
+	current.Spec.RulesHash, current.Spec.RoutingGeneration = "a3", 3
+	current.Spec.Limits[0].RelateResources[0].Resources = []string{"configmapz"}
+	if err := c.Update(ctx, &current); err != nil {
+		t.Fatal(err)
+	}
+	checkMetric(t, health, `ctrlmesh_proxy_rules_loads_total{result="refused"} 1`)
+	body := scrape(t, health)
+	if !strings.Contains(body, `hash="a2"`) || strings.Contains(body, `hash="a3"`) {
+		t.Fatal("bad rules replaced the last good ones")
+	}
+	reported("a2")
+
+	cancel()
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("proxy did not stop")
+	}
+}
