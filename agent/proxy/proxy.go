@@ -334,8 +334,7 @@ func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, inf
 				"ctrlmesh proxy: the shard's selection changed since this resourceVersion was served: relist required", nil)
 			return
 		}
-		p.selections.markServed(key, st.epoch)
-		p.selections.watchOpened(key)
+		p.selections.watchOpened(key, st.epoch)
 		defer p.selections.watchClosed(key)
 		out = out.WithContext(contextWithExpire(out.Context(), st.expire))
 		p.reverse.ServeHTTP(w, out)

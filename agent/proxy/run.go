@@ -74,7 +74,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("discovery: %w", err)
 	}
-	scopes := rules.MapperScopes{Mapper: mapper}
+	scopes := rules.NewMapperScopes(mapper)
 	p, err := New(Config{Upstream: opts.Upstream, Scopes: scopes, Log: opts.Log})
 	if err != nil {
 		return err

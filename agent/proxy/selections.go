@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -15,15 +16,25 @@ type selectionKey struct {
 	namespace, labelSel, fieldSel string
 }
 
+// recentWatch is how long after its last watch closed a stream still counts
+// as an informer that will come back (client-go reflectors back off for up
+// to a few seconds between watches, and re-watch after server timeouts).
+const recentWatch = 2 * time.Minute
+
 // selections tracks, per key, the selection epoch its last response was
-// served under and how many watches of it are open. From that the proxy
-// knows when the operator has relisted after a selection change: when every
-// key that had an open watch at the change has been served again under the
-// new epoch.
+// served under, its open watches, and when its last watch closed. From that
+// the proxy knows when the operator has taken up a selection change: when
+// every stream an informer keeps — a watch open at the change, or closed
+// shortly before — has opened a watch under the new epoch. A client-go
+// reflector opens its watch only after it has stored the list that precedes
+// it, so a new-epoch watch means the informer's cache holds the new
+// selection.
 type selections struct {
-	mu     sync.Mutex
-	served map[selectionKey]uint64
-	open   map[selectionKey]int
+	mu         sync.Mutex
+	now        func() time.Time
+	served     map[selectionKey]uint64
+	open       map[selectionKey]int
+	lastClosed map[selectionKey]time.Time
 
 	target  uint64
 	waiting map[selectionKey]bool
@@ -31,7 +42,7 @@ type selections struct {
 }
 
 func newSelections() *selections {
-	return &selections{served: map[selectionKey]uint64{}, open: map[selectionKey]int{}}
+	return &selections{now: time.Now, served: map[selectionKey]uint64{}, open: map[selectionKey]int{}, lastClosed: map[selectionKey]time.Time{}}
 }
 
 func (s *selections) servedEpoch(key selectionKey) uint64 {
@@ -40,21 +51,23 @@ func (s *selections) servedEpoch(key selectionKey) uint64 {
 	return s.served[key]
 }
 
-// markServed records that key was served under epoch.
+// markServed records that a list or watch of key was served under epoch.
 func (s *selections) markServed(key selectionKey, epoch uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.served[key] = epoch
+}
+
+// watchOpened records a watch of key opened under epoch.
+func (s *selections) watchOpened(key selectionKey, epoch uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.served[key] = epoch
+	s.open[key]++
 	if epoch == s.target && s.waiting[key] {
 		delete(s.waiting, key)
 		s.settleIfDone()
 	}
-}
-
-func (s *selections) watchOpened(key selectionKey) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.open[key]++
 }
 
 func (s *selections) watchClosed(key selectionKey) {
@@ -63,6 +76,7 @@ func (s *selections) watchClosed(key selectionKey) {
 	if s.open[key]--; s.open[key] <= 0 {
 		delete(s.open, key)
 	}
+	s.lastClosed[key] = s.now()
 }
 
 // beginChange starts waiting for every key with an open watch to be served
@@ -78,8 +92,13 @@ func (s *selections) beginChange(epoch uint64) <-chan struct{} {
 	s.target = epoch
 	s.waiting = map[selectionKey]bool{}
 	for key := range s.open {
-		if s.served[key] != epoch {
+		s.waiting[key] = true
+	}
+	for key, closed := range s.lastClosed {
+		if s.now().Sub(closed) < recentWatch {
 			s.waiting[key] = true
+		} else if s.open[key] == 0 {
+			delete(s.lastClosed, key)
 		}
 	}
 	settled := make(chan struct{})

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -9,6 +10,7 @@ import (
 func TestSelectionsSettle(t *testing.T) {
 	cms := selectionKey{gr: schema.GroupResource{Resource: "configmaps"}, labelSel: "app=x"}
 	secrets := selectionKey{gr: schema.GroupResource{Resource: "secrets"}}
+	pods := selectionKey{gr: schema.GroupResource{Resource: "pods"}}
 	settled := func(ch <-chan struct{}) bool {
 		select {
 		case <-ch:
@@ -17,56 +19,70 @@ func TestSelectionsSettle(t *testing.T) {
 			return false
 		}
 	}
-
+	now := time.Unix(1000, 0)
 	s := newSelections()
+	s.now = func() time.Time { return now }
+
 	if !settled(s.beginChange(1)) {
-		t.Fatal("a change with no open watch did not settle at once")
+		t.Fatal("a change with no informer did not settle at once")
 	}
 
+	// Two informers watching; pods was watched long ago and is gone.
+	s.watchOpened(pods, 1)
+	s.watchClosed(pods)
+	now = now.Add(time.Hour)
 	s.markServed(cms, 1)
-	s.watchOpened(cms)
+	s.watchOpened(cms, 1)
 	s.markServed(secrets, 1)
-	s.watchOpened(secrets)
+	s.watchOpened(secrets, 1)
 	ch := s.beginChange(2)
 	if settled(ch) {
 		t.Fatal("settled while watches of the old epoch are open")
 	}
-	if got := len(s.pending()); got != 2 {
-		t.Fatalf("pending = %v", s.pending())
+	if got := s.pending(); len(got) != 2 {
+		t.Fatalf("pending = %v, want configmaps and secrets only", got)
 	}
-	// The old watch ends (410) and the informer relists: served under 2.
+	// configmaps: the old watch ends (410), the informer relists and
+	// watches again under 2.
 	s.watchClosed(cms)
 	s.markServed(cms, 2)
 	if settled(ch) {
-		t.Fatal("settled before secrets relisted")
+		t.Fatal("a list alone settled: the informer may not have stored it yet")
 	}
-	// A late response of the old epoch does not count.
-	s.markServed(secrets, 1)
+	s.watchOpened(cms, 2)
+	// secrets: a watch opened under the old epoch does not count.
+	s.watchClosed(secrets)
+	s.watchOpened(secrets, 1)
 	if settled(ch) {
-		t.Fatal("an old-epoch response settled the change")
+		t.Fatal("an old-epoch watch settled the change")
 	}
 	s.watchClosed(secrets)
-	s.markServed(secrets, 2)
+	s.watchOpened(secrets, 2)
 	if !settled(ch) {
-		t.Fatalf("not settled after both relisted; pending %v", s.pending())
+		t.Fatalf("not settled after both re-watched; pending %v", s.pending())
 	}
 
-	// A newer change supersedes an unsettled one.
-	s.watchOpened(cms)
-	old := s.beginChange(3)
-	if settled(old) {
-		t.Fatal("settled with a watch of epoch 2 open")
+	// An informer between two watches at the change (closed a moment ago)
+	// is waited for too.
+	s.watchClosed(cms)
+	now = now.Add(time.Second)
+	ch = s.beginChange(3)
+	if settled(ch) {
+		t.Fatal("settled without the informer that was between watches")
 	}
+
+	// A newer change supersedes: the older waiter is released.
 	newer := s.beginChange(4)
-	s.markServed(cms, 3)
-	if settled(newer) {
-		t.Fatal("a response of epoch 3 settled the change to 4")
-	}
-	s.markServed(cms, 4)
-	if !settled(newer) {
-		t.Fatal("change to 4 not settled")
-	}
-	if !settled(old) {
+	if !settled(ch) {
 		t.Fatal("the superseded change's waiter was not released")
+	}
+	s.watchOpened(cms, 3)
+	if settled(newer) {
+		t.Fatal("a watch of epoch 3 settled the change to 4")
+	}
+	s.watchOpened(cms, 4)
+	s.watchOpened(secrets, 4)
+	if !settled(newer) {
+		t.Fatalf("change to 4 not settled; pending %v", s.pending())
 	}
 }

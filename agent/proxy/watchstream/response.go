@@ -10,7 +10,8 @@ import (
 // httputil.ReverseProxy: called from ModifyResponse, it replaces resp.Body
 // with a pipe that Copy fills from the original body in a new goroutine, so
 // the client receives whole frames, ending with the 410 Expired ERROR event
-// once expire fires. The goroutine closes the original body when Copy
+// once expire fires. Unlike Copy, it writes the frames that are already
+// waiting together, to save a flush per event. The goroutine closes the original body when Copy
 // returns, then calls done (if not nil) with Copy's result; ReverseProxy
 // closing the new body (at its end, or when the client goes away) ends Copy.
 // Copy's context is resp.Request's.
@@ -38,7 +39,9 @@ func WrapResponse(resp *http.Response, expire <-chan string, done func(Result, e
 	pr, pw := io.Pipe()
 	resp.Body = pr
 	go func() {
-		res, err := Copy(ctx, pw, nil, upstream, framing, expire)
+		// ReverseProxy flushes every write of a streamed body, so frames
+		// that are already waiting are coalesced into one write.
+		res, err := copyStream(ctx, pw, nil, upstream, framing, expire, true)
 		// An upstream Close error would say nothing new.
 		_ = upstream.Close()
 		if err != nil {

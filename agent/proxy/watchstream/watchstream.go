@@ -198,6 +198,12 @@ const DefaultExpireMessage = "watch expired by the ctrlmesh proxy: relist requir
 // return; the goroutine then exits at once, without reading more or touching
 // w. Copy does not close body itself. body must not be read by anyone else.
 func Copy(ctx context.Context, w io.Writer, flush func(), body io.Reader, framing Framing, expire <-chan string) (Result, error) {
+	return copyStream(ctx, w, flush, body, framing, expire, false)
+}
+
+// copyStream is Copy; with coalesce, frames already waiting leave together
+// in one write (see WrapResponse).
+func copyStream(ctx context.Context, w io.Writer, flush func(), body io.Reader, framing Framing, expire <-chan string, coalesce bool) (Result, error) {
 	var res Result
 	next, err := newFrameReader(framing, body)
 	if err != nil {
@@ -209,12 +215,19 @@ func Copy(ctx context.Context, w io.Writer, flush func(), body io.Reader, framin
 		return res, err
 	}
 
-	frames := make(chan frame)
+	// When coalescing, the reader runs ahead by a few frames so that a burst
+	// of events can leave in one write.
+	ahead := 0
+	if coalesce {
+		ahead = readAhead
+	}
+	frames := make(chan frame, ahead)
 	done := make(chan struct{})
 	defer close(done)
 	go readFrames(next, frames, done)
 
 	cw := &countingWriter{w: w}
+	var batch []byte
 	expireNow := func(msg string, open bool) (Result, error) {
 		res.Outcome = Expired
 		if !open || msg == "" {
@@ -265,20 +278,59 @@ func Copy(ctx context.Context, w io.Writer, flush func(), body io.Reader, framin
 				return expireNow(msg, open)
 			default:
 			}
-			if err := cw.writeAll(f.data); err != nil {
+			// When coalescing, the frames already waiting go out in one
+			// write and one flush, as kube-apiserver flushes only when its
+			// queue is empty: a flush per event costs a syscall per event.
+			batch = append(batch[:0], f.data...)
+			events := 0
+			if f.event {
+				events++
+			}
+			var last *frame
+		gather:
+			for coalesce && len(batch) < maxBatch {
+				select {
+				case g := <-frames:
+					if g.err != nil {
+						last = &g
+						break gather
+					}
+					batch = append(batch, g.data...)
+					if g.event {
+						events++
+					}
+				default:
+					break gather
+				}
+			}
+			if err := cw.writeAll(batch); err != nil {
 				res.Outcome = Failed
 				res.Bytes = cw.n
 				return res, err
 			}
-			if f.event {
-				res.Events++
-			}
+			res.Events += events
 			if flush != nil {
 				flush()
+			}
+			if last != nil {
+				res.Bytes = cw.n
+				if last.err == io.EOF {
+					res.Outcome = Drained
+					return res, nil
+				}
+				res.Outcome = Failed
+				return res, last.err
 			}
 		}
 	}
 }
+
+const (
+	// readAhead is how many frames the reader may hold ready.
+	readAhead = 64
+	// maxBatch bounds one coalesced write.
+	maxBatch = 1 << 20
+)
 
 // frame is one whole upstream frame, or the error that ended reading.
 type frame struct {

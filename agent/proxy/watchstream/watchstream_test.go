@@ -275,25 +275,39 @@ func TestCopy(t *testing.T) {
 	}
 }
 
-// checkWholeWrites fails unless each write is one whole watch event: for
-// protobuf one length-delimited frame, for JSON one JSON object with only
-// whitespace around it.
+// checkWholeWrites fails unless each write is a sequence of whole watch
+// events: for protobuf length-delimited frames that end exactly at the end of
+// the write, for JSON JSON objects with only whitespace around them.
 func checkWholeWrites(t *testing.T, framing Framing, writes [][]byte) {
 	t.Helper()
 	for i, w := range writes {
 		switch framing {
 		case Protobuf:
-			if len(w) < 4 || int(binary.BigEndian.Uint32(w))+4 != len(w) {
-				t.Errorf("write %d is not one length-delimited frame: %q", i, w)
+			for rest := w; len(rest) > 0; {
+				if len(rest) < 4 || int(binary.BigEndian.Uint32(rest))+4 > len(rest) {
+					t.Errorf("write %d does not end on a frame boundary: %q", i, w)
+					break
+				}
+				rest = rest[int(binary.BigEndian.Uint32(rest))+4:]
 			}
 		case JSON:
-			var ev metav1.WatchEvent
-			trimmed := bytes.TrimSpace(w)
-			if len(trimmed) == 0 && i == len(writes)-1 {
+			if len(bytes.TrimSpace(w)) == 0 {
+				if i != len(writes)-1 {
+					t.Errorf("write %d is only whitespace", i)
+				}
 				continue // whitespace that trailed the last event
 			}
-			if !json.Valid(trimmed) || trimmed[0] != '{' || json.Unmarshal(trimmed, &ev) != nil || ev.Type == "" {
-				t.Errorf("write %d is not one JSON watch event: %q", i, w)
+			dec := json.NewDecoder(bytes.NewReader(w))
+			for {
+				var ev metav1.WatchEvent
+				err := dec.Decode(&ev)
+				if err == io.EOF {
+					break
+				}
+				if err != nil || ev.Type == "" {
+					t.Errorf("write %d is not whole JSON watch events: %q (%v)", i, w, err)
+					break
+				}
 			}
 		}
 	}
@@ -544,5 +558,28 @@ func TestFramesMatchClientGoFramers(t *testing.T) {
 		if _, _, err := ours.next(); err != io.EOF {
 			t.Errorf("%v: after the last frame: %v, want io.EOF", framing, err)
 		}
+	}
+}
+
+// TestCoalescedCopy: with coalescing, a burst leaves in fewer writes, every
+// write is whole frames, and the bytes are the input's.
+func TestCoalescedCopy(t *testing.T) {
+	for _, framing := range []Framing{JSON, Protobuf} {
+		t.Run(framing.String(), func(t *testing.T) {
+			frames := testFrames(t, framing, 200)
+			rec := &recorder{}
+			res, err := copyStream(context.Background(), rec, rec.flush, bytes.NewReader(concat(frames)), framing, nil, true)
+			if err != nil || res.Outcome != Drained || res.Events != len(frames) {
+				t.Fatalf("copyStream = %+v, %v", res, err)
+			}
+			if !bytes.Equal(rec.bytes(), concat(frames)) {
+				t.Fatal("coalesced output differs from the input")
+			}
+			checkWholeWrites(t, framing, rec.writes)
+			if len(rec.writes) >= len(frames) || rec.flushes != len(rec.writes) {
+				t.Errorf("%d frames in %d writes with %d flushes: nothing coalesced", len(frames), len(rec.writes), rec.flushes)
+			}
+			t.Logf("%d frames in %d writes", len(frames), len(rec.writes))
+		})
 	}
 }

@@ -51,7 +51,7 @@ func TestAdmissionThroughAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	scopes := rules.MapperScopes{Mapper: mapper}
+	scopes := rules.NewMapperScopes(mapper)
 
 	// kube-apiserver calls the router at 127.0.0.1; pods verify each other
 	// for the Service name.

@@ -23,7 +23,7 @@ import (
 func staticScopes() rules.Scopes {
 	m := meta.NewDefaultRESTMapper(nil)
 	m.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
-	return rules.MapperScopes{Mapper: m}
+	return rules.NewMapperScopes(m)
 }
 
 // TestRouting sends admission requests to two routers, pod-a (shard a,

@@ -1,0 +1,632 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/yaml"
+
+	"github.com/ctrlmesh/ctrlmesh/agent/proxy"
+	"github.com/ctrlmesh/ctrlmesh/agent/proxy/rules"
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
+	"github.com/ctrlmesh/ctrlmesh/test/env"
+)
+
+const (
+	// The seeded data: namespaces × perNamespace ConfigMaps, each labelled
+	// benchLabel=benchValue and with its sharding-hash label.
+	namespaces   = 10
+	perNamespace = 1000
+	totalObjects = namespaces * perNamespace
+	payloadBytes = 256
+	benchLabel   = "app.kubernetes.io/part-of"
+	benchValue   = "proxybench"
+	buckets      = 32
+	seedWorkers  = 16
+
+	podName    = "pod-a"
+	lockName   = "proxybench-leader"
+	getWarmup  = 200
+	listWarmup = 2
+
+	proxyStartTimeout = 30 * time.Second
+	watchTimeout      = 3 * time.Minute
+)
+
+// bench holds what every measurement uses.
+type bench struct {
+	o        options
+	log      io.Writer
+	start    time.Time
+	selector string
+	// direct talks to kube-apiserver; proxied to the proxy, which forwards
+	// to the same kube-apiserver.
+	direct, proxied kubernetes.Interface
+	proxyURL        string
+}
+
+func (b *bench) progress(format string, args ...any) {
+	_, _ = fmt.Fprintf(b.log, "[%6.1fs] %s\n", time.Since(b.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// results are every figure the report prints.
+type results struct {
+	apiserverVersion string
+	modeCheck        string
+	seedTime         time.Duration
+
+	getDirect, getProxied       []time.Duration
+	list1kDirect, list1kProxied []time.Duration
+	list10kDirect, list10kProx  []time.Duration
+	list1kItems, list10kItems   int
+
+	watchWrite                     time.Duration // the writers' time for all events
+	watchLiveDirect, watchLiveProx time.Duration
+	replayDirect, replayProxied    []time.Duration
+}
+
+func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	b := &bench{o: o, log: stderr, start: time.Now(), selector: benchLabel + "=" + benchValue}
+	// envtest logs through controller-runtime; keep its warning about an
+	// unset logger off the output.
+	ctrllog.SetLogger(logr.Discard())
+
+	spec := env.ClusterSpec{Name: "bench"}
+	if o.mode == string(rules.ModeRange) {
+		spec.FeatureGates = []string{env.FeatureShardedListAndWatch}
+	}
+	b.progress("starting etcd and kube-apiserver (feature gates: %v)", spec.FeatureGates)
+	fleet, err := env.Start(ctx, env.Options{Clusters: []env.ClusterSpec{spec}})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		b.progress("stopping the control plane")
+		err = errors.Join(err, fleet.Stop())
+	}()
+	upstream := fleet.Cluster("bench").Config
+
+	if b.direct, err = kubernetes.NewForConfig(tune(rest.CopyConfig(upstream), o.content)); err != nil {
+		return err
+	}
+	var res results
+	version, err := b.direct.Discovery().ServerVersion()
+	if err != nil {
+		return fmt.Errorf("asking the API server's version: %w", err)
+	}
+	res.apiserverVersion = version.GitVersion
+
+	seedStart := time.Now()
+	if err := b.seed(ctx); err != nil {
+		return fmt.Errorf("seeding: %w", err)
+	}
+	res.seedTime = time.Since(seedStart)
+
+	stopProxy, err := b.startProxy(ctx, upstream)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, stopProxy()) }()
+	if res.modeCheck, err = b.checkMode(ctx); err != nil {
+		return err
+	}
+
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			_ = f.Close()
+			return err
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			err = errors.Join(err, f.Close())
+		}()
+	}
+	if err := b.measure(ctx, &res); err != nil {
+		return err
+	}
+	report(stdout, o, &res)
+	return nil
+}
+
+// tune makes a benchmark client: no client-side rate limit, and the chosen
+// wire format.
+func tune(cfg *rest.Config, content string) *rest.Config {
+	cfg.QPS = -1 // no client-side rate limiter
+	cfg.Burst = 0
+	cfg.UserAgent = "proxybench"
+	if content == "protobuf" {
+		cfg.ContentType = "application/vnd.kubernetes.protobuf"
+		cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	} else {
+		cfg.ContentType = "application/json"
+		cfg.AcceptContentTypes = "application/json"
+	}
+	return cfg
+}
+
+func objectKey(i int) (namespace, name string) {
+	return fmt.Sprintf("proxybench-%02d", i/perNamespace), fmt.Sprintf("cm-%04d", i%perNamespace)
+}
+
+// seed creates the namespaces and ConfigMaps, concurrently.
+func (b *bench) seed(ctx context.Context) error {
+	scheme := sharding.MustScheme(buckets)
+	for n := range namespaces {
+		ns, _ := objectKey(n * perNamespace)
+		if _, err := b.direct.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	b.progress("creating %d ConfigMaps in %d namespaces (%d workers)", totalObjects, namespaces, seedWorkers)
+	payload := strings.Repeat("x", payloadBytes)
+	jobs := make(chan int)
+	var created atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		defer close(jobs)
+		for i := range totalObjects {
+			select {
+			case jobs <- i:
+			case <-gctx.Done():
+				return gctx.Err()
+			}
+		}
+		return nil
+	})
+	for range seedWorkers {
+		g.Go(func() error {
+			for i := range jobs {
+				ns, name := objectKey(i)
+				cm := &corev1.ConfigMap{
+					ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{
+						benchLabel:                         benchValue,
+						ctrlmeshv1alpha1.ShardingHashLabel: sharding.LabelValue(scheme.Bucket(ns)),
+					}},
+					Data: map[string]string{"config": payload},
+				}
+				if _, err := b.direct.CoreV1().ConfigMaps(ns).Create(gctx, cm, metav1.CreateOptions{}); err != nil {
+					return fmt.Errorf("creating %s/%s: %w", ns, name, err)
+				}
+				if n := created.Add(1); n%2500 == 0 {
+					b.progress("  %d/%d created", n, totalObjects)
+				}
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// shardRoute gives the benchmark's pod every bucket: the proxy then narrows
+// every list and watch (a whole-space shardSelector, or a label selector on
+// all 32 bucket values) without hiding anything, so both ways return the
+// same objects.
+func shardRoute() *ctrlmeshv1alpha1.ShardRoute {
+	return &ctrlmeshv1alpha1.ShardRoute{
+		TypeMeta:   metav1.TypeMeta{APIVersion: ctrlmeshv1alpha1.GroupVersion.String(), Kind: "ShardRoute"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "operators", Name: "proxybench"},
+		Spec: ctrlmeshv1alpha1.ShardRouteSpec{
+			Cluster: "bench", RoutingGeneration: 1, RulesHash: "bench0001", Scope: ctrlmeshv1alpha1.ScopePerCluster, Buckets: buckets,
+			Selector:   metav1.LabelSelector{MatchLabels: map[string]string{"app": "proxybench-operator"}},
+			Controller: &ctrlmeshv1alpha1.ControllerConfig{LeaderElectionName: lockName},
+			// No limit selector: it would add a label requirement to proxied
+			// requests only, and the direct ones would differ.
+			Limits: ctrlmeshv1alpha1.Limits{{
+				RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{APIGroups: []string{""}, Resources: []string{"configmaps"}}},
+			}},
+			Shards: []ctrlmeshv1alpha1.RouteShard{
+				{ID: "0", Buckets: fmt.Sprintf("0-%d", buckets-1), Pods: []ctrlmeshv1alpha1.RoutePod{{Name: podName}}},
+			},
+		},
+	}
+}
+
+// startProxy runs the proxy in-process and waits until it enforces the
+// rules. The returned function stops it.
+func (b *bench) startProxy(ctx context.Context, upstream *rest.Config) (func() error, error) {
+	dir, err := os.MkdirTemp("", "proxybench-")
+	if err != nil {
+		return nil, err
+	}
+	rulesFile := filepath.Join(dir, "rules.yaml")
+	data, err := yaml.Marshal(shardRoute())
+	if err == nil {
+		err = os.WriteFile(rulesFile, data, 0o600)
+	}
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("writing the rules file: %w", err)
+	}
+	// Range mode: let the proxy detect the gate, as in production. Label
+	// mode: the API server has no gate; say so rather than probe.
+	var mode rules.Mode
+	if b.o.mode == string(rules.ModeLabel) {
+		mode = rules.ModeLabel
+	}
+	// The proxy logs nothing per request at Info level: its few lines
+	// (serving, rules in force, mode detected) are progress.
+	log := funcr.New(func(prefix, args string) {
+		b.progress("proxy: %s %s", prefix, args)
+	}, funcr.Options{})
+
+	proxyCtx, cancel := context.WithCancel(ctx)
+	ready := make(chan net.Addr, 1)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- proxy.Run(proxyCtx, proxy.Options{
+			Upstream: upstream, ListenAddress: "127.0.0.1:0", HealthAddress: "", Pod: podName,
+			RulesFile: rulesFile, RulesFileInterval: time.Second, Mode: mode,
+			Ready: func(api, _ net.Addr) { ready <- api },
+			Log:   log,
+		})
+	}()
+	stop := func() error {
+		cancel()
+		defer func() { _ = os.RemoveAll(dir) }()
+		select {
+		case err := <-errc:
+			if err != nil {
+				return fmt.Errorf("proxy: %w", err)
+			}
+			return nil
+		case <-time.After(10 * time.Second):
+			return errors.New("proxy: did not stop within 10s")
+		}
+	}
+	fail := func(err error) (func() error, error) {
+		return nil, errors.Join(err, stop())
+	}
+
+	b.progress("starting the proxy (mode %s)", b.o.mode)
+	var api net.Addr
+	select {
+	case api = <-ready:
+	case err := <-errc:
+		errc <- err // for stop
+		return fail(fmt.Errorf("proxy: %w", err))
+	case <-time.After(proxyStartTimeout):
+		return fail(fmt.Errorf("proxy: not serving after %s", proxyStartTimeout))
+	}
+	b.proxyURL = "http://" + api.String()
+	if b.proxied, err = kubernetes.NewForConfig(tune(&rest.Config{Host: b.proxyURL}, b.o.content)); err != nil {
+		return fail(err)
+	}
+	// The proxy answers 503 for sharded requests until the rules are in force.
+	deadline := time.Now().Add(proxyStartTimeout)
+	for {
+		_, err := b.proxied.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{LabelSelector: b.selector, Limit: 1})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fail(fmt.Errorf("proxy: rules not in force after %s: %w", proxyStartTimeout, err))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b.progress("proxy serving on %s with rules in force", api)
+	return stop, nil
+}
+
+// checkMode confirms that the proxy narrows lists the way -mode says: in
+// range mode the API server applied a shardSelector and says so in
+// metadata.shardInfo; in label mode there is none.
+func (b *bench) checkMode(ctx context.Context) (string, error) {
+	q := url.Values{"limit": {"1"}, "labelSelector": {b.selector}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.proxyURL+"/api/v1/configmaps?"+q.Encode(), nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("checking the proxy's mode: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", fmt.Errorf("checking the proxy's mode: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("checking the proxy's mode: HTTP %d: %s", resp.StatusCode, body)
+	}
+	var list struct {
+		Metadata struct {
+			ShardInfo *struct {
+				Selector string `json:"selector"`
+			} `json:"shardInfo"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return "", fmt.Errorf("checking the proxy's mode: %w", err)
+	}
+	info := list.Metadata.ShardInfo
+	switch {
+	case b.o.mode == string(rules.ModeRange) && info == nil:
+		return "", errors.New("range mode: a list through the proxy has no metadata.shardInfo, so the API server applied no shardSelector")
+	case b.o.mode == string(rules.ModeRange):
+		return "proxy detected range mode; the API server applied shardSelector " + info.Selector, nil
+	case info != nil:
+		return "", fmt.Errorf("label mode: a list through the proxy has metadata.shardInfo %q", info.Selector)
+	default:
+		return "label selector " + ctrlmeshv1alpha1.ShardingHashLabel + " in (0..31) added by the proxy", nil
+	}
+}
+
+// timed is one request of a measurement; it returns the request's latency
+// and how many objects it returned.
+type timed func(ctx context.Context, cs kubernetes.Interface) (time.Duration, int, error)
+
+// interleave runs warmup then n rounds of the request, once each way per
+// round, alternating which way goes first so drift and ordering effects
+// fall on both alike. Every response must have want objects.
+func (b *bench) interleave(ctx context.Context, what string, warmup, n, want int, call timed) (direct, proxied []time.Duration, err error) {
+	one := func(cs kubernetes.Interface, way string) (time.Duration, error) {
+		d, got, err := call(ctx, cs)
+		if err != nil {
+			return 0, fmt.Errorf("%s %s: %w", what, way, err)
+		}
+		if got != want {
+			return 0, fmt.Errorf("%s %s: %d objects, want %d", what, way, got, want)
+		}
+		return d, nil
+	}
+	for range warmup {
+		if _, err := one(b.direct, "direct"); err != nil {
+			return nil, nil, err
+		}
+		if _, err := one(b.proxied, "through the proxy"); err != nil {
+			return nil, nil, err
+		}
+	}
+	direct, proxied = make([]time.Duration, 0, n), make([]time.Duration, 0, n)
+	for i := range n {
+		first, second := b.direct, b.proxied
+		if i%2 == 1 {
+			first, second = second, first
+		}
+		for _, cs := range []kubernetes.Interface{first, second} {
+			way := "direct"
+			if cs == b.proxied {
+				way = "through the proxy"
+			}
+			d, err := one(cs, way)
+			if err != nil {
+				return nil, nil, err
+			}
+			if cs == b.proxied {
+				proxied = append(proxied, d)
+			} else {
+				direct = append(direct, d)
+			}
+		}
+	}
+	return direct, proxied, nil
+}
+
+func (b *bench) measure(ctx context.Context, res *results) error {
+	ns, name := objectKey(0)
+	b.progress("GET %s/%s: %d warm-up + %d interleaved requests each way", ns, name, getWarmup, b.o.gets)
+	var err error
+	res.getDirect, res.getProxied, err = b.interleave(ctx, "GET", getWarmup, b.o.gets, 1, func(ctx context.Context, cs kubernetes.Interface) (time.Duration, int, error) {
+		start := time.Now()
+		_, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+		return time.Since(start), 1, err
+	})
+	if err != nil {
+		return err
+	}
+
+	list := func(namespace string) timed {
+		return func(ctx context.Context, cs kubernetes.Interface) (time.Duration, int, error) {
+			start := time.Now()
+			l, err := cs.CoreV1().ConfigMaps(namespace).List(ctx, metav1.ListOptions{LabelSelector: b.selector})
+			d := time.Since(start)
+			if err != nil {
+				return 0, 0, err
+			}
+			return d, len(l.Items), nil
+		}
+	}
+	res.list1kItems, res.list10kItems = perNamespace, totalObjects
+	b.progress("LIST %d ConfigMaps (namespace %s): %d warm-up + %d interleaved lists each way", perNamespace, ns, listWarmup, b.o.lists)
+	if res.list1kDirect, res.list1kProxied, err = b.interleave(ctx, "LIST 1k", listWarmup, b.o.lists, perNamespace, list(ns)); err != nil {
+		return err
+	}
+	b.progress("LIST %d ConfigMaps (all namespaces): %d warm-up + %d interleaved lists each way", totalObjects, listWarmup, b.o.lists)
+	if res.list10kDirect, res.list10kProx, err = b.interleave(ctx, "LIST 10k", listWarmup, b.o.lists, totalObjects, list("")); err != nil {
+		return err
+	}
+	return b.measureWatch(ctx, res)
+}
+
+// countEvents reads w until it has seen want MODIFIED events and returns the
+// time the last arrived. Any other event fails: nothing else touches the
+// watched objects.
+func countEvents(w watch.Interface, want int) (time.Time, error) {
+	got := 0
+	for ev := range w.ResultChan() {
+		switch ev.Type {
+		case watch.Modified:
+			got++
+			if got == want {
+				return time.Now(), nil
+			}
+		case watch.Error:
+			return time.Time{}, fmt.Errorf("watch error after %d of %d events: %w", got, want, apierrors.FromObject(ev.Object))
+		default:
+			return time.Time{}, fmt.Errorf("unexpected %s event after %d of %d events", ev.Type, got, want)
+		}
+	}
+	return time.Time{}, fmt.Errorf("watch ended after %d of %d events", got, want)
+}
+
+type arrival struct {
+	at  time.Time
+	err error
+}
+
+// watchFrom opens a watch on the benchmark's ConfigMaps from rv and counts
+// want events in the background.
+func (b *bench) watchFrom(ctx context.Context, cs kubernetes.Interface, rv string, want int) (watch.Interface, <-chan arrival, error) {
+	w, err := cs.CoreV1().ConfigMaps("").Watch(ctx, metav1.ListOptions{LabelSelector: b.selector, ResourceVersion: rv})
+	if err != nil {
+		return nil, nil, err
+	}
+	done := make(chan arrival, 1)
+	go func() {
+		at, err := countEvents(w, want)
+		done <- arrival{at, err}
+	}()
+	return w, done, nil
+}
+
+func await(ctx context.Context, done <-chan arrival, way string) (time.Time, error) {
+	select {
+	case a := <-done:
+		if a.err != nil {
+			return time.Time{}, fmt.Errorf("watch %s: %w", way, a.err)
+		}
+		return a.at, nil
+	case <-time.After(watchTimeout):
+		return time.Time{}, fmt.Errorf("watch %s: not all events after %s", way, watchTimeout)
+	case <-ctx.Done():
+		return time.Time{}, ctx.Err()
+	}
+}
+
+// measureWatch has two parts. Live: a watch directly and one through the
+// proxy, both open at once from the same resourceVersion, while concurrent
+// writers update E ConfigMaps; each watcher's time is from the first write
+// to its E-th event. Replay: then, one at a time, each way watches again
+// from that resourceVersion and receives the same E events from the API
+// server's watch cache as fast as it can deliver them; that isolates the
+// delivery path from the writers' pace.
+func (b *bench) measureWatch(ctx context.Context, res *results) error {
+	events := b.o.events
+	// As an informer does: list, then watch from the list's resourceVersion.
+	// The proxy resumes a watch only for a selection it served a list of.
+	l, err := b.direct.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{LabelSelector: b.selector, Limit: 1})
+	if err != nil {
+		return fmt.Errorf("watch: listing: %w", err)
+	}
+	rv := l.ResourceVersion
+	if _, err := b.proxied.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{LabelSelector: b.selector, Limit: 1}); err != nil {
+		return fmt.Errorf("watch: listing through the proxy: %w", err)
+	}
+
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wd, directDone, err := b.watchFrom(wctx, b.direct, rv, events)
+	if err != nil {
+		return fmt.Errorf("watch direct: %w", err)
+	}
+	defer wd.Stop()
+	wp, proxiedDone, err := b.watchFrom(wctx, b.proxied, rv, events)
+	if err != nil {
+		return fmt.Errorf("watch through the proxy: %w", err)
+	}
+	defer wp.Stop()
+
+	b.progress("WATCH live: %d updates by %d concurrent writers, watched directly and through the proxy at once", events, b.o.writers)
+	jobs := make(chan int)
+	g, gctx := errgroup.WithContext(ctx)
+	start := time.Now()
+	g.Go(func() error {
+		defer close(jobs)
+		for i := range events {
+			select {
+			case jobs <- i:
+			case <-gctx.Done():
+				return gctx.Err()
+			}
+		}
+		return nil
+	})
+	for range b.o.writers {
+		g.Go(func() error {
+			for i := range jobs {
+				ns, name := objectKey(i)
+				patch := fmt.Appendf(nil, `{"data":{"seq":"%d"}}`, i)
+				if _, err := b.direct.CoreV1().ConfigMaps(ns).Patch(gctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+					return fmt.Errorf("updating %s/%s: %w", ns, name, err)
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return fmt.Errorf("watch: %w", err)
+	}
+	res.watchWrite = time.Since(start)
+	directAt, err := await(ctx, directDone, "direct")
+	if err != nil {
+		return err
+	}
+	proxiedAt, err := await(ctx, proxiedDone, "through the proxy")
+	if err != nil {
+		return err
+	}
+	res.watchLiveDirect, res.watchLiveProx = directAt.Sub(start), proxiedAt.Sub(start)
+	wd.Stop()
+	wp.Stop()
+
+	b.progress("WATCH replay: %d rounds, each way in turn re-reads the %d events from resourceVersion %s", b.o.replays, events, rv)
+	for round := range b.o.replays {
+		ways := []kubernetes.Interface{b.direct, b.proxied}
+		if round%2 == 1 {
+			ways[0], ways[1] = ways[1], ways[0]
+		}
+		for _, cs := range ways {
+			way := "direct"
+			if cs == b.proxied {
+				way = "through the proxy"
+			}
+			start := time.Now()
+			w, done, err := b.watchFrom(wctx, cs, rv, events)
+			if err != nil {
+				return fmt.Errorf("watch replay %s: %w", way, err)
+			}
+			at, err := await(ctx, done, way)
+			w.Stop()
+			if err != nil {
+				return fmt.Errorf("watch replay: %w", err)
+			}
+			if cs == b.proxied {
+				res.replayProxied = append(res.replayProxied, at.Sub(start))
+			} else {
+				res.replayDirect = append(res.replayDirect, at.Sub(start))
+			}
+		}
+	}
+	return nil
+}
