@@ -27,6 +27,7 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/rest"
 
+	"github.com/ctrlmesh/ctrlmesh/agent/proxy/internal/apistatus"
 	"github.com/ctrlmesh/ctrlmesh/agent/proxy/rules"
 	"github.com/ctrlmesh/ctrlmesh/agent/proxy/watchstream"
 	ctrlmeshscheme "github.com/ctrlmesh/ctrlmesh/pkg/scheme"
@@ -137,12 +138,13 @@ func New(cfg Config) (*Proxy, error) {
 			// transport; whatever the client sent is not forwarded.
 			pr.Out.Header.Del("Authorization")
 		},
-		Transport: transport,
+		Transport:  transport,
+		BufferPool: newBufferPool(),
 		// Flush every write: watches and chunked lists must not stall.
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			p.log.V(1).Info("upstream request failed", "method", r.Method, "path", r.URL.Path, "error", err.Error())
-			writeStatus(w, http.StatusBadGateway, metav1.StatusReasonServiceUnavailable, "ctrlmesh proxy: the API server could not be reached: "+err.Error(), nil)
+			apistatus.Write(w, http.StatusBadGateway, metav1.StatusReasonServiceUnavailable, "ctrlmesh proxy: the API server could not be reached: "+err.Error(), nil)
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			if expire, ok := resp.Request.Context().Value(watchExpireKey{}).(chan string); ok {
@@ -263,7 +265,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st := p.state.Load()
 	if st == nil {
 		p.count(info.Verb, outcomeUnavailable)
-		writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, "ctrlmesh proxy: sharding rules not loaded yet", nil)
+		apistatus.Write(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, "ctrlmesh proxy: sharding rules not loaded yet", nil)
 		return
 	}
 	gr := schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}
@@ -306,7 +308,7 @@ func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, inf
 	snap := st.snap
 	if !snap.Assigned() {
 		p.count(info.Verb, outcomeUnavailable)
-		writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+		apistatus.Write(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
 			fmt.Sprintf("ctrlmesh proxy: pod %s is not assigned a shard in rules generation %d yet", snap.Pod, snap.Generation()), nil)
 		return
 	}
@@ -314,7 +316,7 @@ func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, inf
 	key := selectionKey{gr: gr, namespace: info.Namespace, labelSel: query.Get("labelSelector"), fieldSel: query.Get("fieldSelector")}
 	if err := narrow(query, snap, limit); err != nil {
 		p.count(info.Verb, outcomeRefused)
-		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "ctrlmesh proxy: "+err.Error(), nil)
+		apistatus.Write(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "ctrlmesh proxy: "+err.Error(), nil)
 		return
 	}
 	p.metrics.injectedSelectors.WithLabelValues(string(snap.Mode)).Inc()
@@ -330,7 +332,7 @@ func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, inf
 		resumes := query.Get("resourceVersion") != "" && query.Get("sendInitialEvents") != "true"
 		if resumes && p.selections.servedEpoch(key) != st.epoch {
 			p.metrics.relistsForced.WithLabelValues("stale-resource-version").Inc()
-			writeStatus(w, http.StatusGone, metav1.StatusReasonExpired,
+			apistatus.Write(w, http.StatusGone, metav1.StatusReasonExpired,
 				"ctrlmesh proxy: the shard's selection changed since this resourceVersion was served: relist required", nil)
 			return
 		}
@@ -404,7 +406,7 @@ func (p *Proxy) serveWrite(w http.ResponseWriter, r *http.Request, snap *rules.S
 	}
 	p.metrics.fencedWrites.Inc()
 	p.count(info.Verb, outcomeFenced)
-	writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, refusal,
+	apistatus.Write(w, http.StatusForbidden, metav1.StatusReasonForbidden, refusal,
 		&metav1.StatusDetails{Name: info.Name, Group: info.APIGroup, Kind: info.Resource})
 }
 
@@ -437,7 +439,7 @@ func (p *Proxy) serveLock(w http.ResponseWriter, r *http.Request, snap *rules.Sn
 	renamed := false
 	fail := func(code int32, reason metav1.StatusReason, msg string) bool {
 		p.count(info.Verb, outcomeRefused)
-		writeStatus(w, code, reason, "ctrlmesh proxy: "+msg, nil)
+		apistatus.Write(w, code, reason, "ctrlmesh proxy: "+msg, nil)
 		return true
 	}
 	shardLock := ShardLockName(lock, snap.Shard)

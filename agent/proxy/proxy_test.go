@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -228,10 +229,10 @@ func TestTwoProxiesShardTheirOperators(t *testing.T) {
 			viewA := informerView(t, ctx, a.config, "application/json")
 			viewB := informerView(t, ctx, b.config, "application/vnd.kubernetes.protobuf")
 
-			if got, want := viewA(), owned("0-15"); !equal(got, want) {
+			if got, want := viewA(), owned("0-15"); !slices.Equal(got, want) {
 				t.Fatalf("pod-a sees %v, want %v", got, want)
 			}
-			if got, want := viewB(), owned("16-31"); !equal(got, want) {
+			if got, want := viewB(), owned("16-31"); !slices.Equal(got, want) {
 				t.Fatalf("pod-b sees %v, want %v", got, want)
 			}
 			if len(owned("0-15")) == 0 || len(owned("16-31")) == 0 {
@@ -261,11 +262,11 @@ func TestTwoProxiesShardTheirOperators(t *testing.T) {
 			writeRules(t, rulesFile, route("h2", 2, "8-15", "0-7,16-31"))
 			eventually(t, "pod-a relists under the new rules", func() (bool, string) {
 				got := viewA()
-				return equal(got, owned("8-15")), fmt.Sprintf("pod-a sees %v, want %v", got, owned("8-15"))
+				return slices.Equal(got, owned("8-15")), fmt.Sprintf("pod-a sees %v, want %v", got, owned("8-15"))
 			})
 			eventually(t, "pod-b relists under the new rules", func() (bool, string) {
 				got := viewB()
-				return equal(got, owned("0-7,16-31")), fmt.Sprintf("pod-b sees %v, want %v", got, owned("0-7,16-31"))
+				return slices.Equal(got, owned("0-7,16-31")), fmt.Sprintf("pod-b sees %v, want %v", got, owned("0-7,16-31"))
 			})
 			checkMetric(t, a.health, `ctrlmesh_proxy_relists_forced_total{reason="rules-changed"}`)
 			if moved := owned("0-7"); len(moved) > 0 {
@@ -284,7 +285,7 @@ func TestTwoProxiesShardTheirOperators(t *testing.T) {
 				return strings.Contains(body, `ctrlmesh_proxy_rules_loads_total{result="refused"} 1`), "no refusal counted"
 			})
 			checkMetric(t, a.health, `ctrlmesh_proxy_rules_info{generation="2",hash="h2"`)
-			if got := viewA(); !equal(got, owned("8-15")) {
+			if got := viewA(); !slices.Equal(got, owned("8-15")) {
 				t.Fatalf("after bad rules pod-a sees %v", got)
 			}
 		})
@@ -356,16 +357,4 @@ func checkMetric(t *testing.T, health, want string) {
 	eventually(t, "metric "+want, func() (bool, string) {
 		return strings.Contains(scrape(t, health), want), "not in /metrics"
 	})
-}
-
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

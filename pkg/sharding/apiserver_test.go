@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -113,7 +114,7 @@ func TestBucketMathMatchesAPIServer(t *testing.T) {
 			if resp.Metadata.ShardInfo == nil || resp.Metadata.ShardInfo.Selector != selector {
 				t.Fatalf("shardInfo = %+v, want the selector echoed back", resp.Metadata.ShardInfo)
 			}
-			if got := namespacesOf(resp.Items); !equal(got, want) {
+			if got := namespacesOf(resp.Items); !slices.Equal(got, want) {
 				t.Errorf("API server returned %d namespaces %v\nour math says %d: %v", len(got), got, len(want), want)
 			}
 			t.Logf("%d of %d namespaces in buckets %s", len(want), len(all), tc.set)
@@ -150,7 +151,7 @@ func TestBucketMathMatchesAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		byRange := listWithShardSelector(t, ctx, sharded, shardSel)
-		if got, want := namespacesOf(byLabel.Items), namespacesOf(byRange.Items); !equal(got, want) || !equal(got, expected(all, set)) {
+		if got, want := namespacesOf(byLabel.Items), namespacesOf(byRange.Items); !slices.Equal(got, want) || !slices.Equal(got, expected(all, set)) {
 			t.Errorf("buckets %s: label selector gives %v, shard selector gives %v", text, got, want)
 		}
 	}
@@ -195,7 +196,7 @@ func TestBucketMathMatchesAPIServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := namespacesOf(listWithShardSelector(t, ctx, sharded, shardSel).Items); !equal(got, want) {
+		if got := namespacesOf(listWithShardSelector(t, ctx, sharded, shardSel).Items); !slices.Equal(got, want) {
 			t.Errorf("%s by shard selector: got %v, want %v", own, got, want)
 		}
 		reqs, err := own.LabelRequirements()
@@ -209,7 +210,7 @@ func TestBucketMathMatchesAPIServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := namespacesOf(byLabel.Items); !equal(got, want) {
+		if got := namespacesOf(byLabel.Items); !slices.Equal(got, want) {
 			t.Errorf("%s by label selector: got %v, want %v", own, got, want)
 		}
 	}
@@ -263,7 +264,7 @@ func TestBucketMathMatchesAPIServer(t *testing.T) {
 	if resp.Metadata.ShardInfo != nil {
 		t.Errorf("API server without the gate returned shardInfo %+v", resp.Metadata.ShardInfo)
 	}
-	if got, want := namespacesOf(resp.Items), allNamespaces(t, plain, ctx); !equal(got, want) {
+	if got, want := namespacesOf(resp.Items), allNamespaces(t, plain, ctx); !slices.Equal(got, want) {
 		t.Errorf("API server without the gate returned %d of %d objects", len(got), len(want))
 	}
 }
@@ -316,16 +317,4 @@ func namespacesOf(items []corev1.ConfigMap) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

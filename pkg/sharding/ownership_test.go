@@ -2,6 +2,7 @@ package sharding
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -83,7 +84,7 @@ func TestOwnership(t *testing.T) {
 				if err != nil {
 					t.Fatalf("our own selector %q does not parse: %v", sel, err)
 				}
-				if !equalRanges(parsed, tt.own.HashRanges()) {
+				if !slices.Equal(parsed, tt.own.HashRanges()) {
 					t.Errorf("parse(format(ranges)) = %v, want %v", parsed, tt.own.HashRanges())
 				}
 			}
@@ -137,7 +138,7 @@ func TestIntersectRanges(t *testing.T) {
 		{[]HashRange{{0, top}}, []HashRange{{7, 7}, {top, top}}, []HashRange{{7, 7}, {top, top}}},
 	}
 	for _, tt := range tests {
-		if got := IntersectRanges(tt.a, tt.b); !equalRanges(got, tt.want) {
+		if got := IntersectRanges(tt.a, tt.b); !slices.Equal(got, tt.want) {
 			t.Errorf("IntersectRanges(%v, %v) = %v, want %v", tt.a, tt.b, got, tt.want)
 		}
 	}
@@ -156,7 +157,7 @@ func FuzzParseShardSelector(f *testing.F) {
 		if err != nil {
 			t.Fatalf("formatted ranges of %q do not parse: %v", sel, err)
 		}
-		if !equalRanges(again, ranges) {
+		if !slices.Equal(again, ranges) {
 			t.Fatalf("%q: %v then %v", sel, ranges, again)
 		}
 		for i := 1; i < len(ranges); i++ {
@@ -207,18 +208,6 @@ func inRanges(ranges []HashRange, h uint64) bool {
 		}
 	}
 	return false
-}
-
-func equalRanges(a, b []HashRange) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func namespaceIn(t *testing.T, s Scheme, bucket int) string {

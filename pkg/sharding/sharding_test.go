@@ -2,6 +2,7 @@ package sharding
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -138,7 +139,7 @@ func TestParseSet(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ParseSet(%q): %v", tt.in, err)
 			}
-			if tt.want != nil && !equalInts(got.Buckets(), tt.want) {
+			if tt.want != nil && !slices.Equal(got.Buckets(), tt.want) {
 				t.Errorf("ParseSet(%q) = %v, want %v", tt.in, got.Buckets(), tt.want)
 			}
 			if got.String() != tt.canon {
@@ -225,16 +226,4 @@ func mustSet(t *testing.T, s Scheme, text string) Set {
 		t.Fatal(err)
 	}
 	return set
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -25,6 +25,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ctrlmesh/ctrlmesh/agent/proxy/internal/apistatus"
+
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -375,25 +377,7 @@ func (rt *Router) relay(w http.ResponseWriter, resp *http.Response, outcome stri
 // fail answers with a Kubernetes Status error, never an admission response.
 func (rt *Router) fail(w http.ResponseWriter, outcome string, code int32, reason metav1.StatusReason, message string) {
 	rt.requests.WithLabelValues(outcome).Inc()
-	status := metav1.Status{
-		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
-		Status:   metav1.StatusFailure,
-		Message:  message,
-		Reason:   reason,
-		Code:     code,
-	}
-	body, err := json.Marshal(status)
-	if err != nil {
-		http.Error(w, message, int(code))
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-	if code == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", "1")
-	}
-	w.WriteHeader(int(code))
-	_, _ = w.Write(body)
+	apistatus.Write(w, code, reason, message, nil)
 }
 
 // logWriter turns the HTTP server's error log into debug logs.

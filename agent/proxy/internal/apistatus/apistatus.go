@@ -1,4 +1,6 @@
-package proxy
+// Package apistatus writes Kubernetes Status errors, the error shape every
+// Kubernetes client decodes, for the proxy and its webhook router.
+package apistatus
 
 import (
 	"encoding/json"
@@ -8,9 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// writeStatus answers with a Kubernetes Status object, the error shape every
-// Kubernetes client decodes.
-func writeStatus(w http.ResponseWriter, code int32, reason metav1.StatusReason, message string, details *metav1.StatusDetails) {
+// Write answers with a Kubernetes Status error.
+func Write(w http.ResponseWriter, code int32, reason metav1.StatusReason, message string, details *metav1.StatusDetails) {
 	status := metav1.Status{
 		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
 		Status:   metav1.StatusFailure,
