@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/rest"
@@ -107,6 +108,14 @@ func New(cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("upstream transport: %w", err)
 	}
+	// Upgraded connections (exec, attach, port-forward) cannot travel over
+	// HTTP/2, which TLS negotiates with kube-apiserver for everything else.
+	http1 := rest.CopyConfig(cfg.Upstream)
+	http1.TLSClientConfig.NextProtos = []string{"http/1.1"}
+	upgrades, err := rest.TransportFor(http1)
+	if err != nil {
+		return nil, fmt.Errorf("upstream transport for upgrades: %w", err)
+	}
 	scheme, err := ctrlmeshscheme.New()
 	if err != nil {
 		return nil, err
@@ -138,7 +147,7 @@ func New(cfg Config) (*Proxy, error) {
 			// transport; whatever the client sent is not forwarded.
 			pr.Out.Header.Del("Authorization")
 		},
-		Transport:  transport,
+		Transport:  upgradeAwareTransport{regular: transport, upgrades: upgrades},
 		BufferPool: newBufferPool(),
 		// Flush every write: watches and chunked lists must not stall.
 		FlushInterval: -1,
@@ -161,6 +170,19 @@ func New(cfg Config) (*Proxy, error) {
 }
 
 type watchExpireKey struct{}
+
+// upgradeAwareTransport sends upgrade requests over HTTP/1.1 and everything
+// else over the regular (HTTP/2) transport.
+type upgradeAwareTransport struct {
+	regular, upgrades http.RoundTripper
+}
+
+func (t upgradeAwareTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if httpstream.IsUpgradeRequest(r) {
+		return t.upgrades.RoundTrip(r)
+	}
+	return t.regular.RoundTrip(r)
+}
 
 func contextWithExpire(ctx context.Context, expire chan string) context.Context {
 	return context.WithValue(ctx, watchExpireKey{}, expire)
