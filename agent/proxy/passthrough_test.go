@@ -39,6 +39,14 @@ func TestProtocolFeaturesPassThrough(t *testing.T) {
 			// Large ConfigMaps in pod-a's namespaces, so that a list of them
 			// is big enough for kube-apiserver to compress.
 			big := strings.Repeat("x", 32<<10)
+			// The other tests of this package share the cluster: leave nothing
+			// behind that their views would see.
+			t.Cleanup(func() {
+				for _, ns := range owned("0-15")[:8] {
+					_ = admin.CoreV1().ConfigMaps(ns).Delete(context.Background(), "big", metav1.DeleteOptions{})
+				}
+				_ = admin.CoreV1().ConfigMaps(owned("16-31")[0]).Delete(context.Background(), "demo---0", metav1.DeleteOptions{})
+			})
 			for _, ns := range owned("0-15")[:8] {
 				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "big", Namespace: ns, Labels: map[string]string{
 					"app": "demo", "size": "big",
