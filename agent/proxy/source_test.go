@@ -4,24 +4,31 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/ctrlmesh/ctrlmesh/agent/proxy"
-	"github.com/ctrlmesh/ctrlmesh/agent/proxy/rules"
 	v1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
 // TestRulesFromTheAPIServer: the proxy follows its ShardRoute through the API
 // server and reports the hash it has applied into the route's status, under
-// its own field manager, again after anyone overwrites it.
+// its own field manager, again after anyone overwrites it — running as a
+// user with only the operator's own rights plus deploy/rbac/proxy.yaml bound
+// in the operator's namespace, so that shipped RBAC is shown to be enough.
 func TestRulesFromTheAPIServer(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -36,12 +43,14 @@ func TestRulesFromTheAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	operatorConfig := restrictedOperator(t, ctx, cluster, "api-rules")
+
 	ready := make(chan net.Addr, 1)
 	errc := make(chan error, 1)
 	go func() {
 		errc <- proxy.Run(ctx, proxy.Options{
-			Upstream: cluster.Config, ListenAddress: "127.0.0.1:0", HealthAddress: "127.0.0.1:0", Pod: "pod-a",
-			RulesNamespace: "api-rules", RulesName: "demo", Mode: rules.ModeLabel,
+			Upstream: operatorConfig, ListenAddress: "127.0.0.1:0", HealthAddress: "127.0.0.1:0", Pod: "pod-a",
+			RulesNamespace: "api-rules", RulesName: "demo", Mode: "",
 			Ready: func(_, health net.Addr) { ready <- health },
 			Log:   testr.New(t).WithName("pod-a"),
 		})
@@ -124,4 +133,50 @@ func TestRulesFromTheAPIServer(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("proxy did not stop")
 	}
+}
+
+// restrictedOperator returns credentials with an operator's usual rights on
+// ConfigMaps cluster-wide, plus the proxy's shipped ClusterRole bound in
+// namespace only.
+func restrictedOperator(t *testing.T, ctx context.Context, cluster *env.Cluster, namespace string) *rest.Config {
+	t.Helper()
+	const user = "system:serviceaccount:operators:demo-operator"
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "rbac", "proxy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var proxyRole rbacv1.ClusterRole
+	if err := yaml.UnmarshalStrict(data, &proxyRole); err != nil {
+		t.Fatal(err)
+	}
+	operatorRole := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "demo-operator"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"},
+			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}},
+	}
+	subject := []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}}
+	for _, obj := range []client.Object{
+		&proxyRole, operatorRole,
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "demo-operator"}, Subjects: subject,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "demo-operator"}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "ctrlmesh-proxy", Namespace: namespace}, Subjects: subject,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: proxyRole.Name}},
+	} {
+		if err := cluster.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := cluster.AddUser(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The user may not touch ShardRoutes elsewhere, nor write their spec.
+	restricted, err := client.New(cfg, client.Options{Scheme: cluster.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := restricted.List(ctx, &v1alpha1.ShardRouteList{}, client.InNamespace("default")); !apierrors.IsForbidden(err) {
+		t.Fatalf("the proxy's credentials list ShardRoutes outside %s: %v", namespace, err)
+	}
+	return cfg
 }

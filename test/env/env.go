@@ -203,6 +203,17 @@ func startCluster(spec ClusterSpec, assets string, crdDirs []string, timeout tim
 	return c, nil
 }
 
+// AddUser returns a client config for a new user of the cluster, with
+// exactly the rights RBAC gives that name and those groups: for testing that
+// a component's shipped RBAC is enough.
+func (c *Cluster) AddUser(name string, groups ...string) (*rest.Config, error) {
+	user, err := c.env.AddUser(envtest.User{Name: name, Groups: groups}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("env: adding user %q to cluster %q: %w", name, c.Name, err)
+	}
+	return user.Config(), nil
+}
+
 // Stop stops every cluster and removes the work directory Start created.
 // It is safe to call more than once.
 func (f *Fleet) Stop() error {
