@@ -70,7 +70,7 @@ FUZZ_TARGETS := \
 	./agent/proxy:FuzzRenameNameSegment ./agent/proxy:FuzzRenameFieldSelector \
 	./agent/proxy:FuzzRenameJSONBody ./agent/proxy:FuzzNarrow \
 	./agent/proxy/watchstream:FuzzCopyJSON ./agent/proxy/watchstream:FuzzCopyJSONArbitrary \
-	./agent/proxy/watchstream:FuzzCopyProtobuf
+	./agent/proxy/watchstream:FuzzCopyProtobuf ./agent/labeler:FuzzHandler
 FUZZTIME ?= 30s
 
 .PHONY: fuzz

@@ -1,0 +1,323 @@
+package labeler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+)
+
+// Defaults of Options.
+const (
+	DefaultPeriod      = 10 * time.Minute
+	DefaultPageSize    = 500
+	DefaultQPS         = 20
+	DefaultBurst       = 40
+	DefaultConcurrency = 8
+	// maxErrors bounds the patch errors one sweep reports; the rest are
+	// counted.
+	maxErrors = 10
+)
+
+// Options configure a Labeler.
+type Options struct {
+	// Rules say what to label.
+	Rules Rules
+	// Client reads and patches the objects and lists namespaces. Its
+	// rest.Config's own QPS and Burst limit it too.
+	Client dynamic.Interface
+	// Registerer receives the labeller's metrics. Nil registers nothing.
+	Registerer prometheus.Registerer
+	// Log receives the sweeps' summaries and errors; never one line per object.
+	Log logr.Logger
+	// Period between sweeps. Default DefaultPeriod.
+	Period time.Duration
+	// PageSize is the limit of each list request. Default DefaultPageSize.
+	PageSize int64
+	// QPS and Burst rate-limit the sweep's requests (lists and patches).
+	// Defaults DefaultQPS and DefaultBurst.
+	QPS   float64
+	Burst int
+	// Concurrency bounds the patches in flight. Default DefaultConcurrency.
+	Concurrency int
+}
+
+// Labeler sweeps the objects of its rules and labels those that need it.
+type Labeler struct {
+	rules       Rules
+	client      dynamic.Interface
+	log         logr.Logger
+	period      time.Duration
+	pageSize    int64
+	limiter     *rate.Limiter
+	concurrency int
+	metrics     *metrics
+}
+
+// New checks opts, registers the metrics and returns a Labeler.
+func New(opts Options) (*Labeler, error) {
+	if err := opts.Rules.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Client == nil {
+		return nil, errors.New("labeler: no client")
+	}
+	l := &Labeler{
+		rules:       opts.Rules,
+		client:      opts.Client,
+		log:         opts.Log,
+		period:      opts.Period,
+		pageSize:    opts.PageSize,
+		concurrency: opts.Concurrency,
+	}
+	if l.period <= 0 {
+		l.period = DefaultPeriod
+	}
+	if l.pageSize <= 0 {
+		l.pageSize = DefaultPageSize
+	}
+	if l.concurrency <= 0 {
+		l.concurrency = DefaultConcurrency
+	}
+	qps, burst := opts.QPS, opts.Burst
+	if qps <= 0 {
+		qps = DefaultQPS
+	}
+	if burst <= 0 {
+		burst = DefaultBurst
+	}
+	l.limiter = rate.NewLimiter(rate.Limit(qps), burst)
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	l.metrics = m
+	return l, nil
+}
+
+// Run sweeps now and then every period until ctx ends. A failed sweep is
+// logged and retried at the next period. Run returns nil when ctx ends.
+//
+// Run only in label mode: in range mode objects need no labels, and the
+// caller does not run the Labeler at all.
+func (l *Labeler) Run(ctx context.Context) error {
+	ticker := time.NewTicker(l.period)
+	defer ticker.Stop()
+	for {
+		start := time.Now()
+		res, err := l.Sweep(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			l.log.Error(err, "Sweep failed", "unlabelled", res.Unlabelled, "patched", res.Patched, "duration", time.Since(start))
+		} else {
+			l.log.V(1).Info("Sweep done", "scanned", res.Scanned, "unlabelled", res.Unlabelled, "patched", res.Patched, "duration", time.Since(start))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// SweepResult counts one sweep's objects, over all resources.
+type SweepResult struct {
+	// Scanned objects in controlled namespaces.
+	Scanned int
+	// Unlabelled objects found lacking a label or holding a wrong one.
+	Unlabelled int
+	// Patched objects: Unlabelled minus those gone or failed.
+	Patched int
+}
+
+// Sweep lists every object of the rules' resources, page by page, and
+// merge-patches the labels of those in controlled namespaces that need it.
+// It sets the unlabelled gauge of each resource it lists completely.
+func (l *Labeler) Sweep(ctx context.Context) (SweepResult, error) {
+	var total SweepResult
+	controlled, err := l.controlledNamespaces(ctx)
+	if err != nil {
+		return total, err
+	}
+	var errs []error
+	for _, gvr := range l.rules.Resources {
+		res, err := l.sweepResource(ctx, gvr, controlled)
+		total.Scanned += res.Scanned
+		total.Unlabelled += res.Unlabelled
+		total.Patched += res.Patched
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return total, errors.Join(errs...)
+}
+
+// controlledNamespaces lists the namespaces the rules select.
+func (l *Labeler) controlledNamespaces(ctx context.Context) (map[string]bool, error) {
+	sel, err := l.rules.namespaceSelector()
+	if err != nil {
+		return nil, err
+	}
+	nsGVR := schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	out := map[string]bool{}
+	opts := metav1.ListOptions{LabelSelector: sel.String(), Limit: l.pageSize}
+	for {
+		if err := l.limiter.Wait(ctx); err != nil {
+			return nil, fmt.Errorf("labeler: listing namespaces: %w", err)
+		}
+		list, err := l.client.Resource(nsGVR).List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("labeler: listing namespaces: %w", err)
+		}
+		for _, ns := range list.Items {
+			if !isSystemNamespace(ns.GetName()) {
+				out[ns.GetName()] = true
+			}
+		}
+		if opts.Continue = list.GetContinue(); opts.Continue == "" {
+			return out, nil
+		}
+	}
+}
+
+// target is an object to patch.
+type target struct {
+	namespace, name string
+}
+
+// sweepResource sweeps one resource: it lists page by page while a bounded
+// pool of workers patches what the pages turned up.
+func (l *Labeler) sweepResource(ctx context.Context, gvr schema.GroupVersionResource, controlled map[string]bool) (SweepResult, error) {
+	var res SweepResult
+	log := l.log.WithValues("resource", resourceName(gvr))
+	resource := l.client.Resource(gvr)
+
+	work := make(chan target)
+	var (
+		mu       sync.Mutex
+		patchErr []error
+		dropped  int
+		patched  int
+		wg       sync.WaitGroup
+	)
+	for range l.concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for t := range work {
+				ok, err := l.patch(ctx, resource, t)
+				mu.Lock()
+				switch {
+				case err == nil:
+					if ok {
+						patched++
+					}
+				case len(patchErr) < maxErrors:
+					patchErr = append(patchErr, err)
+				default:
+					dropped++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+
+	listErr := func() error {
+		defer close(work)
+		opts := metav1.ListOptions{Limit: l.pageSize}
+		for {
+			if err := l.limiter.Wait(ctx); err != nil {
+				return fmt.Errorf("labeler: listing %s: %w", resourceName(gvr), err)
+			}
+			list, err := resource.List(ctx, opts)
+			if err != nil {
+				return fmt.Errorf("labeler: listing %s: %w", resourceName(gvr), err)
+			}
+			for i := range list.Items {
+				obj := &list.Items[i]
+				ns := obj.GetNamespace()
+				if !controlled[ns] {
+					continue
+				}
+				res.Scanned++
+				if !needsLabels(obj.GetLabels(), DesiredLabels(l.rules.Scheme, ns)) {
+					continue
+				}
+				res.Unlabelled++
+				select {
+				case work <- target{namespace: ns, name: obj.GetName()}:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			if opts.Continue = list.GetContinue(); opts.Continue == "" {
+				return nil
+			}
+		}
+	}()
+	wg.Wait()
+	res.Patched = patched
+	l.metrics.labelsWritten.WithLabelValues(resourceName(gvr)).Add(float64(patched))
+	if listErr == nil {
+		l.metrics.unlabelled.WithLabelValues(resourceName(gvr)).Set(float64(res.Unlabelled))
+	}
+	if dropped > 0 {
+		patchErr = append(patchErr, fmt.Errorf("labeler: %d more patch errors", dropped))
+	}
+	err := errors.Join(append([]error{listErr}, patchErr...)...)
+	if res.Unlabelled > 0 || err != nil {
+		log.Info("Labelled objects", "scanned", res.Scanned, "unlabelled", res.Unlabelled, "patched", patched, "notPatched", res.Unlabelled-patched)
+	}
+	return res, err
+}
+
+// patch merge-patches the desired labels onto one object and reports whether
+// it did. An object deleted meanwhile is not an error.
+func (l *Labeler) patch(ctx context.Context, resource dynamic.NamespaceableResourceInterface, t target) (bool, error) {
+	body, err := mergePatch(DesiredLabels(l.rules.Scheme, t.namespace))
+	if err != nil {
+		return false, err
+	}
+	if err := l.limiter.Wait(ctx); err != nil {
+		return false, fmt.Errorf("labeler: patching %s/%s: %w", t.namespace, t.name, err)
+	}
+	_, err = resource.Namespace(t.namespace).Patch(ctx, t.name, types.MergePatchType, body, metav1.PatchOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("labeler: patching %s/%s: %w", t.namespace, t.name, err)
+	}
+	return true, nil
+}
+
+// mergePatch is a JSON merge patch that sets labels and nothing else.
+func mergePatch(labels map[string]string) ([]byte, error) {
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
+	if err != nil {
+		return nil, fmt.Errorf("labeler: encoding the patch: %w", err)
+	}
+	return body, nil
+}
+
+// resourceName names a resource in metrics, logs and errors: "v1/configmaps",
+// "apps/v1/deployments".
+func resourceName(gvr schema.GroupVersionResource) string {
+	return gvr.GroupVersion().String() + "/" + gvr.Resource
+}

@@ -1,0 +1,230 @@
+package labeler
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/go-logr/logr"
+	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+)
+
+// maxReviewBytes bounds an AdmissionReview body; kube-apiserver's own limit
+// on objects is 3 MiB, and a review may hold the object twice.
+const maxReviewBytes = 7 << 20
+
+// LabelPatch returns the JSON patch that gives the object in obj (JSON) the
+// labels want, touching nothing else: no operations if it has them already.
+// It handles objects without metadata, or whose metadata has no labels.
+func LabelPatch(obj []byte, want map[string]string) ([]jsonpatch.Operation, error) {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	dec.UseNumber() // re-encode numbers as they were
+	var doc map[string]any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("labeler: decoding the object: %w", err)
+	}
+	if doc == nil {
+		return nil, errors.New("labeler: the object is not a JSON object")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("labeler: data after the object")
+	}
+	meta, ok := doc["metadata"].(map[string]any)
+	if !ok {
+		if doc["metadata"] != nil {
+			return nil, errors.New("labeler: the object's metadata is not a JSON object")
+		}
+		meta = map[string]any{}
+		doc["metadata"] = meta
+	}
+	labels, ok := meta["labels"].(map[string]any)
+	if !ok {
+		if meta["labels"] != nil {
+			return nil, errors.New("labeler: the object's labels are not a JSON object")
+		}
+		labels = map[string]any{}
+		meta["labels"] = labels
+	}
+	changed := false
+	for k, v := range want {
+		if have, ok := labels[k].(string); !ok || have != v {
+			labels[k] = v
+			changed = true
+		}
+	}
+	if !changed {
+		return nil, nil
+	}
+	mutated, err := json.Marshal(doc)
+	if err != nil {
+		return nil, fmt.Errorf("labeler: encoding the object: %w", err)
+	}
+	ops, err := jsonpatch.CreatePatch(obj, mutated)
+	if err != nil {
+		return nil, fmt.Errorf("labeler: diffing the object: %w", err)
+	}
+	return ops, nil
+}
+
+// Handler is the mutating admission webhook: it answers admission.k8s.io/v1
+// AdmissionReviews for the rules' resources with a JSON patch adding the
+// labels an object lacks on CREATE and UPDATE. It always allows: labelling
+// must never block a write, and the Labeler's sweep mends what it misses.
+type Handler struct {
+	rules Rules
+	log   logr.Logger
+}
+
+// NewHandler returns the webhook handler for rules.
+func NewHandler(rules Rules, log logr.Logger) (*Handler, error) {
+	if err := rules.Validate(); err != nil {
+		return nil, err
+	}
+	return &Handler{rules: rules, log: log}, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		http.Error(w, "POST an AdmissionReview", http.StatusMethodNotAllowed)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxReviewBytes+1))
+	if err != nil {
+		http.Error(w, "reading the body failed", http.StatusBadRequest)
+		return
+	}
+	if len(body) > maxReviewBytes {
+		http.Error(w, "AdmissionReview too large", http.StatusRequestEntityTooLarge)
+		return
+	}
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &review); err != nil {
+		http.Error(w, "decoding the AdmissionReview failed: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	gvk := admissionv1.SchemeGroupVersion.WithKind("AdmissionReview")
+	if review.APIVersion != gvk.GroupVersion().String() || review.Kind != gvk.Kind || review.Request == nil {
+		http.Error(w, "want an admission.k8s.io/v1 AdmissionReview with a request", http.StatusBadRequest)
+		return
+	}
+	resp := h.review(review.Request)
+	out, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind},
+		Response: resp,
+	})
+	if err != nil {
+		http.Error(w, "encoding the response failed", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(out)
+}
+
+// review answers one request: allowed, with a patch if the object needs one.
+func (h *Handler) review(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return resp
+	}
+	gvr := schema.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource}
+	if req.SubResource != "" || req.Namespace == "" || isSystemNamespace(req.Namespace) || !h.rules.hasResource(gvr) {
+		return resp
+	}
+	ops, err := LabelPatch(req.Object.Raw, DesiredLabels(h.rules.Scheme, req.Namespace))
+	if err != nil {
+		// Allowed unpatched: the sweep labels the object later.
+		h.log.Error(err, "Not labelling an object", "resource", resourceName(gvr), "namespace", req.Namespace, "name", req.Name)
+		return resp
+	}
+	if len(ops) == 0 {
+		return resp
+	}
+	patch, err := json.Marshal(ops)
+	if err != nil {
+		h.log.Error(err, "Encoding a label patch failed", "resource", resourceName(gvr), "namespace", req.Namespace, "name", req.Name)
+		return resp
+	}
+	resp.Patch = patch
+	resp.PatchType = ptr.To(admissionv1.PatchTypeJSONPatch)
+	return resp
+}
+
+// WebhookOptions name and locate the webhook for WebhookConfiguration.
+type WebhookOptions struct {
+	// ConfigurationName names the MutatingWebhookConfiguration.
+	ConfigurationName string
+	// WebhookName is the webhook's fully qualified name, such as
+	// "labeler.ctrlmesh.io".
+	WebhookName string
+	// ClientConfig locates the Handler: a URL or a service, and the caBundle
+	// that verifies it.
+	ClientConfig admissionregistrationv1.WebhookClientConfig
+}
+
+// WebhookConfiguration is the MutatingWebhookConfiguration that sends the
+// creations and updates of exactly the rules' resources, in the namespaces
+// they control, to the Handler.
+//
+// Its object selector skips objects already labelled ctrlmesh.io/control=true,
+// so most updates cost no call; an object of that label with a wrong hash or
+// namespace label is therefore not fixed by the webhook but by the next sweep.
+// It fails open (failurePolicy Ignore, 2 s timeout): objects created while
+// the webhook is down are labelled by the sweep too.
+func (r Rules) WebhookConfiguration(opts WebhookOptions) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.ConfigurationName == "" || opts.WebhookName == "" {
+		return nil, errors.New("labeler: the webhook configuration needs a name and a webhook name")
+	}
+	if (opts.ClientConfig.URL == nil) == (opts.ClientConfig.Service == nil) {
+		return nil, errors.New("labeler: the webhook needs exactly one of a URL and a service")
+	}
+	nsSel := &metav1.LabelSelector{}
+	if r.NamespaceSelector != nil {
+		nsSel = r.NamespaceSelector.DeepCopy()
+	}
+	nsSel.MatchExpressions = append(nsSel.MatchExpressions, metav1.LabelSelectorRequirement{
+		Key: namespaceNameLabel, Operator: metav1.LabelSelectorOpNotIn, Values: SystemNamespaces(),
+	})
+	rules := make([]admissionregistrationv1.RuleWithOperations, 0, len(r.Resources))
+	for _, gvr := range r.Resources {
+		rules = append(rules, admissionregistrationv1.RuleWithOperations{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+			Rule: admissionregistrationv1.Rule{
+				APIGroups:   []string{gvr.Group},
+				APIVersions: []string{gvr.Version},
+				Resources:   []string{gvr.Resource},
+				Scope:       ptr.To(admissionregistrationv1.NamespacedScope),
+			},
+		})
+	}
+	return &admissionregistrationv1.MutatingWebhookConfiguration{
+		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "MutatingWebhookConfiguration"},
+		ObjectMeta: metav1.ObjectMeta{Name: opts.ConfigurationName},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:                    opts.WebhookName,
+			ClientConfig:            *opts.ClientConfig.DeepCopy(),
+			Rules:                   rules,
+			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			NamespaceSelector:       nsSel,
+			ObjectSelector:          &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: ctrlmeshv1alpha1.ControlLabel, Operator: metav1.LabelSelectorOpNotIn, Values: []string{controlValue}}}},
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			TimeoutSeconds:          ptr.To[int32](2),
+			AdmissionReviewVersions: []string{"v1"},
+			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
+		}},
+	}, nil
+}
