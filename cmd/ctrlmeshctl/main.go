@@ -4,16 +4,26 @@ package main
 import (
 	"os"
 
+	"github.com/spf13/cobra"
+
 	"github.com/ctrlmesh/ctrlmesh/pkg/version"
 )
 
 func main() {
-	cmd := version.NewShellCommand("ctrlmeshctl",
-		"ctrlmesh command-line tool",
-		`ctrlmeshctl joins member clusters to a ctrlmesh hub, shows the placement of
-a ShardingConfig as a table, and starts a local fleet for the demo.`,
-		"the agent, hub and end-to-end issues")
-	if err := cmd.Execute(); err != nil {
+	if err := newRootCommand().Execute(); err != nil {
 		os.Exit(1)
 	}
+}
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "ctrlmeshctl",
+		Short: "ctrlmesh command-line tool",
+		Long: `ctrlmeshctl works with a ctrlmesh fleet: it joins member clusters to the hub.
+Showing placement and starting a local demo fleet come with later work.`,
+		Version:      version.Version,
+		SilenceUsage: true,
+	}
+	root.AddCommand(newJoinCommand())
+	return root
 }

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ctrlmesh/ctrlmesh/agent/join"
+	ctrlmeshscheme "github.com/ctrlmesh/ctrlmesh/pkg/scheme"
+)
+
+func newJoinCommand() *cobra.Command {
+	var hubKubeconfig, memberKubeconfig, cluster string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "join",
+		Short: "Register a member cluster on the ctrlmesh hub",
+		Long: `join registers a member cluster on the hub as an OCM ManagedCluster, with
+claims naming its Kubernetes and ctrlmesh versions. The cluster gets no rules
+until the hub accepts it (spec.hubAcceptsClient), by an admin or by the hub's
+auto-accept policy. The agent joins the same way on start and then renews
+its heartbeat Lease in karmada-es-<cluster> on the hub.
+
+The hub credentials need the RBAC of deploy/rbac/agent-hub.yaml.`,
+		Example: `  ctrlmeshctl join --hub-kubeconfig hub.kubeconfig --cluster-name member1`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			hubConfig, err := clientcmd.BuildConfigFromFlags("", hubKubeconfig)
+			if err != nil {
+				return fmt.Errorf("hub kubeconfig %s: %w", hubKubeconfig, err)
+			}
+			scheme, err := ctrlmeshscheme.New()
+			if err != nil {
+				return err
+			}
+			hub, err := client.New(hubConfig, client.Options{Scheme: scheme})
+			if err != nil {
+				return fmt.Errorf("hub client: %w", err)
+			}
+			memberConfig, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+				&clientcmd.ClientConfigLoadingRules{ExplicitPath: memberKubeconfig}, &clientcmd.ConfigOverrides{}).ClientConfig()
+			if err != nil {
+				return fmt.Errorf("member credentials: %w", err)
+			}
+			member, err := discovery.NewDiscoveryClientForConfig(memberConfig)
+			if err != nil {
+				return fmt.Errorf("member discovery: %w", err)
+			}
+			if err := join.Join(ctx, hub, join.JoinOptions{ClusterName: cluster, Member: member}); err != nil {
+				return err
+			}
+			accepted, err := join.IsAccepted(ctx, hub, cluster)
+			if err != nil {
+				return err
+			}
+			if accepted {
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "cluster %s is registered on the hub and accepted\n", cluster)
+			} else {
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "cluster %s is registered on the hub; it gets rules once the hub accepts it (ManagedCluster %s, spec.hubAcceptsClient)\n", cluster, cluster)
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&hubKubeconfig, "hub-kubeconfig", "", "kubeconfig of the hub, with the member's agent credentials (required)")
+	f.StringVar(&memberKubeconfig, "kubeconfig", "", "kubeconfig of the member cluster; empty uses $KUBECONFIG, ~/.kube/config or in-cluster credentials")
+	f.StringVar(&cluster, "cluster-name", "", "name of the member cluster on the hub: a DNS label (required)")
+	f.DurationVar(&timeout, "timeout", 30*time.Second, "how long join may take")
+	_ = cmd.MarkFlagRequired("hub-kubeconfig")
+	_ = cmd.MarkFlagRequired("cluster-name")
+	return cmd
+}
