@@ -82,6 +82,10 @@ type Proxy struct {
 	appliedMu      sync.Mutex
 	appliedChanged chan struct{}
 	settleTimeout  time.Duration
+	// stopped closes on Stop, ending goroutines that wait for a change to
+	// settle.
+	stopped  chan struct{}
+	stopOnce sync.Once
 }
 
 // state is one snapshot with its selection epoch. The epoch changes only
@@ -136,6 +140,7 @@ func New(cfg Config) (*Proxy, error) {
 		selections:     newSelections(),
 		appliedChanged: make(chan struct{}),
 		settleTimeout:  cfg.SettleTimeout,
+		stopped:        make(chan struct{}),
 	}
 	if p.settleTimeout == 0 {
 		p.settleTimeout = DefaultSettleTimeout
@@ -234,6 +239,8 @@ func (p *Proxy) SetRules(snap *rules.Snapshot) {
 		timer := time.NewTimer(p.settleTimeout)
 		defer timer.Stop()
 		select {
+		case <-p.stopped:
+			return
 		case <-settled:
 		case <-timer.C:
 			p.log.Info("not every open watch was re-established under the new rules in time; counting them applied",
@@ -258,6 +265,12 @@ func (p *Proxy) setApplied(snap *rules.Snapshot) {
 	p.metrics.rulesInfo.WithLabelValues(snap.Hash(), strconv.FormatInt(snap.Generation(), 10), snap.Shard, string(snap.Mode)).Set(1)
 	close(p.appliedChanged)
 	p.appliedChanged = make(chan struct{})
+}
+
+// Stop ends the proxy's background work; call it once the servers using the
+// proxy have stopped.
+func (p *Proxy) Stop() {
+	p.stopOnce.Do(func() { close(p.stopped) })
 }
 
 // Applied returns the snapshot the operator has taken up — enforced by the

@@ -79,6 +79,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	defer p.Stop()
 	loader := &Loader{Proxy: p, Pod: opts.Pod, Scopes: scopes, Mode: opts.Mode, Upstream: opts.Upstream, Mapper: mapper, Log: opts.Log}
 
 	apiListener, err := net.Listen("tcp", opts.ListenAddress)
