@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"mime"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -20,14 +21,7 @@ var lockResources = []schema.GroupResource{
 	{Group: "", Resource: "endpoints"},
 }
 
-func isLockResource(gr schema.GroupResource) bool {
-	for _, l := range lockResources {
-		if l == gr {
-			return true
-		}
-	}
-	return false
-}
+func isLockResource(gr schema.GroupResource) bool { return slices.Contains(lockResources, gr) }
 
 // ShardLockName is the name a shard's leader-election lock gets.
 func ShardLockName(lock, shard string) string { return lock + "---" + shard }

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -305,9 +306,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	gr := schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}
 	if st.snap.LeaderElectionName != "" && isLockResource(gr) && info.Subresource == "" {
-		if handled := p.serveLock(w, r, st.snap, info); handled {
+		next, handled := p.serveLock(w, r, st.snap, info)
+		if handled {
 			return
 		}
+		r = next
 	}
 	limit, sharded := st.snap.LimitFor(gr)
 	if !sharded {
@@ -450,32 +453,24 @@ func ownerText(snap *rules.Snapshot, ns string) string {
 	switch {
 	case owner == nil:
 		return "is being handed over and has no serving shard yet"
-	case contains(owner.Namespaces, ns):
+	case slices.Contains(owner.Namespaces, ns):
 		return fmt.Sprintf("does not decide: the namespace itself is served by shard %q", owner.ID)
 	default:
 		return fmt.Sprintf("is served by shard %q", owner.ID)
 	}
 }
 
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
-
 // serveLock renames requests on the leader-election lock to the shard's
-// lock. It reports whether it handled the request.
-func (p *Proxy) serveLock(w http.ResponseWriter, r *http.Request, snap *rules.Snapshot, info *request.RequestInfo) bool {
+// lock. When the request is not on the lock it is not handled, and the
+// request to route on is returned: it may carry a body serveLock buffered.
+func (p *Proxy) serveLock(w http.ResponseWriter, r *http.Request, snap *rules.Snapshot, info *request.RequestInfo) (*http.Request, bool) {
 	lock := snap.LeaderElectionName
 	out := r.Clone(r.Context())
 	renamed := false
-	fail := func(code int32, reason metav1.StatusReason, msg string) bool {
+	fail := func(code int32, reason metav1.StatusReason, msg string) (*http.Request, bool) {
 		p.count(info.Verb, outcomeRefused)
 		apistatus.Write(w, code, reason, "ctrlmesh proxy: "+msg, nil)
-		return true
+		return nil, true
 	}
 	shardLock := ShardLockName(lock, snap.Shard)
 	if info.Name == lock {
@@ -533,32 +528,14 @@ func (p *Proxy) serveLock(w http.ResponseWriter, r *http.Request, snap *rules.Sn
 		}
 	}
 	if !renamed {
-		// Another object of a lock kind: the body was buffered, so forward
-		// the buffered copy.
-		if out.Body != r.Body {
-			p.routeUnrenamed(w, out, info)
-			return true
-		}
-		return false
+		// Another object of a lock kind: route it as usual, with the body
+		// as buffered.
+		return out, false
 	}
 	p.metrics.lockRenames.Inc()
 	p.count(info.Verb, outcomeLock)
 	p.reverse.ServeHTTP(w, out)
-	return true
-}
-
-// routeUnrenamed continues a request whose body serveLock buffered but that
-// was not on the lock: it is sharded or passed through as usual.
-func (p *Proxy) routeUnrenamed(w http.ResponseWriter, r *http.Request, info *request.RequestInfo) {
-	st := p.state.Load()
-	gr := schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}
-	if _, sharded := st.snap.LimitFor(gr); sharded {
-		if namespaced, err := p.scopes.IsNamespaced(gr); err == nil && namespaced {
-			p.serveWrite(w, r, st.snap, info)
-			return
-		}
-	}
-	p.pass(w, r, info.Verb)
+	return nil, true
 }
 
 // statusRecorder remembers the status code written through it. It keeps

@@ -158,13 +158,17 @@ func (s *APISource) Run(ctx context.Context) error {
 	}
 	// The latest route seen, for the reporter to compare its status with.
 	latest := make(chan *ctrlmeshv1alpha1.ShardRoute, 1)
+	// The informer calls handle from one goroutine, in order.
+	var offered int64
 	handle := func(obj any) {
 		route, ok := obj.(*ctrlmeshv1alpha1.ShardRoute)
 		if !ok {
 			return
 		}
-		current := s.Loader.Proxy.Rules()
-		if current == nil || current.Route.ResourceVersion != route.ResourceVersion {
+		// Status writes (this proxy's reports among them) do not change
+		// metadata.generation: only a new spec is offered, once.
+		if route.Generation != offered {
+			offered = route.Generation
 			// Offer logs and counts refusals; the last good rules stay.
 			_, _ = s.Loader.Offer(ctx, route)
 		}

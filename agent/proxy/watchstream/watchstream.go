@@ -249,31 +249,38 @@ func copyStream(ctx context.Context, w io.Writer, flush func(), body io.Reader, 
 		return res, err
 	}
 
+	canceled := func() (Result, error) {
+		res.Outcome = Canceled
+		res.Bytes = cw.n
+		return res, ctx.Err()
+	}
+	// ended closes the copy on the reader's error: io.EOF between frames
+	// is the stream's clean end.
+	ended := func(err error) (Result, error) {
+		res.Bytes = cw.n
+		if err == io.EOF {
+			res.Outcome = Drained
+			return res, nil
+		}
+		res.Outcome = Failed
+		return res, err
+	}
+
 	for {
 		select {
 		case <-ctx.Done():
-			res.Outcome = Canceled
-			res.Bytes = cw.n
-			return res, ctx.Err()
+			return canceled()
 		case msg, open := <-expire:
 			return expireNow(msg, open)
 		case f := <-frames:
 			if f.err != nil {
-				res.Bytes = cw.n
-				if f.err == io.EOF {
-					res.Outcome = Drained
-					return res, nil
-				}
-				res.Outcome = Failed
-				return res, f.err
+				return ended(f.err)
 			}
 			// A frame and an expiry (or a cancellation) may be ready at
 			// once: the expiry wins, so that nothing is copied after it.
 			select {
 			case <-ctx.Done():
-				res.Outcome = Canceled
-				res.Bytes = cw.n
-				return res, ctx.Err()
+				return canceled()
 			case msg, open := <-expire:
 				return expireNow(msg, open)
 			default:
@@ -313,13 +320,7 @@ func copyStream(ctx context.Context, w io.Writer, flush func(), body io.Reader, 
 				flush()
 			}
 			if last != nil {
-				res.Bytes = cw.n
-				if last.err == io.EOF {
-					res.Outcome = Drained
-					return res, nil
-				}
-				res.Outcome = Failed
-				return res, last.err
+				return ended(last.err)
 			}
 		}
 	}
