@@ -3,19 +3,14 @@ package main
 
 import (
 	"flag"
-	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/ctrlmesh/ctrlmesh/agent"
 	"github.com/ctrlmesh/ctrlmesh/agent/join"
-	ctrlmeshscheme "github.com/ctrlmesh/ctrlmesh/pkg/scheme"
 	"github.com/ctrlmesh/ctrlmesh/pkg/version"
 )
 
@@ -44,24 +39,9 @@ Not yet run by this binary: applying rules, labelling sharded objects
 		Args:         cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Log = zap.New(zap.UseFlagOptions(&zapOpts))
-			hubConfig, err := clientcmd.BuildConfigFromFlags("", hubKubeconfig)
-			if err != nil {
-				return fmt.Errorf("hub kubeconfig %q: %w", hubKubeconfig, err)
-			}
-			scheme, err := ctrlmeshscheme.New()
-			if err != nil {
+			var err error
+			if opts.Hub, opts.Member, err = join.Connect(hubKubeconfig, memberKubeconfig); err != nil {
 				return err
-			}
-			if opts.Hub, err = client.New(hubConfig, client.Options{Scheme: scheme}); err != nil {
-				return fmt.Errorf("hub client: %w", err)
-			}
-			memberConfig, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-				&clientcmd.ClientConfigLoadingRules{ExplicitPath: memberKubeconfig}, &clientcmd.ConfigOverrides{}).ClientConfig()
-			if err != nil {
-				return fmt.Errorf("member credentials: %w", err)
-			}
-			if opts.Member, err = discovery.NewDiscoveryClientForConfig(memberConfig); err != nil {
-				return fmt.Errorf("member discovery: %w", err)
 			}
 			return agent.Run(ctrl.SetupSignalHandler(), opts)
 		},

@@ -6,12 +6,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ctrlmesh/ctrlmesh/agent/join"
-	ctrlmeshscheme "github.com/ctrlmesh/ctrlmesh/pkg/scheme"
 )
 
 func newJoinCommand() *cobra.Command {
@@ -32,26 +28,9 @@ The hub credentials need the RBAC of deploy/rbac/agent-hub.yaml.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			hubConfig, err := clientcmd.BuildConfigFromFlags("", hubKubeconfig)
-			if err != nil {
-				return fmt.Errorf("hub kubeconfig %s: %w", hubKubeconfig, err)
-			}
-			scheme, err := ctrlmeshscheme.New()
+			hub, member, err := join.Connect(hubKubeconfig, memberKubeconfig)
 			if err != nil {
 				return err
-			}
-			hub, err := client.New(hubConfig, client.Options{Scheme: scheme})
-			if err != nil {
-				return fmt.Errorf("hub client: %w", err)
-			}
-			memberConfig, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-				&clientcmd.ClientConfigLoadingRules{ExplicitPath: memberKubeconfig}, &clientcmd.ConfigOverrides{}).ClientConfig()
-			if err != nil {
-				return fmt.Errorf("member credentials: %w", err)
-			}
-			member, err := discovery.NewDiscoveryClientForConfig(memberConfig)
-			if err != nil {
-				return fmt.Errorf("member discovery: %w", err)
 			}
 			if err := join.Join(ctx, hub, join.JoinOptions{ClusterName: cluster, Member: member}); err != nil {
 				return err
