@@ -78,6 +78,11 @@ type ShardRouteSpec struct {
 	Buckets int32 `json:"buckets"`
 	// Selector selects the operator's pods.
 	Selector metav1.LabelSelector `json:"selector"`
+	// CanarySelector marks which of the selected pods are canary pods (the
+	// ShardingConfig's canary.selector); the agent reports them as such, so
+	// that the hub gives them only what the canary step names.
+	// +optional
+	CanarySelector *metav1.LabelSelector `json:"canarySelector,omitempty"`
 	// Controller configures the operator's leader election.
 	// +optional
 	Controller *ControllerConfig `json:"controller,omitempty"`

@@ -358,6 +358,11 @@ func (in *ShardRouteList) DeepCopyObject() runtime.Object {
 func (in *ShardRouteSpec) DeepCopyInto(out *ShardRouteSpec) {
 	*out = *in
 	in.Selector.DeepCopyInto(&out.Selector)
+	if in.CanarySelector != nil {
+		in, out := &in.CanarySelector, &out.CanarySelector
+		*out = new(v1.LabelSelector)
+		(*in).DeepCopyInto(*out)
+	}
 	if in.Controller != nil {
 		in, out := &in.Controller, &out.Controller
 		*out = new(ControllerConfig)
