@@ -1,7 +1,17 @@
 // Package agent is ctrlmesh's agent in one member cluster: the hub's hands
-// there. So far it joins the cluster to the hub and keeps its heartbeat; the
-// labeller (agent/labeler) and the rules, status and injection parts are
-// wired in as they are built.
+// there. One controller-runtime manager on the member cluster runs
+//
+//   - membership (elected replica): joins the cluster to the hub, renews the
+//     heartbeat Lease and, once the hub accepted the cluster, starts taking
+//     rules from it;
+//   - in standalone mode, the Work applier (agent/workapply, elected): it
+//     applies the ShardRoutes the hub's Works carry and reflects their status
+//     into the Works, as Karmada would; in Karmada mode Karmada does that;
+//   - the ShardRoute status controller (agent/routestatus, elected);
+//   - labelling (agent/labeler): the rules on every replica, for the
+//     webhook; sweeps and the webhook configuration on the elected one;
+//   - the proxy injection webhook (agent/inject, every replica) and the
+//     Events on pods it could not serve (elected).
 package agent
 
 import (
@@ -11,57 +21,264 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/ctrlmesh/ctrlmesh/agent/inject"
 	"github.com/ctrlmesh/ctrlmesh/agent/join"
+	"github.com/ctrlmesh/ctrlmesh/agent/labeler"
+	"github.com/ctrlmesh/ctrlmesh/agent/proxy"
+	"github.com/ctrlmesh/ctrlmesh/agent/proxy/rules"
+	"github.com/ctrlmesh/ctrlmesh/agent/routestatus"
+	"github.com/ctrlmesh/ctrlmesh/agent/workapply"
+	ctrlmeshscheme "github.com/ctrlmesh/ctrlmesh/pkg/scheme"
 )
+
+// LeaderElectionID is the Lease the agent's replicas elect their leader with,
+// in Options.Namespace of the member cluster.
+const LeaderElectionID = "ctrlmesh-agent"
 
 // Options of a running agent.
 type Options struct {
-	// Hub is a client of the hub with the agent's credentials.
-	Hub client.Client
-	// Member answers the member cluster's version.
-	Member discovery.ServerVersionInterface
+	// Member is the member cluster, with the agent's credentials.
+	Member *rest.Config
+	// Hub is the hub, with the agent's hub credentials (see
+	// join.AgentHubRBAC).
+	Hub *rest.Config
 	// ClusterName is the member's name on the hub.
 	ClusterName string
-	// Identity is this agent's holder identity, such as its pod name.
+	// Identity is this agent's heartbeat holder identity, such as its pod name.
 	Identity string
 	// LeaseDuration and RenewInterval of the heartbeat; zero for defaults.
 	LeaseDuration, RenewInterval time.Duration
-	Log                          logr.Logger
+	// ApplyWorks selects standalone mode: the agent applies the Works of its
+	// execution namespace on the hub itself. False is Karmada mode: Karmada's
+	// controllers apply them, and the agent only reads the ShardRoutes.
+	ApplyWorks bool
+	// SelectorMode fixes how proxies narrow lists: rules.ModeLabel needs
+	// labels, rules.ModeRange none; "" asks the member API server.
+	SelectorMode rules.Mode
+	// Namespace the agent runs in: its leader-election Lease lives there.
+	Namespace string
+	// LeaderElection among the agent's replicas; off only for tests and
+	// single-replica local runs.
+	LeaderElection bool
+	// MetricsAddress serves Prometheus metrics; "0" disables.
+	MetricsAddress string
+	// HealthAddress serves /healthz and /readyz; "0" disables.
+	HealthAddress string
+	// Webhook serves the labelling and injection webhooks.
+	Webhook WebhookOptions
+	// LabelPeriod is the time between labelling sweeps; zero for
+	// labeler.DefaultPeriod.
+	LabelPeriod time.Duration
+	// Proxy is what the injection webhook injects.
+	Proxy inject.Options
+	Log   logr.Logger
 }
 
-// Run joins the hub — retrying with backoff while the hub cannot be reached
-// or refuses — then renews the heartbeat until ctx ends.
+// WebhookOptions say where the agent serves its admission webhooks and how
+// the member API server reaches them.
+type WebhookOptions struct {
+	// Host and Port the webhook server listens on.
+	Host string
+	Port int
+	// CertDir holds the serving certificate, tls.crt and tls.key.
+	CertDir string
+	// ClientConfig is how the API server reaches the webhook server: a
+	// service or a URL, without a path (the agent appends each webhook's),
+	// and the caBundle that verifies the serving certificate. The elected
+	// agent writes the webhook configurations with it.
+	ClientConfig admissionregistrationv1.WebhookClientConfig
+}
+
+// Names of the proxy injection webhook: its MutatingWebhookConfiguration,
+// the webhook in it, and the path the agent serves it on.
+const (
+	InjectWebhookConfigurationName = "ctrlmesh-agent-inject"
+	InjectWebhookName              = "inject.agent.ctrlmesh.io"
+	InjectWebhookPath              = "/inject"
+)
+
+// Run runs the agent until ctx ends.
 func Run(ctx context.Context, opts Options) error {
-	if opts.Hub == nil || opts.Member == nil || opts.ClusterName == "" || opts.Identity == "" {
-		return errors.New("agent: hub client, member, cluster name and identity are all required")
+	if opts.Member == nil || opts.Hub == nil || opts.ClusterName == "" || opts.Identity == "" {
+		return errors.New("agent: member and hub configs, cluster name and identity are all required")
+	}
+	if opts.LeaderElection && opts.Namespace == "" {
+		return errors.New("agent: leader election needs the agent's namespace")
+	}
+	scheme, err := ctrlmeshscheme.New()
+	if err != nil {
+		return err
+	}
+	hub, err := client.New(opts.Hub, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("agent: hub client: %w", err)
+	}
+	memberDiscovery, err := discovery.NewDiscoveryClientForConfig(opts.Member)
+	if err != nil {
+		return fmt.Errorf("agent: member discovery: %w", err)
+	}
+	mgr, err := manager.New(opts.Member, manager.Options{
+		Scheme: scheme,
+		Logger: opts.Log,
+		// Pods are cached lean: the status controller and the injection
+		// Events read only their labels, status and ctrlmesh annotations.
+		Cache:                   cache.Options{ByObject: routestatus.CacheByObject()},
+		LeaderElection:          opts.LeaderElection,
+		LeaderElectionID:        LeaderElectionID,
+		LeaderElectionNamespace: opts.Namespace,
+		// A new leader must not act before the old one stopped: the
+		// labeller and the Work applier write to the cluster.
+		LeaderElectionReleaseOnCancel: true,
+		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddress},
+		// controller-runtime keeps controller names in a process-wide
+		// registry; they are unique within one agent, and Run may run
+		// again in the same process (a restart, or tests).
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+		HealthProbeBindAddress: opts.HealthAddress,
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host: opts.Webhook.Host, Port: opts.Webhook.Port, CertDir: opts.Webhook.CertDir,
+		}),
+	})
+	if err != nil {
+		return fmt.Errorf("agent: manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return err
+	}
+	mode, err := selectorMode(ctx, opts, mgr.GetRESTMapper())
+	if err != nil {
+		return err
+	}
+	opts.Log.Info("Selector mode of the member API server", "mode", mode)
+	recorder := mgr.GetEventRecorderFor("ctrlmesh-agent")
+
+	// Rules in: in standalone mode from the hub's Works, once the hub has
+	// accepted the cluster; in Karmada mode Karmada applies them.
+	onAccepted := func(context.Context) error { return nil }
+	if opts.ApplyWorks {
+		onAccepted = func(context.Context) error {
+			applier := &workapply.Applier{
+				HubConfig: opts.Hub, ClusterName: opts.ClusterName, Recorder: recorder, Log: opts.Log.WithName("workapply"),
+			}
+			return applier.SetupWithManager(mgr)
+		}
 	}
 	heartbeat := &join.Heartbeat{
-		Hub: opts.Hub, ClusterName: opts.ClusterName, Identity: opts.Identity,
+		Hub: hub, ClusterName: opts.ClusterName, Identity: opts.Identity,
 		LeaseDuration: opts.LeaseDuration, RenewInterval: opts.RenewInterval, Log: opts.Log.WithName("heartbeat"),
 	}
-	backoff := time.Second
-	for {
-		err := join.Join(ctx, opts.Hub, join.JoinOptions{ClusterName: opts.ClusterName, Member: opts.Member})
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		opts.Log.Error(err, "joining the hub failed; retrying", "cluster", opts.ClusterName, "in", backoff)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, time.Minute)
+	if err := mgr.Add(&membership{
+		hub: hub, member: memberDiscovery, heartbeat: heartbeat, onAccepted: onAccepted, log: opts.Log.WithName("membership"),
+	}); err != nil {
+		return err
 	}
-	opts.Log.Info("joined the hub", "cluster", opts.ClusterName)
-	if err := heartbeat.Run(ctx); err != nil {
-		return fmt.Errorf("agent heartbeat: %w", err)
+
+	// Rules out: the status of every ShardRoute.
+	if err := (&routestatus.Reconciler{Mode: mode}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := addLabelling(mgr, opts, mode, memberDiscovery, ctrlmetrics.Registry); err != nil {
+		return err
+	}
+	if err := addInjection(mgr, opts); err != nil {
+		return err
+	}
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("agent: %w", err)
 	}
 	return nil
+}
+
+// selectorMode is opts.SelectorMode, or else the member API server's answer.
+// The feature is the API server's, so any resource tells: ConfigMaps, which
+// every operator pod can be given read access to.
+func selectorMode(ctx context.Context, opts Options, mapper meta.RESTMapper) (rules.Mode, error) {
+	if opts.SelectorMode != "" {
+		return opts.SelectorMode, nil
+	}
+	mode, err := proxy.DetectMode(ctx, opts.Member, mapper, schema.GroupResource{Resource: "configmaps"})
+	if err != nil {
+		return "", fmt.Errorf("agent: asking the member API server for its selector mode: %w", err)
+	}
+	return mode, nil
+}
+
+// addInjection serves the proxy injection webhook (every replica), records
+// Events on the pods it skipped and writes its configuration (elected).
+func addInjection(mgr manager.Manager, opts Options) error {
+	handler, err := inject.NewHandler(mgr.GetCache(), opts.Proxy, opts.Log.WithName("inject"))
+	if err != nil {
+		return err
+	}
+	mgr.GetWebhookServer().Register(InjectWebhookPath, handler)
+	if err := (&inject.EventReconciler{}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	cc := *opts.Webhook.ClientConfig.DeepCopy()
+	if err := setWebhookPath(&cc, InjectWebhookPath); err != nil {
+		return err
+	}
+	want, err := inject.WebhookConfiguration(inject.WebhookOptions{
+		ConfigurationName: InjectWebhookConfigurationName, WebhookName: InjectWebhookName, ClientConfig: cc,
+	})
+	if err != nil {
+		return err
+	}
+	log := opts.Log.WithName("inject")
+	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		for backoff := time.Second; ; backoff = min(2*backoff, time.Minute) {
+			err := applyWebhookConfiguration(ctx, mgr.GetClient(), want)
+			if err == nil {
+				return nil
+			}
+			log.Error(err, "Writing the injection webhook configuration failed; retrying", "in", backoff)
+			if !sleep(ctx, backoff) {
+				return nil
+			}
+		}
+	}))
+}
+
+// addLabelling adds the labelling rules (every replica, serving the webhook)
+// and the sweeper (elected) to mgr.
+func addLabelling(mgr manager.Manager, opts Options, mode rules.Mode, d discovery.DiscoveryInterface, reg prometheus.Registerer) error {
+	dyn, err := dynamic.NewForConfig(opts.Member)
+	if err != nil {
+		return fmt.Errorf("agent: dynamic client: %w", err)
+	}
+	period := opts.LabelPeriod
+	if period <= 0 {
+		period = labeler.DefaultPeriod
+	}
+	watcher := newLabelRules(mgr.GetCache(), memory.NewMemCacheClient(d), rules.NewMapperScopes(mgr.GetRESTMapper()), period, opts.Log.WithName("labelling"))
+	if err := mgr.Add(watcher); err != nil {
+		return err
+	}
+	mgr.GetWebhookServer().Register(LabelWebhookPath, watcher)
+	return mgr.Add(&labelSweeper{
+		rules: watcher, dynamic: dyn, client: mgr.GetClient(), recorder: mgr.GetEventRecorderFor("ctrlmesh-agent"),
+		mode: mode, clientConfig: opts.Webhook.ClientConfig, period: period, registerer: reg,
+		log: opts.Log.WithName("labeller"),
+	})
 }

@@ -1,110 +1,435 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
+	"github.com/go-logr/logr"
+	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
 	"github.com/karmada-io/karmada/pkg/util/names"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/discovery"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ctrlmesh/ctrlmesh/agent"
+	"github.com/ctrlmesh/ctrlmesh/agent/inject"
 	"github.com/ctrlmesh/ctrlmesh/agent/join"
+	"github.com/ctrlmesh/ctrlmesh/agent/proxy"
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
+	"github.com/ctrlmesh/ctrlmesh/test/certs"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
-// TestAgentJoinsAndHeartbeats: the agent, with only its shipped hub RBAC,
-// registers its cluster and renews its Lease; stopped, the Lease goes stale.
-func TestAgentJoinsAndHeartbeats(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	fleet, err := env.Start(ctx, env.Options{Clusters: []env.ClusterSpec{{Name: "hub"}, {Name: "member1"}}})
+var update = flag.Bool("update", false, "rewrite deploy/rbac/agent-member.yaml from agent.MemberRBAC")
+
+// The static file is the rendering of MemberRBAC for the namespace
+// "ctrlmesh", so the two never drift apart.
+func TestMemberRBACFile(t *testing.T) {
+	path := filepath.Join("..", "deploy", "rbac", "agent-member.yaml")
+	want, err := agent.RenderMemberRBAC("ctrlmesh")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	if *update {
+		if err := os.WriteFile(path, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from RenderMemberRBAC(\"ctrlmesh\"); run 'go test ./agent -run TestMemberRBACFile -update'", path)
+	}
+}
+
+const (
+	cluster        = "member1"
+	agentNamespace = "ctrlmesh"
+	opsNamespace   = "ops"
+	// proxyImage is what the test agent injects; no kubelet runs it.
+	proxyImage = "example.com/ctrlmesh-proxy:test"
+)
+
+// testFleet is a hub and a member prepared for one agent: the hub admin's
+// namespaces and RBAC for the agent on the hub, the agent's RBAC in the
+// member, and configs with exactly those rights.
+type testFleet struct {
+	hub, member           *env.Cluster
+	agentHub, agentMember *rest.Config
+	execNS                string
+}
+
+func startFleet(t *testing.T, ctx context.Context) *testFleet {
+	t.Helper()
+	fleet, err := env.Start(ctx, env.Options{Clusters: []env.ClusterSpec{{Name: "hub"}, {Name: cluster}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
 		if err := fleet.Stop(); err != nil {
 			t.Error(err)
 		}
-	}()
-	hub, member := fleet.Cluster("hub"), fleet.Cluster("member1")
-	for _, ns := range []string{names.GenerateExecutionSpaceName("member1"), join.AgentNamespace} {
-		if err := hub.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			t.Fatal(err)
-		}
+	})
+	f := &testFleet{hub: fleet.Cluster("hub"), member: fleet.Cluster(cluster), execNS: names.GenerateExecutionSpaceName(cluster)}
+	for _, ns := range []string{f.execNS, join.AgentNamespace} {
+		mustCreate(t, ctx, f.hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	}
-	for _, obj := range join.AgentHubRBAC("member1") {
-		if err := hub.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
+	for _, obj := range join.AgentHubRBAC(cluster) {
+		mustCreate(t, ctx, f.hub.Client, obj)
 	}
-	agentConfig, err := hub.AddUser(join.AgentUserName("member1"))
-	if err != nil {
+	for _, ns := range []string{agentNamespace, opsNamespace} {
+		mustCreate(t, ctx, f.member.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	}
+	for _, obj := range agent.MemberRBAC(agentNamespace) {
+		mustCreate(t, ctx, f.member.Client, obj)
+	}
+	if f.agentHub, err = f.hub.AddUser(join.AgentUserName(cluster)); err != nil {
 		t.Fatal(err)
 	}
-	agentHub, err := client.New(agentConfig, client.Options{Scheme: hub.Client.Scheme()})
-	if err != nil {
+	if f.agentMember, err = f.member.AddUser("system:serviceaccount:" + agentNamespace + ":" + agent.ServiceAccount); err != nil {
 		t.Fatal(err)
 	}
-	memberDiscovery, err := discovery.NewDiscoveryClientForConfig(member.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	return f
+}
 
-	agentCtx, stopAgent := context.WithCancel(ctx)
+// startAgent runs the agent with only its shipped RBAC, serving its webhooks
+// on loopback, until the returned stop is called.
+func (f *testFleet) startAgent(t *testing.T, ctx context.Context, applyWorks bool) (stop func()) {
+	t.Helper()
+	certDir := t.TempDir()
+	caPEM, err := certs.WriteServing(certDir, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	agentCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
 		done <- agent.Run(agentCtx, agent.Options{
-			Hub: agentHub, Member: memberDiscovery, ClusterName: "member1", Identity: "agent-0",
-			LeaseDuration: 2 * time.Second, RenewInterval: 200 * time.Millisecond, Log: testr.New(t),
+			Member: f.agentMember, Hub: f.agentHub, ClusterName: cluster, Identity: "agent-0",
+			LeaseDuration: 2 * time.Second, RenewInterval: 200 * time.Millisecond,
+			ApplyWorks: applyWorks, Namespace: agentNamespace, LeaderElection: true,
+			MetricsAddress: "0", HealthAddress: "0",
+			Webhook: agent.WebhookOptions{
+				Host: "127.0.0.1", Port: port, CertDir: certDir,
+				ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To(fmt.Sprintf("https://127.0.0.1:%d", port)), CABundle: caPEM},
+			},
+			Proxy: inject.Options{Image: proxyImage},
+			// The manager's goroutines may outlive the test's log.
+			Log: logr.Discard(),
 		})
 	}()
-
-	renewTime := func() time.Time {
-		var lease coordinationv1.Lease
-		err := hub.Client.Get(ctx, client.ObjectKey{Namespace: names.GenerateExecutionSpaceName("member1"), Name: join.LeaseName}, &lease)
-		if err != nil || lease.Spec.RenewTime == nil {
-			return time.Time{}
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
 		}
-		return lease.Spec.RenewTime.Time
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	first := time.Time{}
-	for {
-		if rt := renewTime(); !rt.IsZero() {
-			if first.IsZero() {
-				first = rt
-			} else if rt.After(first) {
-				break
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("agent: %v", err)
 			}
+		case <-time.After(time.Minute):
+			t.Error("the agent did not stop within a minute")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the heartbeat Lease was not created and renewed")
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// TestStandaloneAgent runs the agent in standalone mode against a hub and a
+// member with only its shipped RBAC, through the whole path: join and
+// heartbeat; no rules before acceptance; the Work's ShardRoute applied after;
+// a labelled pod injected with the proxy; the route's status, driven by a
+// proxy's report, flowing back into the Work; objects of the sharded resource
+// labelled by the webhook; the Work's deletion; the heartbeat stopping with
+// the agent.
+func TestStandaloneAgent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	f := startFleet(t, ctx)
+	stopAgent := f.startAgent(t, ctx, true)
+
+	// Join and heartbeat.
+	eventually(t, "the heartbeat Lease is renewed", func() error {
+		first := f.renewTime(ctx)
+		if first.IsZero() {
+			return errors.New("no heartbeat Lease yet")
+		}
+		time.Sleep(500 * time.Millisecond)
+		if !f.renewTime(ctx).After(first) {
+			return errors.New("the Lease was not renewed")
+		}
+		return nil
+	})
 	var mc clusterv1.ManagedCluster
-	if err := hub.Client.Get(ctx, client.ObjectKey{Name: "member1"}, &mc); err != nil {
+	if err := f.hub.Client.Get(ctx, client.ObjectKey{Name: cluster}, &mc); err != nil {
 		t.Fatalf("no ManagedCluster after the agent started: %v", err)
 	}
 	if mc.Spec.HubAcceptsClient {
-		t.Error("the agent accepted its own cluster")
+		t.Fatal("the agent accepted its own cluster")
 	}
 
-	stopAgent()
-	if err := <-done; err != nil {
-		t.Fatalf("agent: %v", err)
+	// A Work for an unaccepted cluster is not applied.
+	work := &workv1alpha1.Work{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.execNS, Name: "demo-op"},
+		Spec: workv1alpha1.WorkSpec{Workload: workv1alpha1.WorkloadTemplate{Manifests: []workv1alpha1.Manifest{{
+			RawExtension: runtime.RawExtension{Raw: mustJSON(t, route())},
+		}}}},
 	}
-	stopped := renewTime()
-	time.Sleep(1 * time.Second) // five renewal intervals
-	if after := renewTime(); !after.Equal(stopped) {
+	mustCreate(t, ctx, f.hub.Client, work)
+	time.Sleep(3 * time.Second)
+	if err := f.member.Client.Get(ctx, client.ObjectKey{Namespace: opsNamespace, Name: "demo-op"}, &ctrlmeshv1alpha1.ShardRoute{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the rules reached the member before the hub accepted it: %v", err)
+	}
+
+	// Accepted, the cluster gets its rules.
+	mc.Spec.HubAcceptsClient = true
+	if err := f.hub.Client.Update(ctx, &mc); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the Work's ShardRoute is applied in the member", func() error {
+		var r ctrlmeshv1alpha1.ShardRoute
+		return f.member.Client.Get(ctx, client.ObjectKey{Namespace: opsNamespace, Name: "demo-op"}, &r)
+	})
+
+	// A pod asking for the proxy gets it.
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: opsNamespace, Name: "demo-op-0", Labels: map[string]string{
+			"app": "demo-op", ctrlmeshv1alpha1.EnableProxyLabel: "true",
+		}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "operator", Image: "example.com/demo-op"}}},
+	}
+	eventually(t, "a labelled pod is created with the proxy injected", func() error {
+		p := pod.DeepCopy()
+		if err := f.member.Client.Create(ctx, p); err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(p.Spec.InitContainers, func(c corev1.Container) bool {
+			return c.Name == inject.ContainerName && c.Image == proxyImage
+		}) {
+			_ = f.member.Client.Delete(ctx, p, client.GracePeriodSeconds(0))
+			return fmt.Errorf("no proxy injected: %s", p.Annotations[inject.InjectionReasonAnnotation])
+		}
+		pod = p
+		return nil
+	})
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.7", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	if err := f.member.Client.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+
+	// The status shows the pod, and flows into the Work: unhealthy until
+	// the pod's proxy reports the rules hash, healthy after.
+	eventually(t, "the Work reports the pod, its proxy pending", func() error {
+		return f.workHealth(ctx, workv1alpha1.ResourceUnhealthy, "demo-op-0")
+	})
+	reportHash(t, ctx, f.member.Client, "demo-op-0", "hash-1")
+	eventually(t, "the Work reports the route healthy", func() error {
+		return f.workHealth(ctx, workv1alpha1.ResourceHealthy, "demo-op-0")
+	})
+
+	// Label mode (the member has no KEP-5866): the labelling webhook labels
+	// new ConfigMaps.
+	mustCreate(t, ctx, f.member.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}})
+	eventually(t, "a new ConfigMap is labelled by the webhook", func() error {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", GenerateName: "cm-"}}
+		if err := f.member.Client.Create(ctx, cm); err != nil {
+			return err
+		}
+		scheme, err := sharding.NewScheme(32)
+		if err != nil {
+			return err
+		}
+		if got, want := cm.Labels[ctrlmeshv1alpha1.ShardingHashLabel], fmt.Sprint(scheme.Bucket("team-a")); got != want {
+			return fmt.Errorf("created with sharding-hash %q, want %q", got, want)
+		}
+		return nil
+	})
+
+	// Deleting the Work deletes the rules.
+	if err := f.hub.Client.Delete(ctx, work); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the ShardRoute is deleted with its Work", func() error {
+		err := f.member.Client.Get(ctx, client.ObjectKey{Namespace: opsNamespace, Name: "demo-op"}, &ctrlmeshv1alpha1.ShardRoute{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there: %v", err)
+	})
+
+	// Stopped, the agent renews no more.
+	stopAgent()
+	stopped := f.renewTime(ctx)
+	time.Sleep(time.Second) // five renewal intervals
+	if after := f.renewTime(ctx); !after.Equal(stopped) {
 		t.Fatalf("the Lease was renewed after the agent stopped: %v -> %v", stopped, after)
+	}
+}
+
+// TestKarmadaModeAgent: with Karmada applying the Works, the agent leaves
+// them alone and keeps the status of the ShardRoutes Karmada applied.
+func TestKarmadaModeAgent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	f := startFleet(t, ctx)
+	mustCreate(t, ctx, f.hub.Client, &clusterv1.ManagedCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: cluster}, Spec: clusterv1.ManagedClusterSpec{HubAcceptsClient: true},
+	})
+	mustCreate(t, ctx, f.hub.Client, &workv1alpha1.Work{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.execNS, Name: "other-op"},
+		Spec: workv1alpha1.WorkSpec{Workload: workv1alpha1.WorkloadTemplate{Manifests: []workv1alpha1.Manifest{{
+			RawExtension: runtime.RawExtension{Raw: mustJSON(t, func() *ctrlmeshv1alpha1.ShardRoute { r := route(); r.Name = "other-op"; return r }())},
+		}}}},
+	})
+	f.startAgent(t, ctx, false)
+	// Karmada's execution controller applied this one.
+	mustCreate(t, ctx, f.member.Client, route())
+	eventually(t, "the agent reports the route's status", func() error {
+		var r ctrlmeshv1alpha1.ShardRoute
+		if err := f.member.Client.Get(ctx, client.ObjectKey{Namespace: opsNamespace, Name: "demo-op"}, &r); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(r.Status.Conditions, ctrlmeshv1alpha1.ConditionProxiesReady)
+		if r.Status.ObservedRoutingGeneration != 1 || c == nil || c.Reason != ctrlmeshv1alpha1.ReasonNoCandidatePods {
+			return fmt.Errorf("status %+v", r.Status)
+		}
+		return nil
+	})
+	if err := f.member.Client.Get(ctx, client.ObjectKey{Namespace: opsNamespace, Name: "other-op"}, &ctrlmeshv1alpha1.ShardRoute{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("in Karmada mode the agent applied a Work itself: %v", err)
+	}
+}
+
+// route is the rules object of the tests: the demo operator's pods share
+// one shard of all 32 buckets.
+func route() *ctrlmeshv1alpha1.ShardRoute {
+	return &ctrlmeshv1alpha1.ShardRoute{
+		TypeMeta:   metav1.TypeMeta{APIVersion: ctrlmeshv1alpha1.GroupVersion.String(), Kind: "ShardRoute"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: opsNamespace, Name: "demo-op"},
+		Spec: ctrlmeshv1alpha1.ShardRouteSpec{
+			Cluster: cluster, RoutingGeneration: 1, RulesHash: "hash-1", Scope: ctrlmeshv1alpha1.ScopePerCluster, Buckets: 32,
+			Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "demo-op"}},
+			Limits: ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{
+				APIGroups: []string{""}, Resources: []string{"configmaps"},
+			}}}},
+			Shards: []ctrlmeshv1alpha1.RouteShard{{ID: "0", Buckets: "0-31", Pods: []ctrlmeshv1alpha1.RoutePod{{Name: "demo-op-0"}}}},
+		},
+	}
+}
+
+// reportHash reports hash for pod as its proxy does: a server-side apply of
+// its own entry of the route's status.
+func reportHash(t *testing.T, ctx context.Context, c client.Client, pod, hash string) {
+	t.Helper()
+	patch := map[string]any{
+		"apiVersion": ctrlmeshv1alpha1.GroupVersion.String(), "kind": "ShardRoute",
+		"metadata": map[string]any{"namespace": opsNamespace, "name": "demo-op"},
+		"status":   map[string]any{"pods": []any{map[string]any{"name": pod, "appliedRulesHash": hash}}},
+	}
+	obj := &ctrlmeshv1alpha1.ShardRoute{ObjectMeta: metav1.ObjectMeta{Namespace: opsNamespace, Name: "demo-op"}}
+	err := c.Status().Patch(ctx, obj, client.RawPatch("application/apply-patch+yaml", mustJSON(t, patch)),
+		client.FieldOwner(proxy.FieldManager(pod)), client.ForceOwnership)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// workHealth checks the Work's manifest status: the health, and the route's
+// status reflected with pod in it.
+func (f *testFleet) workHealth(ctx context.Context, health workv1alpha1.ResourceHealth, pod string) error {
+	var w workv1alpha1.Work
+	if err := f.hub.Client.Get(ctx, client.ObjectKey{Namespace: f.execNS, Name: "demo-op"}, &w); err != nil {
+		return err
+	}
+	if !meta.IsStatusConditionTrue(w.Status.Conditions, workv1alpha1.WorkApplied) || len(w.Status.ManifestStatuses) != 1 {
+		return fmt.Errorf("work status %+v", w.Status)
+	}
+	ms := w.Status.ManifestStatuses[0]
+	if ms.Health != health || ms.Status == nil {
+		return fmt.Errorf("health %q, want %q", ms.Health, health)
+	}
+	var status ctrlmeshv1alpha1.ShardRouteStatus
+	if err := json.Unmarshal(ms.Status.Raw, &status); err != nil {
+		return err
+	}
+	if !slices.ContainsFunc(status.Pods, func(p ctrlmeshv1alpha1.PodRouteStatus) bool { return p.Name == pod && p.Ready }) {
+		return fmt.Errorf("the reflected status lacks ready pod %s: %+v", pod, status.Pods)
+	}
+	return nil
+}
+
+func (f *testFleet) renewTime(ctx context.Context) time.Time {
+	var lease coordinationv1.Lease
+	err := f.hub.Client.Get(ctx, client.ObjectKey{Namespace: f.execNS, Name: join.LeaseName}, &lease)
+	if err != nil || lease.Spec.RenewTime == nil {
+		return time.Time{}
+	}
+	return lease.Spec.RenewTime.Time
+}
+
+func mustCreate(t *testing.T, ctx context.Context, c client.Client, obj client.Object) {
+	t.Helper()
+	if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// eventually retries check for up to 30 seconds.
+func eventually(t *testing.T, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

@@ -1,6 +1,7 @@
 package labeler
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,10 +29,30 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.unlabelled, m.labelsWritten} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("labeler: registering metrics: %w", err)
-		}
+	// The agent replaces its Labeler when the rules change; the new one keeps
+	// counting into the collectors the first one registered.
+	var err error
+	if m.unlabelled, err = register(reg, m.unlabelled); err != nil {
+		return nil, err
+	}
+	if m.labelsWritten, err = register(reg, m.labelsWritten); err != nil {
+		return nil, err
 	}
 	return m, nil
+}
+
+// register registers c on reg, or returns the equal collector registered
+// before.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	if err != nil {
+		return c, fmt.Errorf("labeler: registering metrics: %w", err)
+	}
+	return c, nil
 }

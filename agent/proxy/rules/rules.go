@@ -142,7 +142,7 @@ func Compile(route *ctrlmeshv1alpha1.ShardRoute, pod string, mode Mode, scopes S
 	if err != nil {
 		return nil, fmt.Errorf("spec.buckets: %w", err)
 	}
-	limits, err := compileLimits(spec.Limits, scopes)
+	limits, err := CompileLimits(spec.Limits, scopes)
 	if err != nil {
 		return nil, err
 	}
@@ -227,7 +227,10 @@ func ProbeResource(route *ctrlmeshv1alpha1.ShardRoute) (schema.GroupResource, bo
 	return schema.GroupResource{}, false
 }
 
-func compileLimits(in ctrlmeshv1alpha1.Limits, scopes Scopes) ([]Limit, error) {
+// CompileLimits checks the limits of a rules object: each names only namespaced
+// resources the API server serves (wildcards aside), has a valid selector and
+// shares no resource with another limit.
+func CompileLimits(in ctrlmeshv1alpha1.Limits, scopes Scopes) ([]Limit, error) {
 	if len(in) == 0 {
 		return nil, errors.New("rules have no limits: nothing would be sharded")
 	}

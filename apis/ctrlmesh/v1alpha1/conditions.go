@@ -19,7 +19,24 @@ const (
 	ConditionProxiesReady = "ProxiesReady"
 )
 
-// Reasons of the Degraded condition.
+// Reasons of the ShardRoute conditions.
+const (
+	// ReasonRulesValid: RulesApplied is True, the proxies can compile the rules.
+	ReasonRulesValid = "RulesValid"
+	// ReasonInvalidRules: RulesApplied is False, the proxies refuse the rules;
+	// the message is the error.
+	ReasonInvalidRules = "InvalidRules"
+	// ReasonProxiesApplied: ProxiesReady is True, every candidate pod's proxy
+	// reports spec.rulesHash.
+	ReasonProxiesApplied = "ProxiesApplied"
+	// ReasonProxiesPending: ProxiesReady is False, some candidate pods'
+	// proxies do not report spec.rulesHash (yet); the message names them.
+	ReasonProxiesPending = "ProxiesPending"
+)
+
+// Reasons of the Degraded condition of ShardingConfig. ReasonNoCandidatePods
+// is also the reason of a ShardRoute's ProxiesReady False when no pod
+// matches its selector.
 const (
 	ReasonNoCandidatePods    = "NoCandidatePods"
 	ReasonClusterUnavailable = "ClusterUnavailable"

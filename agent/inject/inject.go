@@ -1,0 +1,312 @@
+// Package inject is the agent's proxy injection: a mutating admission webhook
+// that adds the ctrlmesh proxy, as a native sidecar, to every pod labelled
+// ctrlmesh.io/enable-proxy=true that a ShardRoute of its namespace selects,
+// and points the pod's containers at it through a kubeconfig the proxy
+// writes. Pods that ask for the proxy but cannot get it are admitted
+// unchanged but for an annotation saying why, and EventReconciler turns that
+// annotation into a Warning Event.
+package inject
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+)
+
+// Annotations the webhook writes on every pod that asks for the proxy.
+const (
+	// InjectionAnnotation is InjectionInjected or InjectionSkipped.
+	InjectionAnnotation = "ctrlmesh.io/proxy-injection"
+	// InjectionReasonAnnotation says, for people, what was injected for which
+	// ShardRoute, or why nothing was.
+	InjectionReasonAnnotation = "ctrlmesh.io/proxy-injection-reason"
+
+	InjectionInjected = "injected"
+	InjectionSkipped  = "skipped"
+)
+
+// The injected container and what it shares with the pod.
+const (
+	// ContainerName names the proxy container. A pod with a container of
+	// this name already has its proxy and is left alone.
+	ContainerName = "ctrlmesh-proxy"
+	// KubeconfigVolume is the emptyDir through which the proxy hands the
+	// operator containers their kubeconfig.
+	KubeconfigVolume = "ctrlmesh-proxy-kubeconfig"
+	// KubeconfigDir is where KubeconfigVolume is mounted in every container.
+	KubeconfigDir = "/var/run/ctrlmesh"
+	// KubeconfigPath is the kubeconfig the proxy writes, pointing at
+	// ListenPort; $KUBECONFIG of the operator containers names it.
+	KubeconfigPath = KubeconfigDir + "/kubeconfig"
+	// ListenPort serves the operator's API requests, on loopback only: the
+	// containers of a pod share its network namespace.
+	ListenPort = 15080
+	// HealthPort serves the proxy's /healthz, /readyz and /metrics.
+	HealthPort = 15081
+	// WebhookRouterPort is where the proxy's webhook router listens when the
+	// ShardRoute has spec.webhook: point the operator's webhook Service's
+	// targetPort here. The operator keeps serving on spec.webhook.port,
+	// which must therefore differ.
+	WebhookRouterPort = 15443
+)
+
+// Defaults of Options.
+var (
+	DefaultCPURequest    = resource.MustParse("50m")
+	DefaultMemoryRequest = resource.MustParse("64Mi")
+	// DefaultMemoryLimit leaves headroom over the request for bursts, such
+	// as every informer relisting at once after a rules change.
+	DefaultMemoryLimit = resource.MustParse("256Mi")
+)
+
+// Startup allowance of the proxy: the operator containers start only once
+// it has loaded its rules, which needs the ShardRoute and a discovery of the
+// API server; 5 minutes covers an API server under load.
+const (
+	startupProbePeriodSeconds    = 2
+	startupProbeFailureThreshold = 150
+)
+
+// Options of the injected proxy.
+type Options struct {
+	// Image of the proxy, such as "ghcr.io/ctrlmesh/ctrlmesh-proxy:v0.1.0".
+	Image string
+	// CPURequest, MemoryRequest and MemoryLimit of the proxy container; zero
+	// values take DefaultCPURequest, DefaultMemoryRequest and
+	// DefaultMemoryLimit. No CPU limit: throttling the proxy would slow
+	// every API request of the operator.
+	CPURequest, MemoryRequest, MemoryLimit resource.Quantity
+}
+
+// withDefaults fills the zero resources in and checks the result.
+func (o Options) withDefaults() (Options, error) {
+	if o.Image == "" {
+		return o, errors.New("inject: the proxy image is required")
+	}
+	for _, q := range []struct {
+		value *resource.Quantity
+		def   resource.Quantity
+	}{{&o.CPURequest, DefaultCPURequest}, {&o.MemoryRequest, DefaultMemoryRequest}, {&o.MemoryLimit, DefaultMemoryLimit}} {
+		if q.value.IsZero() {
+			*q.value = q.def
+		}
+	}
+	if o.MemoryLimit.Cmp(o.MemoryRequest) < 0 {
+		return o, fmt.Errorf("inject: the proxy's memory limit %s is below its request %s", o.MemoryLimit.String(), o.MemoryRequest.String())
+	}
+	return o, nil
+}
+
+// mutate injects the proxy into pod, created in namespace, for the one of
+// routes that selects it, and annotates the outcome. It leaves alone pods
+// that do not ask for the proxy or already have one. opts has its defaults.
+func mutate(pod *corev1.Pod, namespace string, routes []ctrlmeshv1alpha1.ShardRoute, opts Options) {
+	if pod.Labels[ctrlmeshv1alpha1.EnableProxyLabel] != "true" || hasProxy(pod) {
+		return
+	}
+	route, reason := selectRoute(pod, namespace, routes)
+	if route == nil {
+		annotate(pod, InjectionSkipped, reason)
+		return
+	}
+	if reason := conflict(pod); reason != "" {
+		annotate(pod, InjectionSkipped, reason)
+		return
+	}
+	certMount, noRouter := webhookCertMount(pod, route)
+	// The proxy needs the pod's service-account token, which is not mounted
+	// here: kube-apiserver runs its ServiceAccount admission plugin again
+	// after a webhook changed the pod, and that mounts the token into every
+	// container lacking it, the proxy included.
+	proxy := proxyContainer(route.Name, certMount, opts)
+	// Appended after the pod's own init containers, which may prepare what
+	// the proxy reads (such as the webhook certificate), and before the
+	// operator containers, which start once the proxy's startup probe passes.
+	pod.Spec.InitContainers = append(pod.Spec.InitContainers, proxy)
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{
+		Name:         KubeconfigVolume,
+		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("1Mi"))}},
+	})
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: KubeconfigVolume, MountPath: KubeconfigDir, ReadOnly: true})
+		// client-go and controller-runtime read $KUBECONFIG before the
+		// in-cluster configuration, so the operator talks to the proxy.
+		c.Env = append(c.Env, corev1.EnvVar{Name: "KUBECONFIG", Value: KubeconfigPath})
+	}
+	message := fmt.Sprintf("proxy for ShardRoute %q", route.Name)
+	if noRouter != "" {
+		message += "; " + noRouter
+	}
+	annotate(pod, InjectionInjected, message)
+}
+
+// hasProxy reports whether the pod already runs a container named
+// ContainerName: injected before (a spec copied from an injected pod) or
+// added by hand.
+func hasProxy(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers), func(c corev1.Container) bool {
+		return c.Name == ContainerName
+	})
+}
+
+// selectRoute returns the one route that selects the pod, or why there is
+// none to inject for.
+func selectRoute(pod *corev1.Pod, namespace string, routes []ctrlmeshv1alpha1.ShardRoute) (*ctrlmeshv1alpha1.ShardRoute, string) {
+	var selecting []*ctrlmeshv1alpha1.ShardRoute
+	var names []string
+	for i := range routes {
+		sel, err := metav1.LabelSelectorAsSelector(&routes[i].Spec.Selector)
+		// A selector the API server let through but that does not parse
+		// selects nothing.
+		if err != nil || !sel.Matches(labels.Set(pod.Labels)) {
+			continue
+		}
+		selecting = append(selecting, &routes[i])
+		names = append(names, routes[i].Name)
+	}
+	switch len(selecting) {
+	case 0:
+		return nil, fmt.Sprintf("no ShardRoute in namespace %q selects the pod's labels: the operator runs without a proxy and sees every object; check the ShardingConfig's selector, or recreate the pod once its ShardRoute has arrived", namespace)
+	case 1:
+		return selecting[0], ""
+	default:
+		slices.Sort(names) // the cache lists in no particular order
+		return nil, fmt.Sprintf("ShardRoutes %s all select the pod, and a proxy enforces one: narrow their ShardingConfigs' selectors so that one selects it", strings.Join(names, ", "))
+	}
+}
+
+// conflict returns why the pod's own settings rule the injection out, or "".
+func conflict(pod *corev1.Pod) string {
+	if pod.Spec.HostNetwork {
+		return "the pod uses the node's network, where the proxy's fixed ports would clash with other pods' proxies"
+	}
+	proxyPorts := []int32{ListenPort, HealthPort, WebhookRouterPort}
+	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
+		for _, p := range c.Ports {
+			if slices.Contains(proxyPorts, p.ContainerPort) {
+				return fmt.Sprintf("container %q declares port %d, which the proxy listens on", c.Name, p.ContainerPort)
+			}
+		}
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == KubeconfigVolume {
+			return fmt.Sprintf("the pod already has a volume named %q, which the proxy needs", KubeconfigVolume)
+		}
+	}
+	for _, c := range pod.Spec.Containers {
+		for _, e := range c.Env {
+			// Overriding it would point the container at another cluster
+			// than the one its author chose.
+			if e.Name == "KUBECONFIG" {
+				return fmt.Sprintf("container %q sets KUBECONFIG itself, and the proxy works by setting it", c.Name)
+			}
+		}
+	}
+	return ""
+}
+
+// webhookCertMount returns the mount, made read-only, of the operator's
+// webhook certificate for the proxy's webhook router, or nil and why there
+// is no router ("" when the route has no webhook).
+func webhookCertMount(pod *corev1.Pod, route *ctrlmeshv1alpha1.ShardRoute) (*corev1.VolumeMount, string) {
+	wh := route.Spec.Webhook
+	if wh == nil {
+		return nil, ""
+	}
+	if wh.Port == WebhookRouterPort {
+		return nil, fmt.Sprintf("without the webhook router: the operator's webhook port %d is the router's own", wh.Port)
+	}
+	certDir := path.Clean(wh.CertDir)
+	for _, c := range pod.Spec.Containers {
+		for _, m := range c.VolumeMounts {
+			if path.Clean(m.MountPath) == certDir {
+				mount := m
+				mount.ReadOnly = true
+				// Propagation needs a privileged container; the proxy only reads.
+				mount.MountPropagation = nil
+				return &mount, ""
+			}
+		}
+	}
+	return nil, fmt.Sprintf("without the webhook router: no container mounts a volume at the ShardRoute's webhook.certDir %s", wh.CertDir)
+}
+
+// proxyContainer is the proxy as a native sidecar (an init container that
+// keeps running) for the ShardRoute named rules, with the webhook router
+// when certMount is set.
+func proxyContainer(rules string, certMount *corev1.VolumeMount, opts Options) corev1.Container {
+	health := func(path string) corev1.ProbeHandler {
+		return corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(HealthPort)}}
+	}
+	fieldEnv := func(name, field string) corev1.EnvVar {
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: field}}}
+	}
+	c := corev1.Container{
+		Name:  ContainerName,
+		Image: opts.Image,
+		// No --upstream-kubeconfig: the proxy reaches the API server with
+		// the pod's own service account, in-cluster, so it never has rights
+		// the operator lacks.
+		Args: []string{
+			"--rules-name=" + rules,
+			"--operator-kubeconfig=" + KubeconfigPath,
+			fmt.Sprintf("--listen-address=127.0.0.1:%d", ListenPort),
+			fmt.Sprintf("--health-address=:%d", HealthPort),
+		},
+		Env: []corev1.EnvVar{
+			fieldEnv("POD_NAME", "metadata.name"),
+			fieldEnv("POD_NAMESPACE", "metadata.namespace"),
+			fieldEnv("POD_IP", "status.podIP"),
+		},
+		Ports: []corev1.ContainerPort{{Name: "proxy-health", ContainerPort: HealthPort, Protocol: corev1.ProtocolTCP}},
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: opts.CPURequest, corev1.ResourceMemory: opts.MemoryRequest},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: opts.MemoryLimit},
+		},
+		VolumeMounts: []corev1.VolumeMount{{Name: KubeconfigVolume, MountPath: KubeconfigDir}},
+		// Ready means the rules are loaded and the kubeconfig written, so
+		// the operator containers, started after this probe passes, never
+		// run a moment unsharded.
+		StartupProbe:   &corev1.Probe{ProbeHandler: health("/readyz"), PeriodSeconds: startupProbePeriodSeconds, FailureThreshold: startupProbeFailureThreshold},
+		ReadinessProbe: &corev1.Probe{ProbeHandler: health("/readyz"), PeriodSeconds: 5, FailureThreshold: 3},
+		LivenessProbe:  &corev1.Probe{ProbeHandler: health("/healthz"), PeriodSeconds: 10, FailureThreshold: 3},
+		RestartPolicy:  ptr.To(corev1.ContainerRestartPolicyAlways),
+		SecurityContext: &corev1.SecurityContext{
+			RunAsNonRoot:             ptr.To(true),
+			Privileged:               ptr.To(false),
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+	}
+	if certMount != nil {
+		c.Args = append(c.Args,
+			fmt.Sprintf("--webhook-listen-address=:%d", WebhookRouterPort),
+			"--webhook-cert-dir="+certMount.MountPath)
+		c.Ports = append(c.Ports, corev1.ContainerPort{Name: "proxy-webhook", ContainerPort: WebhookRouterPort, Protocol: corev1.ProtocolTCP})
+		c.VolumeMounts = append(c.VolumeMounts, *certMount)
+	}
+	return c
+}
+
+// annotate records the outcome of the injection on the pod.
+func annotate(pod *corev1.Pod, outcome, reason string) {
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[InjectionAnnotation] = outcome
+	pod.Annotations[InjectionReasonAnnotation] = reason
+}

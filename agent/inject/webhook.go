@@ -1,0 +1,150 @@
+package inject
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/go-logr/logr"
+	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kjson "k8s.io/apimachinery/pkg/util/json"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+)
+
+// maxReviewBytes bounds an AdmissionReview body; kube-apiserver's own limit
+// on objects is 3 MiB, and a review may hold the object twice.
+const maxReviewBytes = 7 << 20
+
+// podPatch returns the JSON patch that injects the proxy into the pod in
+// podJSON, created in namespace, given the namespace's routes.
+//
+// The patch is the difference between the pod decoded into this module's
+// Pod type and that Pod mutated, both encoded again. Diffing against
+// podJSON itself would remove every field a newer API server sends that
+// the Pod type does not know; diffing two encodings of the same type only
+// ever touches what mutate changed, at paths that exist in podJSON too.
+func podPatch(podJSON []byte, namespace string, routes []ctrlmeshv1alpha1.ShardRoute, opts Options) ([]jsonpatch.Operation, error) {
+	var pod corev1.Pod
+	// Case-sensitive, as the API server decodes: a key spelled otherwise
+	// would be a path the patch cannot reach.
+	if err := kjson.Unmarshal(podJSON, &pod); err != nil {
+		return nil, fmt.Errorf("inject: decoding the pod: %w", err)
+	}
+	before, err := json.Marshal(&pod)
+	if err != nil {
+		return nil, fmt.Errorf("inject: encoding the pod: %w", err)
+	}
+	mutate(&pod, namespace, routes, opts)
+	after, err := json.Marshal(&pod)
+	if err != nil {
+		return nil, fmt.Errorf("inject: encoding the injected pod: %w", err)
+	}
+	ops, err := jsonpatch.CreatePatch(before, after)
+	if err != nil {
+		return nil, fmt.Errorf("inject: diffing the pod: %w", err)
+	}
+	return ops, nil
+}
+
+// Handler is the mutating admission webhook: it answers admission.k8s.io/v1
+// AdmissionReviews of pod creations with a JSON patch injecting the proxy.
+// Pods it cannot give a proxy are allowed with the skipped annotation; it
+// denies only when it cannot decide (the ShardRoutes cannot be read, the
+// pod cannot be decoded), so that failurePolicy Fail holds for those too.
+type Handler struct {
+	routes client.Reader
+	opts   Options
+	log    logr.Logger
+}
+
+// NewHandler returns the webhook handler. routes reads ShardRoutes, usually
+// from the agent's cache.
+func NewHandler(routes client.Reader, opts Options, log logr.Logger) (*Handler, error) {
+	if routes == nil {
+		return nil, fmt.Errorf("inject: a reader of ShardRoutes is required")
+	}
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Handler{routes: routes, opts: opts, log: log}, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		http.Error(w, "POST an AdmissionReview", http.StatusMethodNotAllowed)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxReviewBytes+1))
+	if err != nil {
+		http.Error(w, "reading the body failed", http.StatusBadRequest)
+		return
+	}
+	if len(body) > maxReviewBytes {
+		http.Error(w, "AdmissionReview too large", http.StatusRequestEntityTooLarge)
+		return
+	}
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &review); err != nil {
+		http.Error(w, "decoding the AdmissionReview failed: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	gvk := admissionv1.SchemeGroupVersion.WithKind("AdmissionReview")
+	if review.APIVersion != gvk.GroupVersion().String() || review.Kind != gvk.Kind || review.Request == nil {
+		http.Error(w, "want an admission.k8s.io/v1 AdmissionReview with a request", http.StatusBadRequest)
+		return
+	}
+	resp := h.review(r.Context(), review.Request)
+	out, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind},
+		Response: resp,
+	})
+	if err != nil {
+		http.Error(w, "encoding the response failed", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(out)
+}
+
+// review answers one request.
+func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
+	if req.Operation != admissionv1.Create || req.Resource.Group != "" || req.Resource.Resource != "pods" || req.SubResource != "" {
+		return resp
+	}
+	deny := func(code int32, err error) *admissionv1.AdmissionResponse {
+		h.log.Error(err, "Refusing a pod: cannot decide on its proxy", "namespace", req.Namespace, "name", req.Name)
+		resp.Allowed = false
+		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: code, Message: err.Error()}
+		return resp
+	}
+	var routes ctrlmeshv1alpha1.ShardRouteList
+	if err := h.routes.List(ctx, &routes, client.InNamespace(req.Namespace)); err != nil {
+		return deny(http.StatusInternalServerError, fmt.Errorf("ctrlmesh proxy injection: listing the ShardRoutes of namespace %s: %w", req.Namespace, err))
+	}
+	ops, err := podPatch(req.Object.Raw, req.Namespace, routes.Items, h.opts)
+	if err != nil {
+		return deny(http.StatusBadRequest, fmt.Errorf("ctrlmesh proxy injection: %w", err))
+	}
+	h.log.V(1).Info("Pod admitted", "namespace", req.Namespace, "name", req.Name, "patchOperations", len(ops))
+	if len(ops) == 0 {
+		return resp
+	}
+	patch, err := json.Marshal(ops)
+	if err != nil {
+		return deny(http.StatusInternalServerError, fmt.Errorf("ctrlmesh proxy injection: encoding the patch: %w", err))
+	}
+	resp.Patch = patch
+	resp.PatchType = ptr.To(admissionv1.PatchTypeJSONPatch)
+	return resp
+}

@@ -1,0 +1,106 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/discovery"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ctrlmesh/ctrlmesh/agent/join"
+)
+
+// acceptPollInterval is how often the agent asks whether the hub accepted
+// its cluster, until it has. Its hub RBAC lets it get its ManagedCluster but
+// not watch it, so it asks.
+const acceptPollInterval = 5 * time.Second
+
+// membership joins the cluster to the hub, renews the heartbeat and, once the
+// hub has accepted the cluster, calls onAccepted: before that the cluster
+// gets no rules. It runs on the elected agent only, so that one replica
+// speaks for the cluster.
+type membership struct {
+	hub        client.Client
+	member     discovery.ServerVersionInterface
+	heartbeat  *join.Heartbeat
+	onAccepted func(ctx context.Context) error
+	log        logr.Logger
+}
+
+// NeedLeaderElection is true: one agent replica speaks for the cluster.
+func (m *membership) NeedLeaderElection() bool { return true }
+
+// Start joins, retrying with backoff while the hub cannot be reached or
+// refuses, then renews the heartbeat until ctx ends.
+func (m *membership) Start(ctx context.Context) error {
+	cluster := m.heartbeat.ClusterName
+	backoff := time.Second
+	for {
+		err := join.Join(ctx, m.hub, join.JoinOptions{ClusterName: cluster, Member: m.member})
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		m.log.Error(err, "Joining the hub failed; retrying", "cluster", cluster, "in", backoff)
+		if !sleep(ctx, backoff) {
+			return nil
+		}
+		backoff = min(2*backoff, time.Minute)
+	}
+	m.log.Info("Joined the hub", "cluster", cluster)
+	heartbeatDone := make(chan error, 1)
+	go func() { heartbeatDone <- m.heartbeat.Run(ctx) }()
+
+	if err := m.awaitAcceptance(ctx); err != nil {
+		return err
+	}
+	if ctx.Err() == nil {
+		m.log.Info("The hub accepted the cluster; taking rules from it", "cluster", cluster)
+		if err := m.onAccepted(ctx); err != nil {
+			return fmt.Errorf("starting to take rules from the hub: %w", err)
+		}
+	}
+	if err := <-heartbeatDone; err != nil {
+		return fmt.Errorf("agent heartbeat: %w", err)
+	}
+	return nil
+}
+
+// awaitAcceptance returns once the hub accepted the cluster or ctx ended.
+func (m *membership) awaitAcceptance(ctx context.Context) error {
+	cluster := m.heartbeat.ClusterName
+	waiting := false
+	for {
+		accepted, err := join.IsAccepted(ctx, m.hub, cluster)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			m.log.Error(err, "Asking the hub whether it accepted the cluster failed; retrying", "cluster", cluster)
+		case accepted:
+			return nil
+		case !waiting:
+			m.log.Info("Waiting for the hub to accept the cluster (ManagedCluster spec.hubAcceptsClient); no rules until then", "cluster", cluster)
+			waiting = true
+		}
+		if !sleep(ctx, acceptPollInterval) {
+			return nil
+		}
+	}
+}
+
+// sleep waits d or until ctx ends; it reports whether ctx is still alive.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,134 @@
+package agent
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/ctrlmesh/ctrlmesh/agent/inject"
+	"github.com/ctrlmesh/ctrlmesh/agent/routestatus"
+	"github.com/ctrlmesh/ctrlmesh/agent/workapply"
+)
+
+// Names of the agent's member RBAC.
+const (
+	// ServiceAccount is the agent's ServiceAccount in its namespace.
+	ServiceAccount = "ctrlmesh-agent"
+	// MemberClusterRole is the agent's ClusterRole in the member cluster.
+	MemberClusterRole = "ctrlmesh-agent"
+	// LeaderElectionRole lets the agent's replicas elect their leader in the
+	// agent's namespace.
+	LeaderElectionRole = "ctrlmesh-agent-leader-election"
+)
+
+// MemberRBACRules are the agent's rights in its member cluster, cluster-wide:
+// those of the status controller, the injection webhook and the Work applier,
+// plus
+//   - the labeller's: list, watch and patch objects of every resource, since
+//     the ShardRoutes, not this role, say which resources are sharded (an
+//     admin who knows them may narrow "*" to them), and list namespaces;
+//   - the webhook configurations the elected agent writes for labelling (from
+//     the rules) and injection. RBAC cannot restrict create to names.
+func MemberRBACRules() []rbacv1.PolicyRule {
+	var out []rbacv1.PolicyRule
+	out = append(out, routestatus.MemberRBACRules()...)
+	out = append(out, inject.MemberRBACRules()...)
+	out = append(out, workapply.MemberRBACRules()...)
+	out = append(out,
+		rbacv1.PolicyRule{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"list", "watch", "patch"}},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
+		rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: []string{"create"}},
+		rbacv1.PolicyRule{
+			APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"},
+			ResourceNames: []string{LabelWebhookConfigurationName, InjectWebhookConfigurationName},
+			Verbs:         []string{"get", "update", "delete"},
+		},
+	)
+	return mergeRules(out)
+}
+
+// mergeRules merges the rules that name the same groups, resources and
+// resource names, uniting their verbs, so the rendered role lists each
+// resource once.
+func mergeRules(in []rbacv1.PolicyRule) []rbacv1.PolicyRule {
+	var out []rbacv1.PolicyRule
+	for _, r := range in {
+		i := slices.IndexFunc(out, func(o rbacv1.PolicyRule) bool {
+			return slices.Equal(o.APIGroups, r.APIGroups) && slices.Equal(o.Resources, r.Resources) && slices.Equal(o.ResourceNames, r.ResourceNames)
+		})
+		if i < 0 {
+			out = append(out, *r.DeepCopy())
+			continue
+		}
+		for _, v := range r.Verbs {
+			if !slices.Contains(out[i].Verbs, v) {
+				out[i].Verbs = append(out[i].Verbs, v)
+			}
+		}
+	}
+	return out
+}
+
+// MemberRBAC is the agent's RBAC in its member cluster, for the agent's
+// ServiceAccount in namespace: the ClusterRole MemberClusterRole and its
+// binding, and the Role and RoleBinding LeaderElectionRole in namespace.
+func MemberRBAC(namespace string) []client.Object {
+	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: ServiceAccount}}
+	labels := map[string]string{"app.kubernetes.io/part-of": "ctrlmesh"}
+	typeMeta := func(kind string) metav1.TypeMeta {
+		return metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: kind}
+	}
+	return []client.Object{
+		&rbacv1.ClusterRole{
+			TypeMeta: typeMeta("ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: MemberClusterRole, Labels: labels},
+			Rules: MemberRBACRules(),
+		},
+		&rbacv1.ClusterRoleBinding{
+			TypeMeta: typeMeta("ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: MemberClusterRole, Labels: labels},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: MemberClusterRole},
+			Subjects: subjects,
+		},
+		&rbacv1.Role{
+			TypeMeta: typeMeta("Role"), ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: LeaderElectionRole, Labels: labels},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, Verbs: []string{"create"}},
+				{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, ResourceNames: []string{LeaderElectionID}, Verbs: []string{"get", "update"}},
+				{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+			},
+		},
+		&rbacv1.RoleBinding{
+			TypeMeta: typeMeta("RoleBinding"), ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: LeaderElectionRole, Labels: labels},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: LeaderElectionRole},
+			Subjects: subjects,
+		},
+	}
+}
+
+// memberRBACHeader heads the rendering; %[1]s is the namespace.
+const memberRBACHeader = `# The member-cluster RBAC of the ctrlmesh agent, for its ServiceAccount
+# %[1]s/ctrlmesh-agent. Generated from agent.MemberRBAC("%[1]s") by
+#   go test ./agent -run TestMemberRBACFile -update
+# (a test fails when this file and the function differ); do not edit.
+# Its hub credentials are in agent-hub.yaml.
+`
+
+// RenderMemberRBAC renders MemberRBAC(namespace) as multi-document YAML.
+func RenderMemberRBAC(namespace string) ([]byte, error) {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, memberRBACHeader, namespace)
+	for _, obj := range MemberRBAC(namespace) {
+		data, err := yaml.Marshal(obj)
+		if err != nil {
+			return nil, fmt.Errorf("agent: rendering %T %s: %w", obj, obj.GetName(), err)
+		}
+		b.WriteString("---\n")
+		b.Write(data)
+	}
+	return b.Bytes(), nil
+}

@@ -1,0 +1,198 @@
+// Package routestatus is the agent's ShardRoute status controller: for every
+// ShardRoute in the member cluster it reports the candidate pods, the leader
+// of every shard and whether the rules are valid and applied by every proxy.
+//
+// The status has two kinds of writers. The agent writes everything by a
+// plain Update of the status subresource, carrying the resourceVersion it
+// read; each pod's proxy writes only its own
+// status.pods[name=<pod>].appliedRulesHash by server-side apply, as field
+// manager proxy.FieldManager(pod). They coexist because:
+//
+//   - the agent copies every appliedRulesHash from the status it read, and
+//     the resourceVersion makes the server refuse the Update (409) when a
+//     report landed since; so the agent never changes a reported hash and
+//     never becomes a manager of that field, and a proxy's later apply finds
+//     no conflict (it would not need its ForceOwnership);
+//   - an Update is not an apply: it may remove whole entries that other
+//     managers own fields in, and the server then drops those fields from
+//     their managers (the manager entry of a gone pod's proxy disappears).
+//     A server-side apply by the agent could not do this: leaving an entry
+//     out of an apply only gives up the applier's own fields, so an entry a
+//     proxy wrote would outlive its pod.
+//
+// A refused Update is not retried at once: the write that made the cached
+// route stale is on its way as a watch event, and reconciles the route again.
+package routestatus
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+
+	"github.com/ctrlmesh/ctrlmesh/agent/proxy/rules"
+	v1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+)
+
+// ControllerName names the controller, its logger and the source of its Events.
+const ControllerName = "shardroute-status"
+
+// Reconciler keeps the status of ShardRoutes current. Build it with its
+// options and call SetupWithManager on the member cluster's manager, whose
+// cache should be configured with CacheByObject.
+type Reconciler struct {
+	// Mode is the selector mode the proxies run in. In label mode rules are
+	// also refused when a label selector cannot state a shard's ownership;
+	// empty checks as range mode, which refuses only what both modes refuse.
+	Mode rules.Mode
+
+	client   client.Client
+	recorder record.EventRecorder
+	scopes   rules.Scopes
+}
+
+// SetupWithManager registers the controller with mgr. It runs only on the
+// elected leader when mgr has leader election on.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.client = mgr.GetClient()
+	r.recorder = mgr.GetEventRecorderFor(ControllerName)
+	// The proxies build the same scope lookup over discovery (agent/proxy/run.go).
+	r.scopes = rules.NewMapperScopes(mgr.GetRESTMapper())
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&v1alpha1.ShardRoute{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.routesSelecting), builder.WithPredicates(podChanged)).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.routesLockedBy), builder.WithPredicates(leaseChanged)).
+		Complete(r)
+}
+
+// Reconcile writes the status of one ShardRoute when it differs from what
+// the cache shows, and asks to come back when a shard's lease expires.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	var route v1alpha1.ShardRoute
+	if err := r.client.Get(ctx, req.NamespacedName, &route); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	var pods corev1.PodList
+	if err := r.client.List(ctx, &pods, client.InNamespace(route.Namespace)); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing the pods in %s: %w", route.Namespace, err)
+	}
+	leases, err := r.shardLeases(ctx, &route)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	status := route.Status.DeepCopy()
+	status.ObservedGeneration = route.Generation
+	status.ObservedRoutingGeneration = route.Spec.RoutingGeneration
+	candidates, others := podStatuses(&route, pods.Items)
+	status.Pods = mergeByName(candidates, others)
+	var nextExpiry time.Time
+	status.Leaders, nextExpiry = leaders(&route, leases, candidates, time.Now())
+	refusal := r.recheckRules(&route)
+	if refusal != nil {
+		meta.SetStatusCondition(&status.Conditions, *refusal)
+	}
+	meta.SetStatusCondition(&status.Conditions, proxiesReady(&route, candidates))
+
+	result := ctrl.Result{}
+	if !nextExpiry.IsZero() {
+		// Come back once, just after the lease runs out unless renewed.
+		result.RequeueAfter = time.Until(nextExpiry) + time.Millisecond
+	}
+	if equality.Semantic.DeepEqual(status, &route.Status) {
+		return result, nil
+	}
+	updated := route.DeepCopy()
+	updated.Status = *status
+	if err := r.client.Status().Update(ctx, updated); err != nil {
+		if apierrors.IsConflict(err) {
+			log.V(1).Info("status changed since read; waiting for the newer route")
+			return result, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("updating the status of ShardRoute %s: %w", req.NamespacedName, err)
+	}
+	log.V(1).Info("status written", "resourceVersion", updated.ResourceVersion)
+	if refusal != nil && refusal.Status == metav1.ConditionFalse {
+		// Once per refused generation: the status now records the refusal.
+		r.recorder.Eventf(&route, corev1.EventTypeWarning, v1alpha1.ReasonInvalidRules,
+			"rules %s (routing generation %d) refused: %s", route.Spec.RulesHash, route.Spec.RoutingGeneration, refusal.Message)
+	}
+	return result, nil
+}
+
+// recheckRules returns the RulesApplied condition for a generation of the
+// route the status does not describe yet, and nil when it does. Like the
+// proxies, which offer each generation once, the agent checks each
+// generation once: a resource that the API server learns later does not
+// turn refused rules into good ones.
+func (r *Reconciler) recheckRules(route *v1alpha1.ShardRoute) *metav1.Condition {
+	if cond := meta.FindStatusCondition(route.Status.Conditions, v1alpha1.ConditionRulesApplied); cond != nil &&
+		cond.ObservedGeneration == route.Generation && route.Status.ObservedGeneration == route.Generation {
+		return nil
+	}
+	cond := metav1.Condition{
+		Type: v1alpha1.ConditionRulesApplied, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonRulesValid,
+		Message: "the proxies can enforce the rules", ObservedGeneration: route.Generation,
+	}
+	if err := checkRules(route, r.Mode, r.scopes); err != nil {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, v1alpha1.ReasonInvalidRules, err.Error()
+	}
+	return &cond
+}
+
+// checkRules refuses what a proxy would refuse. A proxy compiles the rules
+// for its own pod: with a pod the shards do not list, Compile checks what
+// all pods share; each listed pod adds the checks of its own shard.
+func checkRules(route *v1alpha1.ShardRoute, mode rules.Mode, scopes rules.Scopes) error {
+	if _, err := metav1.LabelSelectorAsSelector(&route.Spec.Selector); err != nil {
+		return fmt.Errorf("spec.selector: %w", err)
+	}
+	if _, err := metav1.LabelSelectorAsSelector(route.Spec.CanarySelector); err != nil {
+		return fmt.Errorf("spec.canarySelector: %w", err)
+	}
+	if _, err := rules.Compile(route, "", mode, scopes); err != nil {
+		return err
+	}
+	for _, shard := range route.Spec.Shards {
+		for _, pod := range shard.Pods {
+			if _, err := rules.Compile(route, pod.Name, mode, scopes); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// shardLeases returns the renamed leader-election Lease of every shard that
+// has one, by shard ID.
+func (r *Reconciler) shardLeases(ctx context.Context, route *v1alpha1.ShardRoute) (map[string]*coordinationv1.Lease, error) {
+	if route.Spec.Controller == nil {
+		return nil, nil
+	}
+	leases := map[string]*coordinationv1.Lease{}
+	for _, shard := range route.Spec.Shards {
+		var lease coordinationv1.Lease
+		key := client.ObjectKey{Namespace: route.Namespace, Name: shardLockName(route, shard.ID)}
+		if err := r.client.Get(ctx, key, &lease); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return nil, fmt.Errorf("getting the lease %s: %w", key, err)
+		}
+		leases[shard.ID] = &lease
+	}
+	return leases, nil
+}

@@ -1,0 +1,157 @@
+package routestatus
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/ctrlmesh/ctrlmesh/agent/proxy"
+	v1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+)
+
+// maxNamedPods bounds the pods a ProxiesPending message names.
+const maxNamedPods = 5
+
+// podStatuses returns the entries of the candidate pods — the live pods the
+// route's selector matches — and the entries of other live pods whose proxy
+// reported a hash. The latter keep only that report: dropping it would only
+// make the proxy write it again, and again. Entries of gone pods are
+// dropped. Every reported hash is kept as the proxy wrote it. Both come in
+// the order of pod names; pods is sorted by name in place.
+func podStatuses(route *v1alpha1.ShardRoute, pods []corev1.Pod) (candidates, others []v1alpha1.PodRouteStatus) {
+	slices.SortFunc(pods, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	// Selectors that do not parse select nothing; RulesApplied reports why.
+	selector, err := metav1.LabelSelectorAsSelector(&route.Spec.Selector)
+	if err != nil {
+		selector = labels.Nothing()
+	}
+	canary, err := metav1.LabelSelectorAsSelector(route.Spec.CanarySelector)
+	if err != nil || route.Spec.CanarySelector == nil {
+		canary = labels.Nothing()
+	}
+	shardOf := map[string]string{}
+	for _, shard := range route.Spec.Shards {
+		for _, p := range shard.Pods {
+			shardOf[p.Name] = shard.ID
+		}
+	}
+	reported := map[string]string{}
+	for _, p := range route.Status.Pods {
+		reported[p.Name] = p.AppliedRulesHash
+	}
+	for i := range pods {
+		pod := &pods[i]
+		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if !selector.Matches(labels.Set(pod.Labels)) {
+			if hash := reported[pod.Name]; hash != "" {
+				others = append(others, v1alpha1.PodRouteStatus{Name: pod.Name, AppliedRulesHash: hash})
+			}
+			continue
+		}
+		candidates = append(candidates, v1alpha1.PodRouteStatus{
+			Name:             pod.Name,
+			Address:          pod.Status.PodIP,
+			Ready:            isReady(pod),
+			Canary:           canary.Matches(labels.Set(pod.Labels)),
+			Shard:            shardOf[pod.Name],
+			AppliedRulesHash: reported[pod.Name],
+		})
+	}
+	return candidates, others
+}
+
+func mergeByName(a, b []v1alpha1.PodRouteStatus) []v1alpha1.PodRouteStatus {
+	merged := slices.Concat(a, b)
+	slices.SortFunc(merged, func(x, y v1alpha1.PodRouteStatus) int { return strings.Compare(x.Name, y.Name) })
+	return merged
+}
+
+func isReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func shardLockName(route *v1alpha1.ShardRoute, shard string) string {
+	return proxy.ShardLockName(route.Spec.Controller.LeaderElectionName, shard)
+}
+
+// leaders returns the holder of every shard's unexpired lease, in the order
+// of spec.shards, and the earliest time one of those leases expires unless
+// renewed (zero when none will).
+func leaders(route *v1alpha1.ShardRoute, leases map[string]*coordinationv1.Lease, candidates []v1alpha1.PodRouteStatus, now time.Time) ([]v1alpha1.ShardLeader, time.Time) {
+	var out []v1alpha1.ShardLeader
+	var nextExpiry time.Time
+	for _, shard := range route.Spec.Shards {
+		lease := leases[shard.ID]
+		if lease == nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+			continue
+		}
+		if at, ok := expiry(lease); ok {
+			if !at.After(now) {
+				continue
+			}
+			if nextExpiry.IsZero() || at.Before(nextExpiry) {
+				nextExpiry = at
+			}
+		}
+		out = append(out, v1alpha1.ShardLeader{Shard: shard.ID, Pod: holderPod(*lease.Spec.HolderIdentity, candidates)})
+	}
+	return out, nextExpiry
+}
+
+// holderPod maps a lease holder identity to a candidate pod: the identity is
+// the pod's name, or controller-runtime's "<hostname>_<uuid>" with the pod's
+// name as hostname. Pod names cannot contain "_". Other identities are
+// reported as they are.
+func holderPod(identity string, candidates []v1alpha1.PodRouteStatus) string {
+	host, _, _ := strings.Cut(identity, "_")
+	if slices.ContainsFunc(candidates, func(p v1alpha1.PodRouteStatus) bool { return p.Name == host }) {
+		return host
+	}
+	return identity
+}
+
+// proxiesReady is the ProxiesReady condition: every candidate pod's proxy
+// reports spec.rulesHash.
+func proxiesReady(route *v1alpha1.ShardRoute, candidates []v1alpha1.PodRouteStatus) metav1.Condition {
+	cond := metav1.Condition{Type: v1alpha1.ConditionProxiesReady, ObservedGeneration: route.Generation}
+	if len(candidates) == 0 {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, v1alpha1.ReasonNoCandidatePods, "no pod matches spec.selector"
+		return cond
+	}
+	var lagging []string
+	for _, p := range candidates {
+		if p.AppliedRulesHash == route.Spec.RulesHash {
+			continue
+		}
+		reports := p.AppliedRulesHash
+		if reports == "" {
+			reports = "nothing"
+		}
+		lagging = append(lagging, fmt.Sprintf("%s (reports %s)", p.Name, reports))
+	}
+	if len(lagging) == 0 {
+		cond.Status, cond.Reason = metav1.ConditionTrue, v1alpha1.ReasonProxiesApplied
+		cond.Message = fmt.Sprintf("all %d candidate pods report rules %s", len(candidates), route.Spec.RulesHash)
+		return cond
+	}
+	named := strings.Join(lagging[:min(len(lagging), maxNamedPods)], ", ")
+	if more := len(lagging) - maxNamedPods; more > 0 {
+		named += fmt.Sprintf(" and %d more", more)
+	}
+	cond.Status, cond.Reason = metav1.ConditionFalse, v1alpha1.ReasonProxiesPending
+	cond.Message = fmt.Sprintf("%d of %d candidate pods do not report rules %s: %s", len(lagging), len(candidates), route.Spec.RulesHash, named)
+	return cond
+}

@@ -1,0 +1,181 @@
+package placement
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
+)
+
+// describeRules prints rules one shard a line, pending parts in brackets.
+func describeRules(r Rules) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "gen %d", r.Generation)
+	for _, s := range r.Shards {
+		fmt.Fprintf(&sb, "; %s %q", s.ID, s.Buckets)
+		if len(s.Namespaces) > 0 {
+			fmt.Fprintf(&sb, " %v", s.Namespaces)
+		}
+		if !s.PendingBuckets.IsEmpty() || len(s.PendingNamespaces) > 0 {
+			fmt.Fprintf(&sb, " pending %q %v", s.PendingBuckets, s.PendingNamespaces)
+		}
+	}
+	return sb.String()
+}
+
+func describeChanges(cs []Change) string {
+	var parts []string
+	for _, c := range cs {
+		part := fmt.Sprintf("%s %q", c.Shard, c.Buckets)
+		if len(c.Namespaces) > 0 {
+			part += fmt.Sprintf(" %v", c.Namespaces)
+		}
+		parts = append(parts, part)
+	}
+	return strings.Join(parts, "; ")
+}
+
+func mustHandover(t *testing.T, desired Placement, published Rules, acks []PodAck) Step {
+	t.Helper()
+	step, err := Handover(desired, published, acks)
+	if err != nil {
+		t.Fatalf("Handover: %v", err)
+	}
+	return step
+}
+
+// TestHandoverMovesInTwoSteps walks one move through its generations: the
+// first publication, a revoke, waiting for acknowledgements, the grant.
+func TestHandoverMovesInTwoSteps(t *testing.T) {
+	scheme := sharding.MustScheme(32)
+	p0, p1 := PodID{"a", "p0"}, PodID{"a", "p1"}
+	one := mustCompute(t, Input{Scheme: scheme, PodsPerShard: 1, Pods: makePods("a", "p0")})
+	two := mustCompute(t, Input{Scheme: scheme, PodsPerShard: 1, Pods: makePods("a", "p0", "p1"), Previous: one})
+
+	type call struct {
+		desired     Placement
+		acks        []PodAck
+		wantRules   string
+		wantChanged bool
+		revoked     string
+		granted     string
+		waitingFor  string
+	}
+	calls := []call{
+		{one, nil, `gen 1; 0 "0-31"`, true, "", `0 "0-31"`, "[]"},
+		{one, nil, `gen 1; 0 "0-31"`, false, "", "", "[]"},
+		// p1 appears: 16-31 leave shard 0 before shard 1 gets them.
+		{two, []PodAck{{Pod: p0, Acked: 1}}, `gen 2; 0 "0-15"; 1 "" pending "16-31" []`, true, `0 "16-31"`, "", "[a/p0 a/p1]"},
+		// Idempotent: no new acknowledgement, nothing new.
+		{two, []PodAck{{Pod: p0, Acked: 1}}, `gen 2; 0 "0-15"; 1 "" pending "16-31" []`, false, "", "", "[a/p0 a/p1]"},
+		// p0 has let go, but p1 might still load generation 1: wait.
+		{two, []PodAck{{Pod: p0, Acked: 2}, {Pod: p1}}, `gen 2; 0 "0-15"; 1 "" pending "16-31" []`, false, "", "", "[a/p1]"},
+		{two, []PodAck{{Pod: p0, Acked: 2}, {Pod: p1, Acked: 2}}, `gen 3; 0 "0-15"; 1 "16-31"`, true, "", `1 "16-31"`, "[]"},
+		{two, []PodAck{{Pod: p0, Acked: 3}, {Pod: p1, Acked: 2}}, `gen 3; 0 "0-15"; 1 "16-31"`, false, "", "", "[]"},
+	}
+	var published Rules
+	for i, c := range calls {
+		step := mustHandover(t, c.desired, published, c.acks)
+		got := []string{describeRules(step.Rules), fmt.Sprint(step.Changed), describeChanges(step.Revoked), describeChanges(step.Granted), fmt.Sprint(step.WaitingFor)}
+		want := []string{c.wantRules, fmt.Sprint(c.wantChanged), c.revoked, c.granted, c.waitingFor}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Fatalf("call %d: got\n%s\nwant\n%s", i, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+		published = step.Rules
+	}
+}
+
+// TestHandoverFailover: when every pod of the previous owner is gone and the
+// live pods enforce the latest rules, its buckets move in one step.
+func TestHandoverFailover(t *testing.T) {
+	scheme := sharding.MustScheme(8)
+	p0, p1 := PodID{"a", "p0"}, PodID{"a", "p1"}
+	two := mustCompute(t, Input{Scheme: scheme, PodsPerShard: 1, Pods: makePods("a", "p0", "p1")})
+	published := mustHandover(t, two, Rules{}, nil).Rules
+	one := mustCompute(t, Input{Scheme: scheme, PodsPerShard: 1, Pods: makePods("a", "p0"), Previous: two})
+
+	// p1 is dead but not yet gone: revoke only.
+	step := mustHandover(t, one, published, []PodAck{{Pod: p0, Acked: 1}, {Pod: p1, Acked: 1}})
+	if got, want := describeRules(step.Rules), `gen 2; 0 "0-3" pending "4-7" []`; got != want {
+		t.Fatalf("p1 not gone: got %s, want %s", got, want)
+	}
+	// p1 gone, p0 at generation 1: straight to p0's shard.
+	step = mustHandover(t, one, published, []PodAck{{Pod: p0, Acked: 1}, {Pod: p1, Acked: 1, Gone: true}})
+	if got, want := describeRules(step.Rules), `gen 2; 0 "0-7"`; got != want {
+		t.Fatalf("p1 gone: got %s, want %s", got, want)
+	}
+	if got, want := describeChanges(step.Granted), `0 "4-7"`; got != want {
+		t.Fatalf("granted %s, want %s", got, want)
+	}
+	// A pod the rules list and the report forgets is taken as live.
+	step = mustHandover(t, one, published, []PodAck{{Pod: p0, Acked: 1}})
+	if got, want := describeRules(step.Rules), `gen 2; 0 "0-3" pending "4-7" []`; got != want {
+		t.Fatalf("p1 unreported: got %s, want %s", got, want)
+	}
+}
+
+// TestHandoverCanaryNamespaces: a namespace goes to the canary only after
+// the shard that served it through its bucket has let go, and comes back the
+// same way. Proxies cannot be told "nobody serves this namespace", so its
+// bucket is held back meanwhile.
+func TestHandoverCanaryNamespaces(t *testing.T) {
+	scheme := sharding.MustScheme(4)
+	bucket := scheme.Bucket("team-a")
+	pods := append(makePods("a", "p0"), Pod{PodID: PodID{"a", "c0"}, Ready: true, Canary: true})
+	acks := func(gen int64) []PodAck {
+		return []PodAck{{Pod: PodID{"a", "p0"}, Acked: gen}, {Pod: PodID{"a", "c0"}, Acked: gen}}
+	}
+	before := mustCompute(t, Input{Scheme: scheme, PodsPerShard: 1, Pods: pods})
+	published := mustHandover(t, before, Rules{}, nil).Rules
+	withCanary := mustCompute(t, Input{Scheme: scheme, PodsPerShard: 1, Pods: pods, Previous: before,
+		Canary: &CanaryStep{Buckets: mustSet(t, scheme, ""), Namespaces: []string{"team-a"}}})
+
+	others := mustSet(t, scheme, "0-3").Difference(mustSet(t, scheme, fmt.Sprint(bucket)))
+	steps := []struct {
+		desired Placement
+		want    string
+	}{
+		{withCanary, fmt.Sprintf(`gen 2; 0 %q pending "%d" []; canary "" pending "" [team-a]`, others, bucket)},
+		{withCanary, `gen 3; 0 "0-3"; canary "" [team-a]`},
+		{before, fmt.Sprintf(`gen 4; 0 %q pending "%d" []`, others, bucket)},
+		{before, `gen 5; 0 "0-3"`},
+	}
+	for i, s := range steps {
+		step := mustHandover(t, s.desired, published, acks(published.Generation))
+		if got := describeRules(step.Rules); got != s.want {
+			t.Fatalf("step %d: got %s, want %s", i, got, s.want)
+		}
+		published = step.Rules
+	}
+}
+
+func TestHandoverRejects(t *testing.T) {
+	scheme := sharding.MustScheme(8)
+	good := mustCompute(t, Input{Scheme: scheme, PodsPerShard: 1, Pods: makePods("a", "p0", "p1")})
+	published := mustHandover(t, good, Rules{}, nil).Rules
+	overlapping := Placement{Scheme: scheme, Shards: []Shard{
+		{ID: "0", Buckets: mustSet(t, scheme, "0-4")},
+		{ID: "1", Buckets: mustSet(t, scheme, "4-7")},
+	}}
+	cases := []struct {
+		name      string
+		desired   Placement
+		published Rules
+		acks      []PodAck
+		want      string
+	}{
+		{"no scheme", Placement{}, Rules{}, nil, "desired placement has no bucket scheme"},
+		{"two owners desired", overlapping, Rules{}, nil, `desired placement: bucket 4 is given to both shard "0" and shard "1"`},
+		{"ack from the future", good, published, []PodAck{{Pod: PodID{"a", "p0"}, Acked: 2}}, "pod a/p0 acknowledged generation 2, but generation 1 is the latest published"},
+		{"rules of another scheme", mustCompute(t, Input{Scheme: sharding.MustScheme(16), PodsPerShard: 1}), published, nil, `published shard "0" buckets: a set of 8 buckets, want 16`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Handover(tc.desired, tc.published, tc.acks)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,207 @@
+package placement
+
+import (
+	"fmt"
+	"math/rand"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
+)
+
+// makePods makes ready, non-canary pods of one cluster.
+func makePods(cluster string, names ...string) []Pod {
+	out := make([]Pod, 0, len(names))
+	for _, n := range names {
+		out = append(out, Pod{PodID: PodID{Cluster: cluster, Name: n}, Ready: true})
+	}
+	return out
+}
+
+func numberedPods(cluster string, n int) []Pod {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("p%02d", i)
+	}
+	return makePods(cluster, names...)
+}
+
+func mustSet(t testing.TB, scheme sharding.Scheme, text string) sharding.Set {
+	t.Helper()
+	set, err := scheme.ParseSet(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+func mustCompute(t testing.TB, in Input) Placement {
+	t.Helper()
+	p, err := Compute(in)
+	if err != nil {
+		t.Fatalf("Compute: %v", err)
+	}
+	return p
+}
+
+// describe prints a placement one shard a line, for failure messages.
+func describe(p Placement) string {
+	var sb strings.Builder
+	for _, s := range p.Shards {
+		fmt.Fprintf(&sb, "  %s@%s pods=%v buckets=%q ns=%v canary=%v\n", s.ID, s.Cluster, s.Pods, s.Buckets, s.Namespaces, s.Canary)
+	}
+	return sb.String()
+}
+
+// bucketOwners maps every bucket to the shard that holds it ("" for none).
+func bucketOwners(p Placement) []string {
+	out := make([]string, p.Scheme.Buckets())
+	for _, s := range p.Shards {
+		for _, b := range s.Buckets.Buckets() {
+			out[b] = s.ID
+		}
+	}
+	return out
+}
+
+// shardIDPattern is RouteShard.ID's pattern.
+var shardIDPattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// checkPlacement asserts what every placement Compute returns must satisfy.
+func checkPlacement(t *testing.T, in Input, p Placement) {
+	t.Helper()
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf("%s\nplacement:\n%s", fmt.Sprintf(format, args...), describe(p))
+	}
+	pods := map[PodID]Pod{}
+	readyRegular, readyCanary := 0, 0
+	for _, pod := range in.Pods {
+		pods[pod.PodID] = pod
+		switch {
+		case pod.Ready && pod.Canary:
+			readyCanary++
+		case pod.Ready:
+			readyRegular++
+		}
+	}
+	canaryOn := in.Canary != nil && readyCanary > 0
+	holder := make([]int, in.Scheme.Buckets())
+	seenPod := map[PodID]string{}
+	var sizes []int
+	regularShards := 0
+	for i, s := range p.Shards {
+		if i > 0 && compareShardIDs(p.Shards[i-1].ID, s.ID) >= 0 {
+			fail("shards not sorted by ID")
+		}
+		if !shardIDPattern.MatchString(s.ID) || len(s.ID) > 50 {
+			fail("shard ID %q is not a short DNS label", s.ID)
+		}
+		if len(s.Pods) == 0 {
+			fail("shard %s has no pods", s.ID)
+		}
+		for _, id := range s.Pods {
+			pod, ok := pods[id]
+			if !ok || !pod.Ready || pod.Canary != s.Canary {
+				fail("shard %s (canary %v) has pod %s, which is %+v", s.ID, s.Canary, id, pod)
+			}
+			if other, dup := seenPod[id]; dup {
+				fail("pod %s in shards %s and %s", id, other, s.ID)
+			}
+			seenPod[id] = s.ID
+		}
+		if !slices.IsSortedFunc(s.Pods, comparePodIDs) {
+			fail("shard %s pods not sorted", s.ID)
+		}
+		for _, b := range s.Buckets.Buckets() {
+			holder[b]++
+		}
+		if s.Canary {
+			if s.ID != CanaryShardID || !canaryOn {
+				fail("unexpected canary shard %s", s.ID)
+			}
+			if !s.Buckets.Equal(in.Canary.Buckets) || !slices.Equal(s.Namespaces, sortedUnique(in.Canary.Namespaces)) {
+				fail("canary shard serves %q %v, step says %q %v", s.Buckets, s.Namespaces, in.Canary.Buckets, in.Canary.Namespaces)
+			}
+			continue
+		}
+		regularShards++
+		if len(s.Namespaces) > 0 {
+			fail("non-canary shard %s lists namespaces", s.ID)
+		}
+		if canaryOn && !s.Buckets.Intersection(in.Canary.Buckets).IsEmpty() {
+			fail("shard %s keeps canary buckets", s.ID)
+		}
+		want := min(in.PodsPerShard, readyRegular)
+		if len(s.Pods) != want {
+			fail("shard %s has %d pods, want %d", s.ID, len(s.Pods), want)
+		}
+		sizes = append(sizes, s.Buckets.Len())
+	}
+	if canaryOn != slices.ContainsFunc(p.Shards, func(s Shard) bool { return s.Canary }) {
+		fail("canary on = %v, but canary shard presence disagrees", canaryOn)
+	}
+	for b, n := range holder {
+		if n > 1 || (readyRegular > 0 && n == 0) {
+			fail("bucket %d held by %d shards", b, n)
+		}
+	}
+	if len(sizes) > 0 && slices.Max(sizes)-slices.Min(sizes) > 1 {
+		fail("unbalanced: sizes %v", sizes)
+	}
+	// Shard count: podsPerShard pods each, capped by fixed count and buckets.
+	wantShards := 0
+	if readyRegular > 0 {
+		free := in.Scheme.Buckets()
+		if canaryOn {
+			free -= in.Canary.Buckets.Len()
+		}
+		wantShards = max(1, readyRegular/in.PodsPerShard)
+		if in.Shards > 0 {
+			wantShards = min(wantShards, in.Shards)
+		}
+		wantShards = min(wantShards, free)
+	}
+	if regularShards != wantShards {
+		fail("%d non-canary shards, want %d", regularShards, wantShards)
+	}
+}
+
+// shuffled returns the input with every list in another order.
+func shuffled(rng *rand.Rand, in Input) Input {
+	out := in
+	out.Pods = slices.Clone(in.Pods)
+	rng.Shuffle(len(out.Pods), func(i, j int) { out.Pods[i], out.Pods[j] = out.Pods[j], out.Pods[i] })
+	out.Previous.Shards = nil
+	for _, s := range in.Previous.Shards {
+		s.Pods = slices.Clone(s.Pods)
+		rng.Shuffle(len(s.Pods), func(i, j int) { s.Pods[i], s.Pods[j] = s.Pods[j], s.Pods[i] })
+		out.Previous.Shards = append(out.Previous.Shards, s)
+	}
+	rng.Shuffle(len(out.Previous.Shards), func(i, j int) {
+		out.Previous.Shards[i], out.Previous.Shards[j] = out.Previous.Shards[j], out.Previous.Shards[i]
+	})
+	if in.Canary != nil {
+		step := *in.Canary
+		step.Namespaces = slices.Clone(step.Namespaces)
+		rng.Shuffle(len(step.Namespaces), func(i, j int) {
+			step.Namespaces[i], step.Namespaces[j] = step.Namespaces[j], step.Namespaces[i]
+		})
+		out.Canary = &step
+	}
+	return out
+}
+
+// randomSet is a random subset of the scheme's buckets, each bucket with
+// probability p.
+func randomSet(rng *rand.Rand, scheme sharding.Scheme, p float64) sharding.Set {
+	var buckets []int
+	for b := range scheme.Buckets() {
+		if rng.Float64() < p {
+			buckets = append(buckets, b)
+		}
+	}
+	return setOf(scheme, buckets)
+}

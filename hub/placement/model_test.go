@@ -1,0 +1,328 @@
+package placement
+
+import (
+	"fmt"
+	"math/rand"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
+)
+
+// simPod is an operator pod with its proxy, as the model sees it.
+type simPod struct {
+	id     PodID
+	canary bool
+	ready  bool
+	// alive is false once the pod's process is dead: it enforces nothing.
+	alive bool
+	// gone is the hub's verdict (lease and heartbeat expired); only dead pods
+	// are declared gone.
+	gone bool
+	// loaded is the newest generation the proxy has read, acked the newest
+	// it reports enforcing. In between the proxy may still serve the acked
+	// generation's selection while it starts serving the loaded one, so the
+	// model takes it as enforcing both.
+	loaded, acked int64
+	// born is the latest generation when the pod started: a proxy reads no
+	// older rules than those.
+	born int64
+}
+
+// model drives Compute and Handover the way the hub would, with simulated
+// proxies that read and acknowledge published generations late and out of
+// step with each other.
+type model struct {
+	t        *testing.T
+	rng      *rand.Rand
+	scheme   sharding.Scheme
+	input    Input
+	pods     []*simPod
+	nsPool   []string
+	history  map[int64]Rules
+	rules    Rules
+	desired  Placement
+	log      []string
+	nextName int
+	// published counts the generations published.
+	published int
+}
+
+func newModel(t *testing.T, rng *rand.Rand) *model {
+	scheme := sharding.MustScheme(1 << rng.Intn(6))
+	m := &model{
+		t:       t,
+		rng:     rng,
+		scheme:  scheme,
+		input:   Input{Scheme: scheme, PodsPerShard: 1 + rng.Intn(2)},
+		nsPool:  []string{"team-a", "team-b", "tenant-01", "payments"},
+		history: map[int64]Rules{0: {}},
+	}
+	if rng.Intn(3) == 0 {
+		m.input.Shards = 1 + rng.Intn(3)
+	}
+	for range 1 + rng.Intn(4) {
+		m.addPod()
+	}
+	m.reconcile("start")
+	return m
+}
+
+func (m *model) addPod() {
+	m.pods = append(m.pods, &simPod{
+		id:     PodID{Cluster: fmt.Sprintf("c%d", m.rng.Intn(2)), Name: fmt.Sprintf("p%d", m.nextName)},
+		canary: m.rng.Intn(4) == 0,
+		ready:  true,
+		alive:  true,
+		born:   m.rules.Generation,
+	})
+	m.nextName++
+}
+
+// pick returns a random pod that satisfies ok, or nil.
+func (m *model) pick(ok func(*simPod) bool) *simPod {
+	var matching []*simPod
+	for _, p := range m.pods {
+		if ok(p) {
+			matching = append(matching, p)
+		}
+	}
+	if len(matching) == 0 {
+		return nil
+	}
+	return matching[m.rng.Intn(len(matching))]
+}
+
+// event applies one random event and describes it.
+func (m *model) event() string {
+	switch m.rng.Intn(10) {
+	case 0:
+		m.addPod()
+		return "add " + m.pods[len(m.pods)-1].id.String()
+	case 1:
+		if p := m.pick(func(p *simPod) bool { return p.alive }); p != nil {
+			p.alive, p.ready = false, false
+			return "kill " + p.id.String()
+		}
+	case 2:
+		if p := m.pick(func(p *simPod) bool { return p.alive }); p != nil {
+			p.ready = !p.ready
+			return fmt.Sprintf("%s ready=%v", p.id, p.ready)
+		}
+	case 3:
+		if p := m.pick(func(p *simPod) bool { return !p.alive && !p.gone }); p != nil {
+			p.gone = true
+			return "gone " + p.id.String()
+		}
+	case 4:
+		m.input.Canary = nil
+		if m.rng.Intn(3) > 0 {
+			step := &CanaryStep{Buckets: randomSet(m.rng, m.scheme, 0.25)}
+			for _, ns := range m.nsPool {
+				if m.rng.Intn(3) == 0 {
+					step.Namespaces = append(step.Namespaces, ns)
+				}
+			}
+			m.input.Canary = step
+		}
+		if m.input.Canary == nil {
+			return "canary off"
+		}
+		return fmt.Sprintf("canary step %q %v", m.input.Canary.Buckets, m.input.Canary.Namespaces)
+	case 5, 6, 7:
+		if p := m.pick(func(p *simPod) bool { return p.alive && max(p.loaded, p.born) < m.rules.Generation }); p != nil {
+			from := max(p.loaded, p.born) + 1
+			p.loaded = from + m.rng.Int63n(m.rules.Generation-from+1)
+			return fmt.Sprintf("%s loads %d", p.id, p.loaded)
+		}
+	default:
+		if p := m.pick(func(p *simPod) bool { return p.alive && p.acked < p.loaded }); p != nil {
+			p.acked = p.loaded
+			return fmt.Sprintf("%s acks %d", p.id, p.acked)
+		}
+	}
+	return "nothing"
+}
+
+// reconcile is one pass of the hub: Compute, then Handover, publishing what
+// changed.
+func (m *model) reconcile(cause string) Step {
+	m.t.Helper()
+	m.input.Pods = nil
+	var acks []PodAck
+	for _, p := range m.pods {
+		if p.gone {
+			// Half the gone pods are reported as such, half left out:
+			// both must let grants through once the rules drop them.
+			if p.id.Name[len(p.id.Name)-1]%2 == 0 {
+				acks = append(acks, PodAck{Pod: p.id, Acked: p.acked, Gone: true})
+			}
+			continue
+		}
+		m.input.Pods = append(m.input.Pods, Pod{PodID: p.id, Ready: p.ready, Canary: p.canary})
+		acks = append(acks, PodAck{Pod: p.id, Acked: p.acked})
+	}
+	desired, err := Compute(m.input)
+	if err != nil {
+		m.fail("Compute: %v", err)
+	}
+	checkPlacement(m.t, m.input, desired)
+	m.input.Previous, m.desired = desired, desired
+	step, err := Handover(desired, m.rules, acks)
+	if err != nil {
+		m.fail("Handover: %v", err)
+	}
+	if step.Changed {
+		m.rules = step.Rules
+		m.history[m.rules.Generation] = m.rules
+		m.published++
+	}
+	m.log = append(m.log, fmt.Sprintf("%s -> %s", cause, describeRules(m.rules)))
+	if again, err := Handover(desired, m.rules, acks); err != nil || again.Changed {
+		m.fail("Handover is not idempotent: %v, again %s", err, describeRules(again.Rules))
+	}
+	return step
+}
+
+// owners lists, for every bucket and every namespace of the pool, the shards
+// whose live pods serve it under the rules they enforce, read exactly as the
+// proxy reads them (sharding.Ownership).
+func (m *model) enforcedOwners() map[string]map[string][]string {
+	served := map[string]map[string][]string{} // token → shard → pods
+	note := func(token, shard string, pod PodID) {
+		if served[token] == nil {
+			served[token] = map[string][]string{}
+		}
+		served[token][shard] = append(served[token][shard], pod.String())
+	}
+	for _, p := range m.pods {
+		if !p.alive {
+			continue
+		}
+		for _, gen := range []int64{p.acked, p.loaded} {
+			rules := m.history[gen]
+			var mine *RuleShard
+			var othersNamespaces []string
+			for i, s := range rules.Shards {
+				if slices.Contains(s.Pods, p.id) {
+					mine = &rules.Shards[i]
+				} else {
+					othersNamespaces = append(othersNamespaces, s.Namespaces...)
+				}
+			}
+			if mine == nil {
+				continue
+			}
+			own := sharding.NewOwnership(mine.Buckets, mine.Namespaces, othersNamespaces)
+			// A bucket stands for its namespaces that no shard lists.
+			for _, b := range mine.Buckets.Buckets() {
+				note(fmt.Sprintf("bucket %d", b), mine.ID, p.id)
+			}
+			for _, ns := range m.nsPool {
+				if own.Owns(ns) {
+					note("namespace "+ns, mine.ID, p.id)
+				}
+			}
+		}
+	}
+	return served
+}
+
+// checkOneOwner asserts that no bucket or namespace is served by the live
+// pods of two shards.
+func (m *model) checkOneOwner() {
+	m.t.Helper()
+	for token, shards := range m.enforcedOwners() {
+		if len(shards) > 1 {
+			m.fail("%s is served by two shards: %v", token, shards)
+		}
+	}
+}
+
+// converge stops the events: dead pods are declared gone and every proxy
+// reads and acknowledges the latest rules, until the hub publishes nothing
+// new. It returns the rounds that took.
+func (m *model) converge() int {
+	m.t.Helper()
+	for _, p := range m.pods {
+		if !p.alive {
+			p.gone = true
+		}
+	}
+	for round := 1; ; round++ {
+		for _, p := range m.pods {
+			if p.alive {
+				p.loaded, p.acked = m.rules.Generation, m.rules.Generation
+			}
+		}
+		m.checkOneOwner()
+		if !m.reconcile(fmt.Sprintf("converge round %d", round)).Changed {
+			return round
+		}
+		m.checkOneOwner()
+		if round > 5 {
+			m.fail("no convergence after %d rounds", round)
+		}
+	}
+}
+
+// checkConverged asserts the published rules are the desired placement and
+// that the live pods serve every bucket, each by one shard.
+func (m *model) checkConverged() {
+	m.t.Helper()
+	if m.rules.HasPending() {
+		m.fail("still pending after convergence")
+	}
+	want := Rules{Generation: m.rules.Generation}
+	for _, s := range m.desired.Shards {
+		want.Shards = append(want.Shards, RuleShard{ID: s.ID, Cluster: s.Cluster, Canary: s.Canary, Pods: s.Pods,
+			Buckets: s.Buckets, PendingBuckets: setOf(m.scheme, nil), Namespaces: s.Namespaces})
+	}
+	if !slices.EqualFunc(want.Shards, m.rules.Shards, RuleShard.equal) {
+		m.fail("converged rules %s, desired %s", describeRules(m.rules), describeRules(want))
+	}
+	served := m.enforcedOwners()
+	hasRegular := slices.ContainsFunc(m.desired.Shards, func(s Shard) bool { return !s.Canary })
+	for b := range m.scheme.Buckets() {
+		if _, ok := served[fmt.Sprintf("bucket %d", b)]; hasRegular && !ok {
+			m.fail("bucket %d is served by no live pod after convergence", b)
+		}
+	}
+	if canary, ok := m.desired.Shard(CanaryShardID); ok {
+		for _, ns := range canary.Namespaces {
+			if shards := served["namespace "+ns]; len(shards) != 1 || shards[CanaryShardID] == nil {
+				m.fail("canary namespace %s served by %v", ns, shards)
+			}
+		}
+	}
+}
+
+func (m *model) fail(format string, args ...any) {
+	m.t.Helper()
+	tail := m.log[max(0, len(m.log)-15):]
+	m.t.Fatalf("%s\ndesired:\n%slast events:\n  %s", fmt.Sprintf(format, args...), describe(m.desired), strings.Join(tail, "\n  "))
+}
+
+// TestHandoverModel checks revoke-before-grant against random histories:
+// pods appear, die, flip readiness and are declared gone, canary steps change,
+// proxies read and acknowledge generations late. After every event no bucket
+// or namespace has two owners among what live pods enforce; once events stop
+// and acknowledgements flow, the rules converge to the desired placement with
+// every bucket served.
+func TestHandoverModel(t *testing.T) {
+	rng := rand.New(rand.NewSource(4))
+	events, published, maxRounds := 0, 0, 0
+	for range 300 {
+		m := newModel(t, rng)
+		for range 80 {
+			m.reconcile(m.event())
+			m.checkOneOwner()
+			events++
+		}
+		maxRounds = max(maxRounds, m.converge())
+		m.checkConverged()
+		published += m.published
+	}
+	t.Logf("%d events, %d generations published; convergence took at most %d rounds", events, published, maxRounds)
+}

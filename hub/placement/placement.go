@@ -1,0 +1,130 @@
+// Package placement decides where buckets go and how they move safely, for
+// one ShardingConfig in one placement domain (one member cluster in
+// PerCluster scope; all selected clusters together in Fleet scope).
+//
+// Compute turns the candidate pods, the canary step in force and the previous
+// placement into the desired placement: which pods serve which shard, and
+// which buckets and namespaces each shard serves. Handover turns the desired
+// placement, the rules published so far and the pods' acknowledgements into
+// the next rules to publish, revoking a bucket from its old shard before
+// granting it to the new one.
+//
+// The package is pure logic: no API server, no clock. Callers feed it what the
+// agents report and publish what it returns.
+package placement
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
+)
+
+// CanaryShardID is the ID of the canary shard.
+const CanaryShardID = "canary"
+
+// PodID names an operator pod in the fleet: pod names are unique only within
+// a cluster.
+type PodID struct {
+	Cluster string
+	Name    string
+}
+
+func (p PodID) String() string { return p.Cluster + "/" + p.Name }
+
+func comparePodIDs(a, b PodID) int {
+	return cmp.Or(cmp.Compare(a.Cluster, b.Cluster), cmp.Compare(a.Name, b.Name))
+}
+
+// Shard is one shard of a placement: the pods that serve it (one leads through
+// the lock "<name>---<ID>", the others are hot standbys) and what it serves.
+type Shard struct {
+	// ID is stable for the shard's life: a DNS label ("0", "1", … or
+	// CanaryShardID).
+	ID string
+	// Cluster is where most of the shard's pods run.
+	Cluster string
+	// Pods serving the shard, sorted.
+	Pods []PodID
+	// Buckets the shard serves.
+	Buckets sharding.Set
+	// Namespaces the shard serves exactly, whatever their bucket; every other
+	// shard excludes them. Only the canary shard has any.
+	Namespaces []string
+	// Canary is true for the canary shard.
+	Canary bool
+}
+
+// Placement is every shard of one placement domain, sorted by ID (numeric IDs
+// in numeric order, then the others).
+type Placement struct {
+	Scheme sharding.Scheme
+	Shards []Shard
+}
+
+// Shard returns the shard with the given ID.
+func (p Placement) Shard(id string) (Shard, bool) {
+	for _, s := range p.Shards {
+		if s.ID == id {
+			return s, true
+		}
+	}
+	return Shard{}, false
+}
+
+// Equal reports whether both placements have the same shards, pods, buckets
+// and namespaces.
+func (p Placement) Equal(other Placement) bool {
+	return p.Scheme == other.Scheme && slices.EqualFunc(p.Shards, other.Shards, Shard.equal)
+}
+
+func (s Shard) equal(o Shard) bool {
+	return s.ID == o.ID && s.Cluster == o.Cluster && s.Canary == o.Canary &&
+		slices.Equal(s.Pods, o.Pods) && s.Buckets.Equal(o.Buckets) && slices.Equal(s.Namespaces, o.Namespaces)
+}
+
+// compareShardIDs orders numeric IDs by value ("2" before "10"), before
+// any other ID.
+func compareShardIDs(a, b string) int {
+	na, errA := strconv.Atoi(a)
+	nb, errB := strconv.Atoi(b)
+	switch {
+	case errA == nil && errB == nil:
+		return cmp.Compare(na, nb)
+	case errA == nil:
+		return -1
+	case errB == nil:
+		return 1
+	}
+	return cmp.Compare(a, b)
+}
+
+// setOf is the set of buckets that are known to lie in the scheme.
+func setOf(scheme sharding.Scheme, buckets []int) sharding.Set {
+	set, err := scheme.NewSet(buckets...)
+	if err != nil {
+		// Callers pass indices below scheme.Buckets(): this is a bug here.
+		panic(fmt.Sprintf("placement: %v", err))
+	}
+	return set
+}
+
+// sortedUnique copies, sorts and deduplicates namespaces, so that equal lists
+// compare equal.
+func sortedUnique(in []string) []string {
+	if len(in) == 0 {
+		return nil
+	}
+	return slices.Compact(slices.Sorted(slices.Values(in)))
+}
+
+// checkScheme refuses a set of another bucket count: a zero Set (from a zero
+// Shard or RuleShard) has no scheme at all.
+func checkScheme(scheme sharding.Scheme, set sharding.Set, what string) error {
+	if set.Scheme() != scheme {
+		return fmt.Errorf("%s: a set of %d buckets, want %d", what, set.Scheme().Buckets(), scheme.Buckets())
+	}
+	return nil
+}
