@@ -70,7 +70,8 @@ FUZZ_TARGETS := \
 	./agent/proxy:FuzzRenameNameSegment ./agent/proxy:FuzzRenameFieldSelector \
 	./agent/proxy:FuzzRenameJSONBody ./agent/proxy:FuzzNarrow \
 	./agent/proxy/watchstream:FuzzCopyJSON ./agent/proxy/watchstream:FuzzCopyJSONArbitrary \
-	./agent/proxy/watchstream:FuzzCopyProtobuf ./agent/labeler:FuzzHandler
+	./agent/proxy/watchstream:FuzzCopyProtobuf ./agent/labeler:FuzzHandler \
+	./agent/inject:FuzzPodPatch
 FUZZTIME ?= 30s
 
 .PHONY: fuzz

@@ -344,10 +344,10 @@ func (p *Proxy) count(verb, outcome string) {
 // serveRead narrows a list or watch to the shard.
 func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, info *request.RequestInfo, gr schema.GroupResource, limit *rules.Limit) {
 	snap := st.snap
-	if !snap.Assigned() {
+	if !snap.Serving() {
 		p.count(info.Verb, outcomeUnavailable)
 		apistatus.Write(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
-			fmt.Sprintf("ctrlmesh proxy: pod %s is not assigned a shard in rules generation %d yet", snap.Pod, snap.Generation()), nil)
+			fmt.Sprintf("ctrlmesh proxy: pod %s serves no buckets in rules generation %d yet", snap.Pod, snap.Generation()), nil)
 		return
 	}
 	query := r.URL.Query()

@@ -79,8 +79,13 @@ func (s *Snapshot) Hash() string { return s.Route.Spec.RulesHash }
 // Generation is the routing generation of the rules.
 func (s *Snapshot) Generation() int64 { return s.Route.Spec.RoutingGeneration }
 
-// Assigned reports whether the pod serves a shard.
+// Assigned reports whether the pod belongs to a shard: it may take the
+// shard's leader-election lock.
 func (s *Snapshot) Assigned() bool { return s.Shard != "" }
+
+// Serving reports whether the pod's shard serves anything now; a shard whose
+// buckets are all still pending does not.
+func (s *Snapshot) Serving() bool { return s.Shard != "" && !s.Ownership.IsEmpty() }
 
 // Owns reports whether the pod's shard serves the namespace.
 func (s *Snapshot) Owns(namespace string) bool {
@@ -160,7 +165,7 @@ func Compile(route *ctrlmeshv1alpha1.ShardRoute, pod string, mode Mode, scopes S
 	}
 
 	var mine *ctrlmeshv1alpha1.RouteShard
-	var mineBuckets sharding.Set
+	var mineBuckets, minePending sharding.Set
 	var othersNamespaces []string
 	shards := snap.Route.Spec.Shards
 	for i := range shards {
@@ -169,7 +174,8 @@ func Compile(route *ctrlmeshv1alpha1.ShardRoute, pod string, mode Mode, scopes S
 		if err != nil {
 			return nil, fmt.Errorf("shard %q buckets: %w", shard.ID, err)
 		}
-		if _, err := scheme.ParseSet(shard.PendingBuckets); err != nil {
+		pending, err := scheme.ParseSet(shard.PendingBuckets)
+		if err != nil {
 			return nil, fmt.Errorf("shard %q pendingBuckets: %w", shard.ID, err)
 		}
 		for _, b := range served.Buckets() {
@@ -189,7 +195,7 @@ func Compile(route *ctrlmeshv1alpha1.ShardRoute, pod string, mode Mode, scopes S
 			if mine != nil {
 				return nil, fmt.Errorf("pod %q is listed in both shard %q and shard %q", pod, mine.ID, shard.ID)
 			}
-			mine, mineBuckets = shard, served
+			mine, mineBuckets, minePending = shard, served, pending
 		} else {
 			othersNamespaces = append(othersNamespaces, shard.Namespaces...)
 		}
@@ -200,7 +206,12 @@ func Compile(route *ctrlmeshv1alpha1.ShardRoute, pod string, mode Mode, scopes S
 	snap.Shard = mine.ID
 	snap.Ownership = sharding.NewOwnership(mineBuckets, mine.Namespaces, othersNamespaces)
 	if snap.Ownership.IsEmpty() {
-		return nil, fmt.Errorf("shard %q of pod %q has an empty bucket set and no namespaces: a listed pod must serve something", mine.ID, pod)
+		// A new shard waits for its buckets while their previous owners let
+		// them go (revoke before grant): it leads its lock but serves nothing.
+		if !minePending.IsEmpty() {
+			return snap, nil
+		}
+		return nil, fmt.Errorf("shard %q of pod %q has an empty bucket set, no pending buckets and no namespaces: a listed pod must serve something", mine.ID, pod)
 	}
 	if mode == ModeLabel {
 		if _, err := snap.Ownership.LabelRequirements(); err != nil {

@@ -66,7 +66,7 @@ func TestCompileRefusesBadRules(t *testing.T) {
 			r.Spec.Limits[1].Selector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: "Sometimes"}}}
 		}, ModeRange, `limit 1 selector: "Sometimes" is not a valid label selector operator`},
 		{"empty bucket set", func(r *v1alpha1.ShardRoute) { r.Spec.Shards[0].Buckets = "" },
-			ModeRange, `shard "0" of pod "op-0" has an empty bucket set and no namespaces`},
+			ModeRange, `shard "0" of pod "op-0" has an empty bucket set, no pending buckets and no namespaces`},
 		{"bucket out of range", func(r *v1alpha1.ShardRoute) { r.Spec.Shards[0].Buckets = "0-32" },
 			ModeRange, `shard "0" buckets: bucket set "0-32": bucket 32 is out of range`},
 		{"two owners", func(r *v1alpha1.ShardRoute) { r.Spec.Shards[1].Buckets = "15-29" },
@@ -131,9 +131,22 @@ func TestCompile(t *testing.T) {
 		})
 	}
 
+	// A new shard whose buckets are all pending leads its lock but serves
+	// nothing until they are granted.
+	pendingOnly, err := Compile(route(func(r *v1alpha1.ShardRoute) { r.Spec.Shards[1].Buckets = "" }), "op-1", ModeLabel, served)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !pendingOnly.Assigned() || pendingOnly.Serving() || pendingOnly.Owns("team-b") {
+		t.Errorf("pending-only shard: assigned %v, serving %v", pendingOnly.Assigned(), pendingOnly.Serving())
+	}
+
 	snap, err := Compile(route(nil), "op-0", ModeRange, served)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !snap.Serving() {
+		t.Error("a shard with buckets does not serve")
 	}
 	for _, tc := range []struct {
 		gr    schema.GroupResource
