@@ -19,11 +19,12 @@ func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "ctrlmeshctl",
 		Short: "ctrlmesh command-line tool",
-		Long: `ctrlmeshctl works with a ctrlmesh fleet: it joins member clusters to the hub.
-Showing placement and starting a local demo fleet come with later work.`,
+		Long: `ctrlmeshctl works with a ctrlmesh fleet: it joins member clusters to the hub
+and shows where a ShardingConfig's shards run. Starting a local demo fleet
+comes with later work.`,
 		Version:      version.Version,
 		SilenceUsage: true,
 	}
-	root.AddCommand(newJoinCommand())
+	root.AddCommand(newJoinCommand(), newStatusCommand())
 	return root
 }
