@@ -1,0 +1,136 @@
+package propagation
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ctrlmesh/ctrlmesh/test/env"
+)
+
+// The fleet the API server tests use: a hub and one member, for the agent
+// that applies Works in standalone mode. Each test uses its own cluster
+// names and namespaces, so the tests stay independent.
+var (
+	fleet       *env.Fleet
+	hub, member *env.Cluster
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	flag.Parse()
+	if fuzz := flag.Lookup("test.fuzz"); fuzz != nil && fuzz.Value.String() != "" {
+		return m.Run()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var err error
+	fleet, err = env.Start(ctx, env.Options{Clusters: []env.ClusterSpec{{Name: "hub"}, {Name: "member1"}}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() {
+		if err := fleet.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}()
+	hub, member = fleet.Cluster("hub"), fleet.Cluster("member1")
+	return m.Run()
+}
+
+var (
+	namesMu   sync.Mutex
+	namesUsed = map[string]int{}
+)
+
+// unique returns base the first time and base-r<n> after, so that the tests
+// also pass with -count above 1 against the one fleet: envtest runs no
+// namespace controller, so what a test creates cannot be cleaned up.
+func unique(base string) string {
+	namesMu.Lock()
+	defer namesMu.Unlock()
+	namesUsed[base]++
+	if n := namesUsed[base]; n > 1 {
+		return fmt.Sprintf("%s-r%d", base, n)
+	}
+	return base
+}
+
+func createIgnoringExisting(t *testing.T, ctx context.Context, c client.Client, obj client.Object) {
+	t.Helper()
+	if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+func createNamespace(t *testing.T, ctx context.Context, c client.Client, name string) {
+	t.Helper()
+	createIgnoringExisting(t, ctx, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+}
+
+var (
+	hubWriterOnce   sync.Once
+	hubWriterClient client.Client
+	hubWriterErr    error
+)
+
+// writerClient is a hub client of a user bound to RBACRules alone.
+func writerClient(t *testing.T) client.Client {
+	t.Helper()
+	hubWriterOnce.Do(func() {
+		ctx := context.Background()
+		const user = "ctrlmesh-hub-propagation"
+		role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: RBACRules()}
+		binding := &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: user},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+		}
+		for _, obj := range []client.Object{role, binding} {
+			if err := hub.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+				hubWriterErr = err
+				return
+			}
+		}
+		config, err := hub.AddUser(user)
+		if err != nil {
+			hubWriterErr = err
+			return
+		}
+		hubWriterClient, hubWriterErr = client.New(config, client.Options{Scheme: fleet.Scheme})
+	})
+	if hubWriterErr != nil {
+		t.Fatalf("the writer's hub client: %v", hubWriterErr)
+	}
+	return hubWriterClient
+}
+
+// eventually polls check until it returns nil, failing the test after 30 s.
+func eventually(t *testing.T, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still not so after 30 s: %v", what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,89 @@
+package propagation
+
+import (
+	"encoding/json"
+	"fmt"
+
+	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
+	"github.com/karmada-io/karmada/pkg/util/names"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+)
+
+// Report is what a member reflected into a Work's status.
+type Report struct {
+	// Cluster the Work is for.
+	Cluster string
+	// Applied is the Work's Applied condition; nil until the member reports
+	// one. Its observedGeneration tells whether it describes the Work's
+	// current spec (Current).
+	Applied *metav1.Condition
+	// Current is true when Applied is True for the Work's current
+	// generation: the member holds the ShardRoute the Work carries now.
+	Current bool
+	// Health of the member's ShardRoute: Healthy when its status describes
+	// its spec, the rules are applied and every proxy enforces them;
+	// Unknown until the member reports.
+	Health workv1alpha1.ResourceHealth
+	// Route is the member ShardRoute's status as the member's agent wrote it:
+	// candidate pods with their readiness, canary mark, address and
+	// appliedRulesHash, the shards' leaders, the routing generation it
+	// describes and its conditions. Zero until reported.
+	Route ctrlmeshv1alpha1.ShardRouteStatus
+}
+
+// ReadStatus decodes a Work's status as Karmada's work-status controller, or
+// the agent in standalone mode, writes it: the Applied condition and, in
+// manifestStatuses[0], the ShardRoute's identity, health and raw status.
+// Fields the status has and ShardRouteStatus has not are ignored, so that a
+// newer agent's report still reads.
+func ReadStatus(work *workv1alpha1.Work) (Report, error) {
+	cluster, err := clusterOf(work)
+	if err != nil {
+		return Report{}, err
+	}
+	report := Report{Cluster: cluster, Health: workv1alpha1.ResourceUnknown}
+	if applied := meta.FindStatusCondition(work.Status.Conditions, workv1alpha1.WorkApplied); applied != nil {
+		report.Applied = applied.DeepCopy()
+		report.Current = applied.Status == metav1.ConditionTrue && applied.ObservedGeneration == work.Generation
+	}
+	statuses := work.Status.ManifestStatuses
+	switch {
+	case len(statuses) == 0:
+		return report, nil
+	case len(statuses) > 1:
+		return Report{}, fmt.Errorf("the status of Work %s/%s reports %d manifests; its one manifest is a %s", work.Namespace, work.Name, len(statuses), shardRouteKind.Kind)
+	}
+	ms := statuses[0]
+	id := ms.Identifier
+	if id.Ordinal != 0 || id.Group != shardRouteKind.Group || id.Kind != shardRouteKind.Kind {
+		return Report{}, fmt.Errorf("the status of Work %s/%s reports manifest %d, a %q of group %q; its one manifest is a %s of group %s",
+			work.Namespace, work.Name, id.Ordinal, id.Kind, id.Group, shardRouteKind.Kind, shardRouteKind.Group)
+	}
+	switch ms.Health {
+	case workv1alpha1.ResourceHealthy, workv1alpha1.ResourceUnhealthy, workv1alpha1.ResourceUnknown:
+		report.Health = ms.Health
+	case "":
+	default:
+		return Report{}, fmt.Errorf("the status of Work %s/%s reports health %q, not one of %s, %s, %s", work.Namespace, work.Name, ms.Health,
+			workv1alpha1.ResourceHealthy, workv1alpha1.ResourceUnhealthy, workv1alpha1.ResourceUnknown)
+	}
+	if ms.Status != nil && len(ms.Status.Raw) > 0 {
+		if err := json.Unmarshal(ms.Status.Raw, &report.Route); err != nil {
+			return Report{}, fmt.Errorf("the status of Work %s/%s: the reflected status of ShardRoute %s/%s is not a ShardRoute status: %w",
+				work.Namespace, work.Name, id.Namespace, id.Name, err)
+		}
+	}
+	return report, nil
+}
+
+// clusterOf is the member cluster of a Work, from its execution namespace.
+func clusterOf(work *workv1alpha1.Work) (string, error) {
+	cluster, err := names.GetClusterName(work.Namespace)
+	if err != nil || cluster == "" {
+		return "", fmt.Errorf("work %s/%s is not in an execution namespace (%s<cluster>)", work.Namespace, work.Name, names.ExecutionSpacePrefix)
+	}
+	return cluster, nil
+}

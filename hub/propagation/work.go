@@ -1,0 +1,258 @@
+package propagation
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
+	workv1alpha2 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha2"
+	"github.com/karmada-io/karmada/pkg/util/names"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+)
+
+// Labels and annotations of the Works a Writer writes.
+const (
+	// ConfigNamespaceLabel and ConfigNameLabel on a Work name the
+	// ShardingConfig it carries the rules of.
+	ConfigNamespaceLabel = "ctrlmesh.io/shardingconfig-namespace"
+	ConfigNameLabel      = "ctrlmesh.io/shardingconfig-name"
+	// RulesHashAnnotation on a Work is the rulesHash of its ShardRoute, so
+	// that Sync can tell an unchanged Work without decoding its manifest.
+	RulesHashAnnotation = "ctrlmesh.io/rules-hash"
+
+	// ExecutionControllerFinalizer is Karmada's util.ExecutionControllerFinalizer:
+	// Karmada's controllers put it on the Works they create, and its
+	// execution controller removes it once it has deleted the Work's objects
+	// from the member. Defined here because karmada's pkg/util pulls in
+	// hundreds of packages.
+	ExecutionControllerFinalizer = "karmada.io/execution-controller"
+
+	// managedLabel is Karmada's util.ManagedByKarmadaLabel, on every manifest
+	// of a Work.
+	managedLabel      = "karmada.io/managed"
+	managedLabelValue = "true"
+)
+
+// WorkName is the name of the Work carrying the ShardRoute of config, in
+// every member's execution namespace: Karmada's name for a Work of a
+// ShardRoute of the config's namespace and name.
+func WorkName(config *ctrlmeshv1alpha1.ShardingConfig) string {
+	return names.GenerateWorkName(shardRouteKind.Kind, config.Name, config.Namespace)
+}
+
+// Writer writes the Works that carry ShardRoutes to member clusters, one per
+// (ShardingConfig, cluster), in the cluster's execution namespace
+// karmada-es-<cluster>, which must exist (Karmada's cluster controller, or
+// the hub's admin in standalone mode, creates it).
+type Writer struct {
+	// Client writes Works on the hub, with the rights of RBACRules.
+	Client client.Client
+	// KarmadaFinalizer puts ExecutionControllerFinalizer on new Works, as
+	// Karmada's own controllers do, so that Karmada's execution controller
+	// deletes a Work's ShardRoute from the member before the Work goes. Set
+	// it only where Karmada's controllers run: in standalone mode the agent
+	// applies Works but may not update them, so nothing would ever remove the
+	// finalizer and deleted Works would stay forever. The agent observes
+	// deletions instead.
+	KarmadaFinalizer bool
+}
+
+// Sync creates the Work carrying route to cluster, or updates it when its
+// rules hash differs; an unchanged Work is not written.
+func (w *Writer) Sync(ctx context.Context, config *ctrlmeshv1alpha1.ShardingConfig, cluster string, route *ctrlmeshv1alpha1.ShardRoute) error {
+	key, err := workKey(config, cluster)
+	if err != nil {
+		return err
+	}
+	if route.Namespace != config.Namespace || route.Name != config.Name || route.Spec.Cluster != cluster {
+		return fmt.Errorf("the ShardRoute %s/%s for cluster %q does not belong in Work %s of ShardingConfig %s/%s for cluster %q",
+			route.Namespace, route.Name, route.Spec.Cluster, key, config.Namespace, config.Name, cluster)
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var current workv1alpha1.Work
+		err := w.Client.Get(ctx, key, &current)
+		if apierrors.IsNotFound(err) {
+			return w.create(ctx, config, key, route)
+		}
+		if err != nil {
+			return fmt.Errorf("reading Work %s: %w", key, err)
+		}
+		if current.Annotations[RulesHashAnnotation] == route.Spec.RulesHash {
+			return nil
+		}
+		if !current.DeletionTimestamp.IsZero() {
+			// As Karmada's CreateOrUpdateWork: the next Sync after the
+			// deletion creates it anew.
+			return fmt.Errorf("work %s is being deleted", key)
+		}
+		if err := w.fill(&current, config, route); err != nil {
+			return err
+		}
+		if err := w.Client.Update(ctx, &current); err != nil {
+			return fmt.Errorf("updating Work %s: %w", key, err)
+		}
+		return nil
+	})
+}
+
+func (w *Writer) create(ctx context.Context, config *ctrlmeshv1alpha1.ShardingConfig, key client.ObjectKey, route *ctrlmeshv1alpha1.ShardRoute) error {
+	work := &workv1alpha1.Work{ObjectMeta: metav1.ObjectMeta{
+		Namespace: key.Namespace, Name: key.Name,
+		// Karmada's Work webhook sets the permanent ID where Karmada runs;
+		// in standalone mode there is none, and the agent copies it onto
+		// the ShardRoute as Karmada's execution controller does.
+		Labels: map[string]string{workv1alpha2.WorkPermanentIDLabel: string(uuid.NewUUID())},
+	}}
+	if err := w.fill(work, config, route); err != nil {
+		return err
+	}
+	if err := w.Client.Create(ctx, work); err != nil {
+		// AlreadyExists is retried as a conflict would be: the retry
+		// reads the Work someone created meanwhile.
+		if apierrors.IsAlreadyExists(err) {
+			return apierrors.NewConflict(workv1alpha1.SchemeGroupVersion.WithResource("works").GroupResource(), key.Name, err)
+		}
+		return fmt.Errorf("creating Work %s: %w", key, err)
+	}
+	return nil
+}
+
+// fill sets what the Writer owns of a Work, keeping the labels, annotations
+// and finalizers others set, as Karmada's CreateOrUpdateWork does.
+func (w *Writer) fill(work *workv1alpha1.Work, config *ctrlmeshv1alpha1.ShardingConfig, route *ctrlmeshv1alpha1.ShardRoute) error {
+	if work.Labels == nil {
+		work.Labels = map[string]string{}
+	}
+	maps.Copy(work.Labels, configLabels(config))
+	if work.Annotations == nil {
+		work.Annotations = map[string]string{}
+	}
+	work.Annotations[RulesHashAnnotation] = route.Spec.RulesHash
+	if w.KarmadaFinalizer {
+		controllerutil.AddFinalizer(work, ExecutionControllerFinalizer)
+	}
+	manifest, err := manifestOf(work, route)
+	if err != nil {
+		return err
+	}
+	work.Spec.Workload.Manifests = []workv1alpha1.Manifest{{RawExtension: runtime.RawExtension{Raw: manifest}}}
+	return nil
+}
+
+// manifestOf is route as the manifest of work, with the labels and
+// annotations Karmada's CreateOrUpdateWork and Work webhook put on a
+// manifest: the managed label, the Work's permanent ID and name, and the
+// records of the keys it manages. Karmada's resource template UID
+// annotation is left out: a ShardRoute comes from no resource template.
+func manifestOf(work *workv1alpha1.Work, route *ctrlmeshv1alpha1.ShardRoute) ([]byte, error) {
+	labels := map[string]string{managedLabel: managedLabelValue}
+	if id := work.Labels[workv1alpha2.WorkPermanentIDLabel]; id != "" {
+		labels[workv1alpha2.WorkPermanentIDLabel] = id
+	}
+	annotations := map[string]string{
+		workv1alpha2.WorkNameAnnotation:      work.Name,
+		workv1alpha2.WorkNamespaceAnnotation: work.Namespace,
+		workv1alpha2.ManagedLabels:           strings.Join(slices.Sorted(maps.Keys(labels)), ","),
+	}
+	managed := append(slices.Collect(maps.Keys(annotations)), workv1alpha2.ManagedAnnotation)
+	slices.Sort(managed)
+	annotations[workv1alpha2.ManagedAnnotation] = strings.Join(managed, ",")
+
+	manifest := &ctrlmeshv1alpha1.ShardRoute{
+		TypeMeta: metav1.TypeMeta{APIVersion: shardRouteKind.GroupVersion().String(), Kind: shardRouteKind.Kind},
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: route.Namespace, Name: route.Name, Labels: labels, Annotations: annotations,
+		},
+		Spec: route.Spec,
+	}
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(manifest)
+	if err != nil {
+		return nil, fmt.Errorf("converting ShardRoute %s/%s: %w", route.Namespace, route.Name, err)
+	}
+	// What Karmada prunes from manifests: a null creationTimestamp and an
+	// empty status would only be noise.
+	unstructured.RemoveNestedField(obj, "metadata", "creationTimestamp")
+	unstructured.RemoveNestedField(obj, "status")
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return nil, fmt.Errorf("encoding ShardRoute %s/%s: %w", route.Namespace, route.Name, err)
+	}
+	return data, nil
+}
+
+// Delete deletes the Work of config for cluster; a missing Work is no error.
+func (w *Writer) Delete(ctx context.Context, config *ctrlmeshv1alpha1.ShardingConfig, cluster string) error {
+	key, err := workKey(config, cluster)
+	if err != nil {
+		return err
+	}
+	work := &workv1alpha1.Work{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	if err := w.Client.Delete(ctx, work); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting Work %s: %w", key, err)
+	}
+	return nil
+}
+
+// Prune deletes the Works of config for clusters not in keep, and returns
+// those clusters.
+func (w *Writer) Prune(ctx context.Context, config *ctrlmeshv1alpha1.ShardingConfig, keep []string) ([]string, error) {
+	works, err := w.List(ctx, config)
+	if err != nil {
+		return nil, err
+	}
+	var pruned []string
+	for i := range works {
+		cluster, err := clusterOf(&works[i])
+		if err != nil || slices.Contains(keep, cluster) {
+			continue
+		}
+		if err := w.Client.Delete(ctx, &works[i]); err != nil && !apierrors.IsNotFound(err) {
+			return pruned, fmt.Errorf("deleting Work %s/%s of cluster %s: %w", works[i].Namespace, works[i].Name, cluster, err)
+		}
+		pruned = append(pruned, cluster)
+	}
+	return pruned, nil
+}
+
+// List returns the Works of config in every execution namespace, sorted by
+// namespace.
+func (w *Writer) List(ctx context.Context, config *ctrlmeshv1alpha1.ShardingConfig) ([]workv1alpha1.Work, error) {
+	var works workv1alpha1.WorkList
+	if err := w.Client.List(ctx, &works, client.MatchingLabels(configLabels(config))); err != nil {
+		return nil, fmt.Errorf("listing the Works of ShardingConfig %s/%s: %w", config.Namespace, config.Name, err)
+	}
+	items := works.Items
+	slices.SortFunc(items, func(a, b workv1alpha1.Work) int { return strings.Compare(a.Namespace, b.Namespace) })
+	return items, nil
+}
+
+func configLabels(config *ctrlmeshv1alpha1.ShardingConfig) map[string]string {
+	return map[string]string{ConfigNamespaceLabel: config.Namespace, ConfigNameLabel: config.Name}
+}
+
+// workKey is the namespace and name of the Work of config for cluster. The
+// config's name is a label value, so it may have at most 63 characters.
+func workKey(config *ctrlmeshv1alpha1.ShardingConfig, cluster string) (client.ObjectKey, error) {
+	if cluster == "" {
+		return client.ObjectKey{}, fmt.Errorf("no cluster for the Work of ShardingConfig %s/%s", config.Namespace, config.Name)
+	}
+	if errs := validation.IsValidLabelValue(config.Name); len(errs) > 0 {
+		return client.ObjectKey{}, fmt.Errorf("ShardingConfig %s/%s: its name must fit in label %s of its Works: %s",
+			config.Namespace, config.Name, ConfigNameLabel, strings.Join(errs, "; "))
+	}
+	return client.ObjectKey{Namespace: names.GenerateExecutionSpaceName(cluster), Name: WorkName(config)}, nil
+}

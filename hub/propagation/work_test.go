@@ -1,0 +1,242 @@
+package propagation
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
+	workv1alpha2 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha2"
+	"github.com/karmada-io/karmada/pkg/util/names"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/hub/placement"
+)
+
+// singleShardRoute builds the route of config for cluster at generation,
+// one shard of every bucket served by pod op-0.
+func singleShardRoute(t *testing.T, config *ctrlmeshv1alpha1.ShardingConfig, cluster string, generation int64) *ctrlmeshv1alpha1.ShardRoute {
+	t.Helper()
+	rules := placement.Rules{Generation: generation, Shards: []placement.RuleShard{{
+		ID: "0", Cluster: cluster, Pods: []placement.PodID{pod(cluster, "op-0")}, Buckets: scheme8.AllBuckets(), PendingBuckets: set(t, ""),
+	}}}
+	route, err := BuildRoute(config, cluster, rules, map[placement.PodID]string{pod(cluster, "op-0"): "10.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return route
+}
+
+// newCluster names a member cluster for one test and creates its execution
+// namespace on the hub.
+func newCluster(t *testing.T, ctx context.Context, base string) string {
+	t.Helper()
+	cluster := unique(base)
+	createNamespace(t, ctx, hub.Client, names.GenerateExecutionSpaceName(cluster))
+	return cluster
+}
+
+func getWork(t *testing.T, ctx context.Context, config *ctrlmeshv1alpha1.ShardingConfig, cluster string) *workv1alpha1.Work {
+	t.Helper()
+	var work workv1alpha1.Work
+	key := client.ObjectKey{Namespace: names.GenerateExecutionSpaceName(cluster), Name: WorkName(config)}
+	if err := hub.Client.Get(ctx, key, &work); err != nil {
+		t.Fatalf("reading Work %s: %v", key, err)
+	}
+	return &work
+}
+
+// manifest decodes the Work's one manifest.
+func manifest(t *testing.T, work *workv1alpha1.Work) *ctrlmeshv1alpha1.ShardRoute {
+	t.Helper()
+	if n := len(work.Spec.Workload.Manifests); n != 1 {
+		t.Fatalf("the Work has %d manifests, want 1", n)
+	}
+	raw := work.Spec.Workload.Manifests[0].Raw
+	var fields map[string]any
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := fields["status"]; ok {
+		t.Errorf("the manifest has a status: %s", raw)
+	}
+	if _, ok, _ := unstructured.NestedFieldNoCopy(fields, "metadata", "creationTimestamp"); ok {
+		t.Errorf("the manifest has a creationTimestamp: %s", raw)
+	}
+	var route ctrlmeshv1alpha1.ShardRoute
+	if err := json.Unmarshal(raw, &route); err != nil {
+		t.Fatal(err)
+	}
+	return &route
+}
+
+func TestWriterSync(t *testing.T) {
+	ctx := context.Background()
+	writer := &Writer{Client: writerClient(t)}
+	cluster := newCluster(t, ctx, "sync")
+	config := testConfig(unique("team-sync"), ctrlmeshv1alpha1.ScopePerCluster)
+
+	first := singleShardRoute(t, config, cluster, 1)
+	if err := writer.Sync(ctx, config, cluster, first); err != nil {
+		t.Fatal(err)
+	}
+	work := getWork(t, ctx, config, cluster)
+	if want := names.GenerateWorkName("ShardRoute", config.Name, config.Namespace); work.Name != want {
+		t.Errorf("Work name %s, want %s", work.Name, want)
+	}
+	id := work.Labels[workv1alpha2.WorkPermanentIDLabel]
+	if id == "" || work.Labels[ConfigNamespaceLabel] != config.Namespace || work.Labels[ConfigNameLabel] != config.Name {
+		t.Errorf("Work labels %v: want a permanent ID and the config's namespace and name", work.Labels)
+	}
+	if work.Annotations[RulesHashAnnotation] != first.Spec.RulesHash {
+		t.Errorf("Work annotations %v, want %s=%s", work.Annotations, RulesHashAnnotation, first.Spec.RulesHash)
+	}
+	if len(work.Finalizers) != 0 {
+		t.Errorf("Work finalizers %v, want none in standalone mode", work.Finalizers)
+	}
+	got := manifest(t, work)
+	if got.APIVersion != "ctrlmesh.io/v1alpha1" || got.Kind != "ShardRoute" || got.Namespace != config.Namespace || got.Name != config.Name {
+		t.Errorf("manifest %s %s %s/%s, want the config's ShardRoute", got.APIVersion, got.Kind, got.Namespace, got.Name)
+	}
+	if !equality.Semantic.DeepEqual(got.Spec, first.Spec) {
+		t.Errorf("manifest spec %+v, want %+v", got.Spec, first.Spec)
+	}
+	wantLabels := map[string]string{"karmada.io/managed": "true", workv1alpha2.WorkPermanentIDLabel: id}
+	wantAnnotations := map[string]string{
+		workv1alpha2.WorkNamespaceAnnotation: work.Namespace,
+		workv1alpha2.WorkNameAnnotation:      work.Name,
+		workv1alpha2.ManagedLabels:           "karmada.io/managed,work.karmada.io/permanent-id",
+		workv1alpha2.ManagedAnnotation:       "resourcetemplate.karmada.io/managed-annotations,resourcetemplate.karmada.io/managed-labels,work.karmada.io/name,work.karmada.io/namespace",
+	}
+	if !equality.Semantic.DeepEqual(got.Labels, wantLabels) || !equality.Semantic.DeepEqual(got.Annotations, wantAnnotations) {
+		t.Errorf("manifest labels %v and annotations %v, want %v and %v", got.Labels, got.Annotations, wantLabels, wantAnnotations)
+	}
+
+	if err := writer.Sync(ctx, config, cluster, singleShardRoute(t, config, cluster, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if again := getWork(t, ctx, config, cluster); again.ResourceVersion != work.ResourceVersion {
+		t.Errorf("syncing the same rules wrote the Work: resourceVersion %s, was %s", again.ResourceVersion, work.ResourceVersion)
+	}
+
+	second := singleShardRoute(t, config, cluster, 2)
+	if err := writer.Sync(ctx, config, cluster, second); err != nil {
+		t.Fatal(err)
+	}
+	updated := getWork(t, ctx, config, cluster)
+	if updated.ResourceVersion == work.ResourceVersion || updated.Annotations[RulesHashAnnotation] != second.Spec.RulesHash {
+		t.Errorf("changed rules did not update the Work: annotations %v", updated.Annotations)
+	}
+	if got := manifest(t, updated); got.Spec.RoutingGeneration != 2 || got.Labels[workv1alpha2.WorkPermanentIDLabel] != id {
+		t.Errorf("updated manifest: generation %d and permanent ID %q, want 2 and %q", got.Spec.RoutingGeneration, got.Labels[workv1alpha2.WorkPermanentIDLabel], id)
+	}
+	if updated.Labels[workv1alpha2.WorkPermanentIDLabel] != id {
+		t.Errorf("the update changed the Work's permanent ID to %q", updated.Labels[workv1alpha2.WorkPermanentIDLabel])
+	}
+
+	if err := writer.Sync(ctx, config, "elsewhere", second); err == nil || !strings.Contains(err.Error(), "does not belong") {
+		t.Errorf("syncing another cluster's route: %v, want an error", err)
+	}
+}
+
+// TestWriterKarmadaFinalizer shows why the finalizer is for Karmada mode
+// only: a deleted Work stays until someone removes it.
+func TestWriterKarmadaFinalizer(t *testing.T) {
+	ctx := context.Background()
+	writer := &Writer{Client: writerClient(t), KarmadaFinalizer: true}
+	cluster := newCluster(t, ctx, "finalizer")
+	config := testConfig(unique("team-finalizer"), ctrlmeshv1alpha1.ScopePerCluster)
+	if err := writer.Sync(ctx, config, cluster, singleShardRoute(t, config, cluster, 1)); err != nil {
+		t.Fatal(err)
+	}
+	work := getWork(t, ctx, config, cluster)
+	if !slices.Equal(work.Finalizers, []string{ExecutionControllerFinalizer}) {
+		t.Fatalf("finalizers %v, want %s", work.Finalizers, ExecutionControllerFinalizer)
+	}
+	if err := writer.Delete(ctx, config, cluster); err != nil {
+		t.Fatal(err)
+	}
+	if work = getWork(t, ctx, config, cluster); work.DeletionTimestamp.IsZero() {
+		t.Fatal("the deleted Work has no deletionTimestamp")
+	}
+	err := writer.Sync(ctx, config, cluster, singleShardRoute(t, config, cluster, 2))
+	if err == nil || !strings.Contains(err.Error(), "is being deleted") {
+		t.Errorf("syncing new rules into a Work being deleted: %v, want an error", err)
+	}
+
+	// What Karmada's execution controller does once the member is clean.
+	controllerutil.RemoveFinalizer(work, ExecutionControllerFinalizer)
+	if err := hub.Client.Update(ctx, work); err != nil {
+		t.Fatal(err)
+	}
+	if err := hub.Client.Get(ctx, client.ObjectKeyFromObject(work), work); !apierrors.IsNotFound(err) {
+		t.Errorf("the Work without finalizer: %v, want it gone", err)
+	}
+}
+
+func TestWriterPruneAndDelete(t *testing.T) {
+	ctx := context.Background()
+	writer := &Writer{Client: writerClient(t)}
+	a, b, c := newCluster(t, ctx, "prune-a"), newCluster(t, ctx, "prune-b"), newCluster(t, ctx, "prune-c")
+	config := testConfig(unique("team-prune"), ctrlmeshv1alpha1.ScopePerCluster)
+	other := testConfig(config.Namespace, ctrlmeshv1alpha1.ScopePerCluster)
+	other.Name = "other"
+	for _, cluster := range []string{a, b, c} {
+		if err := writer.Sync(ctx, config, cluster, singleShardRoute(t, config, cluster, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := writer.Sync(ctx, other, b, singleShardRoute(t, other, b, 1)); err != nil {
+		t.Fatal(err)
+	}
+
+	clustersOf := func(cfg *ctrlmeshv1alpha1.ShardingConfig) []string {
+		t.Helper()
+		works, err := writer.List(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var clusters []string
+		for i := range works {
+			report, err := ReadStatus(&works[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			clusters = append(clusters, report.Cluster)
+		}
+		return clusters
+	}
+	if got := clustersOf(config); !slices.Equal(got, []string{a, b, c}) {
+		t.Fatalf("List: Works for %v, want %v", got, []string{a, b, c})
+	}
+
+	pruned, err := writer.Prune(ctx, config, []string{a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(pruned, []string{b, c}) {
+		t.Errorf("Prune pruned %v, want %v", pruned, []string{b, c})
+	}
+	if got := clustersOf(config); !slices.Equal(got, []string{a}) {
+		t.Errorf("after Prune, Works for %v, want %v", got, []string{a})
+	}
+	if got := clustersOf(other); !slices.Equal(got, []string{b}) {
+		t.Errorf("after Prune, the other config's Works are for %v, want %v", got, []string{b})
+	}
+
+	for range 2 { // deleting a deleted Work is no error
+		if err := writer.Delete(ctx, config, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := clustersOf(config); len(got) != 0 {
+		t.Errorf("after Delete, Works for %v, want none", got)
+	}
+}
