@@ -1,0 +1,302 @@
+// Package clusters is the hub's cluster controller: it accepts member
+// clusters (when told to), creates their execution namespaces, decides from
+// their heartbeat Leases (and Karmada's Cluster objects, where Karmada runs)
+// whether they are available, reports that in the ManagedClusters' status
+// conditions, and keeps the clusters table of the hub's state.Store.
+package clusters
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	clusterv1alpha1 "github.com/karmada-io/karmada/pkg/apis/cluster/v1alpha1"
+	"github.com/karmada-io/karmada/pkg/util/names"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/ctrlmesh/ctrlmesh/agent/join"
+	"github.com/ctrlmesh/ctrlmesh/hub/state"
+)
+
+// ControllerName names the controller in logs and metrics.
+const ControllerName = "clusters"
+
+// karmadaClusterGVK is Karmada's Cluster. It is read as unstructured so the
+// controller needs it neither in the scheme nor served.
+var karmadaClusterGVK = clusterv1alpha1.SchemeGroupVersion.WithKind("Cluster")
+
+// Options of the controller.
+type Options struct {
+	// AutoAccept makes the controller accept every ManagedCluster by setting
+	// its spec.hubAcceptsClient; otherwise an admin does. It needs the RBAC
+	// RBACRules adds for it.
+	AutoAccept bool
+	// Changes, when not nil, receives an event naming each cluster (an
+	// Object with only the name) whose record in the Store appeared,
+	// disappeared, or changed in anything but its heartbeat expiry: wrap it
+	// in source.Channel to reconcile what depends on clusters. A send blocks
+	// the reconcile until it is received.
+	Changes chan<- event.GenericEvent
+}
+
+// Reconciler reconciles ManagedClusters, by name.
+type Reconciler struct {
+	// Store receives the clusters table. Required.
+	Store *state.Store
+	Options
+
+	client client.Client
+	// apiReader reads the latest ManagedCluster after a write conflict.
+	apiReader client.Reader
+	// leases is a cache of the heartbeat Leases only.
+	leases client.Reader
+	// karmadaClusters reads Karmada's Clusters; nil where the hub does not
+	// serve them.
+	karmadaClusters client.Reader
+}
+
+// SetupWithManager adds the controller, and a cache of the heartbeat Leases,
+// to mgr. It watches Karmada's Clusters only when the hub serves them.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Store == nil {
+		return errors.New("clusters: no state store")
+	}
+	r.client, r.apiReader = mgr.GetClient(), mgr.GetAPIReader()
+
+	// Only Leases of the one name: the hub has many others (nodes, leader
+	// elections), and RBAC can then grant that name alone.
+	leases, err := cache.New(mgr.GetConfig(), cache.Options{
+		HTTPClient: mgr.GetHTTPClient(), Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
+		ByObject: map[client.Object]cache.ByObject{
+			&coordinationv1.Lease{}: {Field: fields.OneTermEqualSelector("metadata.name", join.LeaseName)},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("clusters: creating the heartbeat lease cache: %w", err)
+	}
+	if err := mgr.Add(leases); err != nil {
+		return fmt.Errorf("clusters: adding the heartbeat lease cache: %w", err)
+	}
+	r.leases = leases
+
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&clusterv1.ManagedCluster{}).
+		WatchesRawSource(source.Kind(leases, &coordinationv1.Lease{},
+			handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, lease *coordinationv1.Lease) []reconcile.Request {
+				cluster, err := names.GetClusterName(lease.Namespace)
+				if err != nil || lease.Name != join.LeaseName {
+					return nil
+				}
+				return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: cluster}}}
+			})))
+
+	_, err = mgr.GetRESTMapper().RESTMapping(karmadaClusterGVK.GroupKind(), karmadaClusterGVK.Version)
+	switch {
+	case err == nil:
+		// Karmada's Cluster has the member's name.
+		b = b.Watches(newKarmadaCluster(), &handler.EnqueueRequestForObject{})
+		r.karmadaClusters = mgr.GetCache()
+	case !meta.IsNoMatchError(err):
+		return fmt.Errorf("clusters: asking whether the hub serves %s: %w", karmadaClusterGVK, err)
+	}
+	return b.Complete(r)
+}
+
+func newKarmadaCluster() *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(karmadaClusterGVK)
+	return u
+}
+
+// Reconcile brings one cluster's acceptance, execution namespace, conditions
+// and Store record up to date, and asks to run again when its heartbeat
+// runs out.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	name := req.Name
+	var mc clusterv1.ManagedCluster
+	if err := r.client.Get(ctx, req.NamespacedName, &mc); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, fmt.Errorf("reading the ManagedCluster: %w", err)
+		}
+		existed, err := r.Store.DeleteCluster(name)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if existed {
+			r.notify(ctx, name)
+		}
+		return reconcile.Result{}, nil
+	}
+
+	if !mc.Spec.HubAcceptsClient && r.AutoAccept {
+		patch := client.MergeFrom(mc.DeepCopy())
+		mc.Spec.HubAcceptsClient = true
+		if err := r.client.Patch(ctx, &mc, patch); err != nil {
+			return reconcile.Result{}, fmt.Errorf("accepting the cluster: %w", err)
+		}
+		log.Info("accepted the cluster")
+	}
+
+	lease, err := r.heartbeatLease(ctx, name)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	// An agent's Lease lives in the execution namespace: while there is one,
+	// so is the namespace.
+	if mc.Spec.HubAcceptsClient && lease == nil {
+		if err := r.ensureExecutionNamespace(ctx, name); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	karmadaCluster, err := r.karmadaCluster(ctx, name)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+
+	now := time.Now()
+	avail := assessAvailability(now, lease, karmadaCluster)
+	if err := r.writeConditions(ctx, &mc, conditions(mc.Spec.HubAcceptsClient, avail)); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.record(ctx, &mc, avail); err != nil {
+		return reconcile.Result{}, err
+	}
+	if now.Before(avail.heartbeatExpiry) {
+		return reconcile.Result{RequeueAfter: avail.heartbeatExpiry.Sub(now)}, nil
+	}
+	return reconcile.Result{}, nil
+}
+
+// heartbeatLease returns the cluster's heartbeat Lease, or nil.
+func (r *Reconciler) heartbeatLease(ctx context.Context, cluster string) (*coordinationv1.Lease, error) {
+	var lease coordinationv1.Lease
+	err := r.leases.Get(ctx, client.ObjectKey{Namespace: names.GenerateExecutionSpaceName(cluster), Name: join.LeaseName}, &lease)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading the heartbeat lease: %w", err)
+	}
+	return &lease, nil
+}
+
+// karmadaCluster returns Karmada's Cluster of that name, or nil where there
+// is none.
+func (r *Reconciler) karmadaCluster(ctx context.Context, name string) (*clusterv1alpha1.Cluster, error) {
+	if r.karmadaClusters == nil {
+		return nil, nil
+	}
+	u := newKarmadaCluster()
+	err := r.karmadaClusters.Get(ctx, client.ObjectKey{Name: name}, u)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading Karmada's Cluster: %w", err)
+	}
+	var kc clusterv1alpha1.Cluster
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &kc); err != nil {
+		return nil, fmt.Errorf("decoding Karmada's Cluster: %w", err)
+	}
+	return &kc, nil
+}
+
+// ensureExecutionNamespace creates karmada-es-<cluster> unless it exists.
+// Creating and ignoring AlreadyExists needs no right to read namespaces.
+func (r *Reconciler) ensureExecutionNamespace(ctx context.Context, cluster string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: names.GenerateExecutionSpaceName(cluster)}}
+	err := r.client.Create(ctx, ns)
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("creating the execution namespace %s: %w", ns.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("created the execution namespace", "namespace", ns.Name)
+	return nil
+}
+
+// writeConditions sets the controller's conditions in mc's status when they
+// differ. The agent writes the same status (its claims) by update: on a
+// conflict the latest object is read again and only the conditions set on
+// it, so the agent's writes survive.
+func (r *Reconciler) writeConditions(ctx context.Context, mc *clusterv1.ManagedCluster, want []metav1.Condition) error {
+	latest := mc.DeepCopy()
+	conflicted := false
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		if conflicted {
+			if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(mc), latest); err != nil {
+				return err
+			}
+		}
+		if !setConditions(&latest.Status.Conditions, want) {
+			return nil
+		}
+		err := r.client.Status().Update(ctx, latest)
+		conflicted = apierrors.IsConflict(err)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("writing the ManagedCluster's conditions: %w", err)
+	}
+	return nil
+}
+
+// record stores the cluster in the Store, telling Changes when more than
+// its heartbeat expiry changed. Reconciles of one cluster never overlap, so
+// reading the old record first is no race.
+func (r *Reconciler) record(ctx context.Context, mc *clusterv1.ManagedCluster, avail availability) error {
+	c := state.Cluster{
+		Name:            mc.Name,
+		Accepted:        mc.Spec.HubAcceptsClient,
+		Available:       avail.status == metav1.ConditionTrue,
+		Labels:          mc.Labels,
+		HeartbeatExpiry: avail.heartbeatExpiry,
+	}
+	if !c.Available {
+		c.Reason = avail.reason
+	}
+	old, existed := r.Store.Snapshot().Cluster(c.Name)
+	if _, err := r.Store.UpsertCluster(c); err != nil {
+		return err
+	}
+	if existed && old.Accepted == c.Accepted && old.Available == c.Available && old.Reason == c.Reason && maps.Equal(old.Labels, c.Labels) {
+		return nil
+	}
+	if !existed || old.Available != c.Available {
+		ctrl.LoggerFrom(ctx).Info("cluster availability", "available", c.Available, "reason", avail.reason, "accepted", c.Accepted)
+	}
+	r.notify(ctx, c.Name)
+	return nil
+}
+
+func (r *Reconciler) notify(ctx context.Context, cluster string) {
+	if r.Changes == nil {
+		return
+	}
+	select {
+	case r.Changes <- event.GenericEvent{Object: &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: cluster}}}:
+	case <-ctx.Done():
+	}
+}

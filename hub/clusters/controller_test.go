@@ -1,0 +1,334 @@
+package clusters_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ctrlmesh/ctrlmesh/agent/join"
+	"github.com/ctrlmesh/ctrlmesh/hub/clusters"
+	"github.com/ctrlmesh/ctrlmesh/hub/state"
+)
+
+const (
+	hubAccepted = clusterv1.ManagedClusterConditionHubAccepted
+	available   = clusterv1.ManagedClusterConditionAvailable
+)
+
+func executionNamespace(cluster string) string { return "karmada-es-" + cluster }
+
+// acceptedWithNamespace checks that the cluster is accepted, in its spec,
+// condition and the Store, and has its execution namespace.
+func acceptedWithNamespace(ctx context.Context, c *controller, name string) error {
+	var mc clusterv1.ManagedCluster
+	if err := hub.Client.Get(ctx, client.ObjectKey{Name: name}, &mc); err != nil {
+		return err
+	}
+	if !mc.Spec.HubAcceptsClient {
+		return fmt.Errorf("not accepted")
+	}
+	if err := conditionIs(ctx, name, hubAccepted, metav1.ConditionTrue, clusters.ReasonAccepted); err != nil {
+		return err
+	}
+	if exists, err := namespaceExists(ctx, executionNamespace(name)); !exists {
+		return fmt.Errorf("no execution namespace (%v)", err)
+	}
+	if sc, ok := c.store.Snapshot().Cluster(name); !ok || !sc.Accepted {
+		return fmt.Errorf("store has %+v", sc)
+	}
+	return nil
+}
+
+func TestAutoAccept(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, _ := startController(t, clusters.Options{AutoAccept: true})
+	name := unique("auto")
+	createCluster(t, ctx, name, false)
+	eventually(t, 20*time.Second, "auto-acceptance", func() error {
+		if err := acceptedWithNamespace(ctx, c, name); err != nil {
+			return err
+		}
+		// Accepted, with no heartbeat yet.
+		if err := conditionIs(ctx, name, available, metav1.ConditionUnknown, clusters.ReasonNoHeartbeat); err != nil {
+			return err
+		}
+		if err := recorded(c.store, name, true, false, clusters.ReasonNoHeartbeat); err != nil {
+			return err
+		}
+		if c.changesOf(name) == 0 {
+			return fmt.Errorf("no change event")
+		}
+		return nil
+	})
+	if sc, _ := c.store.Snapshot().Cluster(name); sc.Labels["test"] != t.Name() {
+		t.Errorf("store labels %v", sc.Labels)
+	}
+}
+
+func TestAcceptByAdmin(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, _ := startController(t, clusters.Options{})
+	name := unique("manual")
+	createCluster(t, ctx, name, false)
+	// Once the controller has written the condition it has done all it does.
+	eventually(t, 20*time.Second, "the pending cluster", func() error {
+		if err := conditionIs(ctx, name, hubAccepted, metav1.ConditionFalse, clusters.ReasonNotAccepted); err != nil {
+			return err
+		}
+		return recorded(c.store, name, false, false, clusters.ReasonNoHeartbeat)
+	})
+	if getCluster(t, ctx, name).Spec.HubAcceptsClient {
+		t.Fatal("accepted without AutoAccept")
+	}
+	if exists, err := namespaceExists(ctx, executionNamespace(name)); exists || err != nil {
+		t.Fatalf("execution namespace of a pending cluster: %v, %v", exists, err)
+	}
+
+	mc := getCluster(t, ctx, name)
+	mc.Spec.HubAcceptsClient = true
+	if err := hub.Client.Update(ctx, mc); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "acceptance by the admin", func() error { return acceptedWithNamespace(ctx, c, name) })
+}
+
+// runHeartbeat beats for cluster until the returned stop is called.
+func runHeartbeat(t *testing.T, cluster string, leaseDuration time.Duration) (stop func()) {
+	t.Helper()
+	hb := &join.Heartbeat{Hub: hub.Client, ClusterName: cluster, Identity: "agent-0",
+		LeaseDuration: leaseDuration, RenewInterval: leaseDuration / 10, Log: logr.Discard()}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- hb.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func leaseOf(t *testing.T, ctx context.Context, cluster string) *coordinationv1.Lease {
+	t.Helper()
+	var lease coordinationv1.Lease
+	if err := hub.Client.Get(ctx, client.ObjectKey{Namespace: executionNamespace(cluster), Name: join.LeaseName}, &lease); err != nil {
+		t.Fatal(err)
+	}
+	return &lease
+}
+
+func TestHeartbeatAvailability(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const leaseDuration = 2 * time.Second
+	c, _ := startController(t, clusters.Options{AutoAccept: true})
+	name := unique("heartbeat")
+	createCluster(t, ctx, name, true)
+	eventually(t, 20*time.Second, "the execution namespace", func() error { return acceptedWithNamespace(ctx, c, name) })
+
+	isAvailable := func() error {
+		if err := conditionIs(ctx, name, available, metav1.ConditionTrue, clusters.ReasonAvailable); err != nil {
+			return err
+		}
+		if usable := c.store.Snapshot().UsableClusters(); !slices.ContainsFunc(usable, func(u state.Cluster) bool { return u.Name == name }) {
+			return fmt.Errorf("not among the usable clusters %v", usable)
+		}
+		return recorded(c.store, name, true, true, "")
+	}
+	stopHeartbeat := runHeartbeat(t, name, leaseDuration)
+	eventually(t, 20*time.Second, "availability with a fresh lease", isAvailable)
+	changes := c.changesOf(name)
+	time.Sleep(leaseDuration) // renewals, each an event of the Lease
+	if got := c.changesOf(name); got != changes {
+		t.Errorf("%d change events while only the heartbeat renewed", got-changes)
+	}
+
+	// The agent stops: the lease runs out with no event to tell.
+	stopHeartbeat()
+	lease := leaseOf(t, ctx, name)
+	expiry := lease.Spec.RenewTime.Add(leaseDuration)
+	eventually(t, 10*time.Second, "unavailability after the lease ran out", func() error {
+		err := conditionIs(ctx, name, available, metav1.ConditionFalse, clusters.ReasonLeaseUpdateStopped)
+		if err == nil && time.Now().Before(expiry) {
+			t.Fatalf("unavailable at %s, before the lease's expiry %s", time.Now(), expiry)
+		}
+		return err
+	})
+	if late := time.Since(expiry); late > time.Second {
+		t.Errorf("unavailable %s after the lease's expiry, want within 1 s", late)
+	}
+	if err := recorded(c.store, name, true, false, clusters.ReasonLeaseUpdateStopped); err != nil {
+		t.Error(err)
+	}
+	if sc, _ := c.store.Snapshot().Cluster(name); !sc.HeartbeatExpiry.Equal(expiry) {
+		t.Errorf("store heartbeat expiry %s, want %s", sc.HeartbeatExpiry, expiry)
+	}
+	if slices.ContainsFunc(c.store.Snapshot().UsableClusters(), func(u state.Cluster) bool { return u.Name == name }) {
+		t.Error("an unavailable cluster is usable")
+	}
+
+	// The agent is back.
+	stopHeartbeat = runHeartbeat(t, name, leaseDuration)
+	defer stopHeartbeat()
+	eventually(t, 20*time.Second, "availability after renewals resumed", isAvailable)
+}
+
+// The agent writes its claims into the status the controller writes its
+// conditions into; neither loses the other's writes.
+func TestClaimsSurviveConditionWrites(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, _ := startController(t, clusters.Options{AutoAccept: true})
+	name := unique("claims")
+	createCluster(t, ctx, name, true)
+	eventually(t, 20*time.Second, "the execution namespace", func() error { return acceptedWithNamespace(ctx, c, name) })
+
+	const counterClaim = "counter.test.ctrlmesh.io"
+	member := hubDiscovery(t)
+	claimsCtx, stopClaims := context.WithCancel(ctx)
+	lastClaim := make(chan int, 1)
+	go func() {
+		i := 0
+		for ; claimsCtx.Err() == nil; i++ {
+			err := join.Join(claimsCtx, hub.Client, join.JoinOptions{ClusterName: name, Member: member,
+				ExtraClaims: map[string]string{counterClaim: strconv.Itoa(i)}})
+			if err != nil && claimsCtx.Err() == nil {
+				t.Errorf("join %d: %v", i, err)
+			}
+			if claimsCtx.Err() != nil {
+				break
+			}
+		}
+		lastClaim <- i
+	}()
+
+	// Availability flips, and the controller writes its conditions, while
+	// the agent writes claims.
+	hb := &join.Heartbeat{Hub: hub.Client, ClusterName: name, Identity: "agent-0", LeaseDuration: time.Second}
+	for range 3 {
+		if err := hb.Renew(ctx); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, "available", func() error {
+			return conditionIs(ctx, name, available, metav1.ConditionTrue, clusters.ReasonAvailable)
+		})
+		eventually(t, 10*time.Second, "unavailable", func() error {
+			return conditionIs(ctx, name, available, metav1.ConditionFalse, clusters.ReasonLeaseUpdateStopped)
+		})
+	}
+	stopClaims()
+	last := <-lastClaim
+
+	mc := getCluster(t, ctx, name)
+	claims := map[string]string{}
+	for _, cl := range mc.Status.ClusterClaims {
+		claims[cl.Name] = cl.Value
+	}
+	// The last Join may have been cancelled before it wrote.
+	if got := claims[counterClaim]; got != strconv.Itoa(last) && got != strconv.Itoa(last-1) {
+		t.Errorf("claim %s = %q after %d joins", counterClaim, got, last)
+	}
+	if claims[join.ClaimKubeVersion] == "" || claims[join.ClaimCtrlmeshVersion] == "" {
+		t.Errorf("claims %v", claims)
+	}
+	if err := conditionIs(ctx, name, hubAccepted, metav1.ConditionTrue, clusters.ReasonAccepted); err != nil {
+		t.Error(err)
+	}
+	if err := conditionIs(ctx, name, available, metav1.ConditionFalse, clusters.ReasonLeaseUpdateStopped); err != nil {
+		t.Error(err)
+	}
+	t.Logf("%d joins during 3 availability flips", last)
+}
+
+// A new hub (new manager, new Store) rebuilds the Store from the API objects
+// and writes nothing.
+func TestRestartRebuildsWithoutWrites(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	first, stopFirst := startController(t, clusters.Options{})
+	fresh, expired, pending, noLease := unique("restart-fresh"), unique("restart-expired"), unique("restart-pending"), unique("restart-nolease")
+	createCluster(t, ctx, fresh, true)
+	createCluster(t, ctx, expired, true)
+	createCluster(t, ctx, pending, false)
+	createCluster(t, ctx, noLease, true)
+	for _, name := range []string{fresh, expired, noLease} {
+		eventually(t, 20*time.Second, "the execution namespace", func() error { return acceptedWithNamespace(ctx, first, name) })
+	}
+	if err := (&join.Heartbeat{Hub: hub.Client, ClusterName: fresh, Identity: "agent-0", LeaseDuration: 10 * time.Minute}).Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := (&join.Heartbeat{Hub: hub.Client, ClusterName: expired, Identity: "agent-0", LeaseDuration: time.Second}).Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct {
+		accepted, available bool
+		reason              string
+	}{
+		fresh:   {true, true, ""},
+		expired: {true, false, clusters.ReasonLeaseUpdateStopped},
+		pending: {false, false, clusters.ReasonNoHeartbeat},
+		noLease: {true, false, clusters.ReasonNoHeartbeat},
+	}
+	eventually(t, 20*time.Second, "the first hub's state", func() error {
+		for name, w := range want {
+			if err := recorded(first.store, name, w.accepted, w.available, w.reason); err != nil {
+				return err
+			}
+			status, reason := metav1.ConditionFalse, w.reason
+			switch {
+			case w.available:
+				status, reason = metav1.ConditionTrue, clusters.ReasonAvailable
+			case w.reason == clusters.ReasonNoHeartbeat:
+				status = metav1.ConditionUnknown
+			}
+			if err := conditionIs(ctx, name, available, status, reason); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		return nil
+	})
+	stopFirst()
+
+	versions := func() map[string]string {
+		out := map[string]string{}
+		for name := range want {
+			out["ManagedCluster "+name] = getCluster(t, ctx, name).ResourceVersion
+			var ns corev1.Namespace
+			if err := hub.Client.Get(ctx, client.ObjectKey{Name: executionNamespace(name)}, &ns); err == nil {
+				out["Namespace "+ns.Name] = ns.ResourceVersion
+			}
+		}
+		return out
+	}
+	before := versions()
+
+	second, _ := startController(t, clusters.Options{})
+	eventually(t, 20*time.Second, "the second hub's state", func() error {
+		for name := range want {
+			old, _ := first.store.Snapshot().Cluster(name)
+			got, ok := second.store.Snapshot().Cluster(name)
+			if !ok || got.Accepted != old.Accepted || got.Available != old.Available || got.Reason != old.Reason ||
+				!got.HeartbeatExpiry.Equal(old.HeartbeatExpiry) || got.Labels["test"] != old.Labels["test"] {
+				return fmt.Errorf("cluster %s: second hub has %+v, first had %+v", name, got, old)
+			}
+		}
+		return nil
+	})
+	time.Sleep(2 * time.Second) // time for writes that should not come
+	if after := versions(); !maps.Equal(before, after) {
+		t.Errorf("the second hub wrote: resourceVersions before %v, after %v", before, after)
+	}
+}
