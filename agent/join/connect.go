@@ -20,8 +20,9 @@ func Configs(hubKubeconfig, memberKubeconfig string) (hub, member *rest.Config, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("hub kubeconfig %q: %w", hubKubeconfig, err)
 	}
-	member, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-		&clientcmd.ClientConfigLoadingRules{ExplicitPath: memberKubeconfig}, &clientcmd.ConfigOverrides{}).ClientConfig()
+	loading := clientcmd.NewDefaultClientConfigLoadingRules()
+	loading.ExplicitPath = memberKubeconfig
+	member, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(loading, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
 		return nil, nil, fmt.Errorf("member credentials: %w", err)
 	}

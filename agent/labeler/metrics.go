@@ -1,10 +1,9 @@
 package labeler
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ctrlmesh/ctrlmesh/pkg/metricsutil"
 )
 
 // metrics of one Labeler.
@@ -32,27 +31,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	// The agent replaces its Labeler when the rules change; the new one keeps
 	// counting into the collectors the first one registered.
 	var err error
-	if m.unlabelled, err = register(reg, m.unlabelled); err != nil {
+	if m.unlabelled, err = metricsutil.Register(reg, m.unlabelled); err != nil {
 		return nil, err
 	}
-	if m.labelsWritten, err = register(reg, m.labelsWritten); err != nil {
+	if m.labelsWritten, err = metricsutil.Register(reg, m.labelsWritten); err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-// register registers c on reg, or returns the equal collector registered
-// before.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
-		}
-	}
-	if err != nil {
-		return c, fmt.Errorf("labeler: registering metrics: %w", err)
-	}
-	return c, nil
 }

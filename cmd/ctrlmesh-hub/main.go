@@ -2,23 +2,62 @@
 package main
 
 import (
+	"flag"
+	"fmt"
 	"os"
 
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/ctrlmesh/ctrlmesh/hub"
 	"github.com/ctrlmesh/ctrlmesh/pkg/version"
 )
 
 func main() {
-	cmd := version.NewShellCommand("ctrlmesh-hub",
-		"ctrlmesh hub: shard placement and rule propagation for a fleet",
-		`ctrlmesh-hub runs on the control cluster (for example a Karmada control plane).
+	var kubeconfig string
+	opts := hub.Options{}
+	zapOpts := zap.Options{}
+	cmd := &cobra.Command{
+		Use:   "ctrlmesh-hub",
+		Short: "ctrlmesh hub: shard placement and rule propagation for a fleet",
+		Long: `ctrlmesh-hub runs on the control cluster (for example a Karmada control plane).
 
-It watches ShardingConfigs (ctrlmesh.io/v1alpha1) and member-cluster
-registrations (OCM ManagedCluster plus a heartbeat Lease), computes which pod
-in which cluster serves which namespace buckets, and writes one Karmada Work
-per ShardingConfig and cluster into karmada-es-<cluster>, carrying that
-cluster's ShardRoute rules. Placement and health are reported in
-ShardingConfig.status.`,
-		"the hub issue")
+It keeps the member clusters (OCM ManagedClusters: acceptance, with
+--auto-accept; availability from the agents' heartbeat Leases and, where
+Karmada runs, its Cluster objects), and for every ShardingConfig
+(ctrlmesh.io/v1alpha1) computes which pods in which clusters serve which
+namespace buckets, moves buckets revoke-before-grant, and writes one Karmada
+Work per ShardingConfig and cluster into karmada-es-<cluster>, carrying that
+cluster's ShardRoute. Placement and health are reported in
+ShardingConfig.status (see "ctrlmeshctl status").`,
+		Version:      version.Version,
+		SilenceUsage: true,
+		Args:         cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.Log = zap.New(zap.UseFlagOptions(&zapOpts))
+			loading := clientcmd.NewDefaultClientConfigLoadingRules()
+			loading.ExplicitPath = kubeconfig
+			cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(loading, &clientcmd.ConfigOverrides{}).ClientConfig()
+			if err != nil {
+				return fmt.Errorf("hub credentials: %w", err)
+			}
+			opts.Config = cfg
+			return hub.Run(ctrl.SetupSignalHandler(), opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the hub cluster; empty uses $KUBECONFIG, ~/.kube/config or in-cluster credentials")
+	f.BoolVar(&opts.AutoAccept, "auto-accept", false, "accept every member cluster that joins; otherwise an admin sets spec.hubAcceptsClient of its ManagedCluster")
+	f.BoolVar(&opts.KarmadaFinalizer, "karmada-finalizer", false, "put Karmada's execution finalizer on Works, as Karmada does; only where Karmada's controllers run (Karmada mode)")
+	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect a leader among the hub's replicas")
+	f.StringVar(&opts.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the hub, holding its leader-election Lease (default $POD_NAMESPACE)")
+	f.StringVar(&opts.MetricsAddress, "metrics-bind-address", ":8080", "address serving Prometheus metrics; 0 disables")
+	f.StringVar(&opts.HealthAddress, "health-probe-bind-address", ":8081", "address serving /healthz and /readyz; 0 disables")
+	logFlags := flag.NewFlagSet("log", flag.ContinueOnError)
+	zapOpts.BindFlags(logFlags)
+	f.AddGoFlagSet(logFlags)
 	if err := cmd.Execute(); err != nil {
 		os.Exit(1)
 	}

@@ -78,7 +78,7 @@ func Compute(in Input) (Placement, error) {
 
 	out := Placement{Scheme: in.Scheme}
 	for _, s := range shards {
-		slices.SortFunc(s.pods, comparePodIDs)
+		slices.SortFunc(s.pods, ComparePodIDs)
 		out.Shards = append(out.Shards, Shard{
 			ID:      s.id,
 			Cluster: majorityCluster(s.pods, s.cluster),
@@ -97,7 +97,7 @@ func Compute(in Input) (Placement, error) {
 			Canary:     true,
 		})
 	}
-	slices.SortFunc(out.Shards, func(a, b Shard) int { return compareShardIDs(a.ID, b.ID) })
+	slices.SortFunc(out.Shards, func(a, b Shard) int { return CompareShardIDs(a.ID, b.ID) })
 	return out, nil
 }
 
@@ -145,8 +145,8 @@ func readyPods(pods []Pod) (regular, canary []PodID) {
 			regular = append(regular, p.PodID)
 		}
 	}
-	slices.SortFunc(regular, comparePodIDs)
-	slices.SortFunc(canary, comparePodIDs)
+	slices.SortFunc(regular, ComparePodIDs)
+	slices.SortFunc(canary, ComparePodIDs)
 	return regular, canary
 }
 
@@ -185,7 +185,7 @@ func keepShards(previous Placement, regular []PodID, free sharding.Set, count, p
 		ready[p] = true
 	}
 	prev := slices.Clone(previous.Shards)
-	slices.SortFunc(prev, func(a, b Shard) int { return compareShardIDs(a.ID, b.ID) })
+	slices.SortFunc(prev, func(a, b Shard) int { return CompareShardIDs(a.ID, b.ID) })
 	claimed := make([]bool, free.Scheme().Buckets())
 	var candidates []*forming
 	for _, s := range prev {
@@ -193,7 +193,7 @@ func keepShards(previous Placement, regular []PodID, free sharding.Set, count, p
 			continue
 		}
 		f := &forming{id: s.ID, cluster: s.Cluster}
-		for _, p := range slices.SortedFunc(slices.Values(s.Pods), comparePodIDs) {
+		for _, p := range slices.SortedFunc(slices.Values(s.Pods), ComparePodIDs) {
 			if ready[p] && len(f.pods) < podsPerShard {
 				f.pods = append(f.pods, p)
 				// A pod serves one shard, even if a previous placement
@@ -295,7 +295,7 @@ func assignBuckets(shards []*forming, free sharding.Set) {
 	}
 	byHoldings := slices.Clone(shards)
 	slices.SortStableFunc(byHoldings, func(a, b *forming) int {
-		return cmp.Or(cmp.Compare(len(b.buckets), len(a.buckets)), compareShardIDs(a.id, b.id))
+		return cmp.Or(cmp.Compare(len(b.buckets), len(a.buckets)), CompareShardIDs(a.id, b.id))
 	})
 	quota := map[*forming]int{}
 	base, extra := free.Len()/len(shards), free.Len()%len(shards)

@@ -141,7 +141,7 @@ func Handover(desired Placement, published Rules, acks []PodAck) (Step, error) {
 				step.WaitingFor = append(step.WaitingFor, pod)
 			}
 		}
-		slices.SortFunc(step.WaitingFor, comparePodIDs)
+		slices.SortFunc(step.WaitingFor, ComparePodIDs)
 	}
 	return step, nil
 }
@@ -371,7 +371,7 @@ func deltaOf(m map[string]*delta, shard string) *delta {
 // nobody-owner "" is left out.
 func changeList(scheme sharding.Scheme, m map[string]*delta) []Change {
 	var out []Change
-	for _, shard := range slices.SortedFunc(maps.Keys(m), compareShardIDs) {
+	for _, shard := range slices.SortedFunc(maps.Keys(m), CompareShardIDs) {
 		if shard == "" {
 			continue
 		}

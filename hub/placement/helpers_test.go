@@ -93,7 +93,7 @@ func checkPlacement(t *testing.T, in Input, p Placement) {
 	var sizes []int
 	regularShards := 0
 	for i, s := range p.Shards {
-		if i > 0 && compareShardIDs(p.Shards[i-1].ID, s.ID) >= 0 {
+		if i > 0 && CompareShardIDs(p.Shards[i-1].ID, s.ID) >= 0 {
 			fail("shards not sorted by ID")
 		}
 		if !shardIDPattern.MatchString(s.ID) || len(s.ID) > 50 {
@@ -112,7 +112,7 @@ func checkPlacement(t *testing.T, in Input, p Placement) {
 			}
 			seenPod[id] = s.ID
 		}
-		if !slices.IsSortedFunc(s.Pods, comparePodIDs) {
+		if !slices.IsSortedFunc(s.Pods, ComparePodIDs) {
 			fail("shard %s pods not sorted", s.ID)
 		}
 		for _, b := range s.Buckets.Buckets() {

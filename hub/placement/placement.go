@@ -34,7 +34,8 @@ type PodID struct {
 
 func (p PodID) String() string { return p.Cluster + "/" + p.Name }
 
-func comparePodIDs(a, b PodID) int {
+// ComparePodIDs orders pods by cluster, then name.
+func ComparePodIDs(a, b PodID) int {
 	return cmp.Or(cmp.Compare(a.Cluster, b.Cluster), cmp.Compare(a.Name, b.Name))
 }
 
@@ -85,9 +86,9 @@ func (s Shard) equal(o Shard) bool {
 		slices.Equal(s.Pods, o.Pods) && s.Buckets.Equal(o.Buckets) && slices.Equal(s.Namespaces, o.Namespaces)
 }
 
-// compareShardIDs orders numeric IDs by value ("2" before "10"), before
+// CompareShardIDs orders shard IDs: numeric IDs by value ("2" before "10"), before
 // any other ID.
-func compareShardIDs(a, b string) int {
+func CompareShardIDs(a, b string) int {
 	na, errA := strconv.Atoi(a)
 	nb, errB := strconv.Atoi(b)
 	switch {

@@ -3,8 +3,10 @@ package propagation
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
+	strictjson "sigs.k8s.io/json"
 	"slices"
 	"strings"
 
@@ -255,4 +257,26 @@ func workKey(config *ctrlmeshv1alpha1.ShardingConfig, cluster string) (client.Ob
 			config.Namespace, config.Name, ConfigNameLabel, strings.Join(errs, "; "))
 	}
 	return client.ObjectKey{Namespace: names.GenerateExecutionSpaceName(cluster), Name: WorkName(config)}, nil
+}
+
+// RouteOf decodes the ShardRoute a Work carries: the rules published to its
+// cluster. Decoding is strict, so a manifest the hub did not write is an
+// error rather than half-read rules.
+func RouteOf(work *workv1alpha1.Work) (*ctrlmeshv1alpha1.ShardRoute, error) {
+	manifests := work.Spec.Workload.Manifests
+	if len(manifests) != 1 {
+		return nil, fmt.Errorf("work %s/%s carries %d manifests; the hub writes one ShardRoute", work.Namespace, work.Name, len(manifests))
+	}
+	var route ctrlmeshv1alpha1.ShardRoute
+	strict, err := strictjson.UnmarshalStrict(manifests[0].Raw, &route)
+	if err == nil {
+		err = errors.Join(strict...)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("decoding the ShardRoute of Work %s/%s: %w", work.Namespace, work.Name, err)
+	}
+	if route.GroupVersionKind() != shardRouteKind {
+		return nil, fmt.Errorf("work %s/%s carries a %s, not a %s", work.Namespace, work.Name, route.GroupVersionKind(), shardRouteKind)
+	}
+	return &route, nil
 }

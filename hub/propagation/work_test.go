@@ -12,7 +12,9 @@ import (
 	"github.com/karmada-io/karmada/pkg/util/names"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -238,5 +240,38 @@ func TestWriterPruneAndDelete(t *testing.T) {
 	}
 	if got := clustersOf(config); len(got) != 0 {
 		t.Errorf("after Delete, Works for %v, want none", got)
+	}
+}
+
+func TestRouteOf(t *testing.T) {
+	config := testConfig("team-a", ctrlmeshv1alpha1.ScopePerCluster)
+	route := singleShardRoute(t, config, "m1", 3)
+	raw, err := json.Marshal(route)
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := func(manifests ...[]byte) *workv1alpha1.Work {
+		w := &workv1alpha1.Work{ObjectMeta: metav1.ObjectMeta{Namespace: "karmada-es-m1", Name: "w"}}
+		for _, m := range manifests {
+			w.Spec.Workload.Manifests = append(w.Spec.Workload.Manifests, workv1alpha1.Manifest{RawExtension: runtime.RawExtension{Raw: m}})
+		}
+		return w
+	}
+	got, err := RouteOf(work(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(got.Spec, route.Spec) {
+		t.Errorf("decoded spec %+v, want %+v", got.Spec, route.Spec)
+	}
+	for name, w := range map[string]*workv1alpha1.Work{
+		"no manifest":   work(),
+		"two manifests": work(raw, raw),
+		"another kind":  work([]byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}`)),
+		"unknown field": work([]byte(`{"apiVersion":"ctrlmesh.io/v1alpha1","kind":"ShardRoute","spec":{"bucketz":32}}`)),
+	} {
+		if _, err := RouteOf(w); err == nil {
+			t.Errorf("%s: decoded", name)
+		}
 	}
 }

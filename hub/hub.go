@@ -1,0 +1,108 @@
+// Package hub is ctrlmesh's hub: on the control cluster it keeps the member
+// clusters (hub/clusters), places every ShardingConfig's shards and
+// publishes their rules as Karmada Works (hub/shardingconfig, with
+// hub/placement and hub/propagation), in one controller-runtime manager
+// whose replicas elect a leader. Its working model (hub/state) is an
+// in-memory go-memdb database rebuilt from the API objects at every start.
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/ctrlmesh/ctrlmesh/hub/clusters"
+	"github.com/ctrlmesh/ctrlmesh/hub/propagation"
+	"github.com/ctrlmesh/ctrlmesh/hub/shardingconfig"
+	"github.com/ctrlmesh/ctrlmesh/hub/state"
+	ctrlmeshscheme "github.com/ctrlmesh/ctrlmesh/pkg/scheme"
+)
+
+// LeaderElectionID is the Lease the hub's replicas elect their leader with.
+const LeaderElectionID = "ctrlmesh-hub"
+
+// Options of a running hub.
+type Options struct {
+	// Config is the hub cluster, with the hub's credentials.
+	Config *rest.Config
+	// AutoAccept accepts every member that joins; otherwise an admin sets
+	// spec.hubAcceptsClient of its ManagedCluster.
+	AutoAccept bool
+	// KarmadaFinalizer puts Karmada's execution finalizer on the Works, as
+	// Karmada does; only where Karmada's controllers run (see
+	// propagation.Writer).
+	KarmadaFinalizer bool
+	// LeaderElection among replicas, with the Lease in Namespace.
+	LeaderElection bool
+	Namespace      string
+	// MetricsAddress and HealthAddress; "0" disables.
+	MetricsAddress, HealthAddress string
+	Log                           logr.Logger
+}
+
+// Run runs the hub until ctx ends.
+func Run(ctx context.Context, opts Options) error {
+	if opts.Config == nil {
+		return errors.New("hub: a config of the hub cluster is required")
+	}
+	if opts.LeaderElection && opts.Namespace == "" {
+		return errors.New("hub: leader election needs the hub's namespace")
+	}
+	scheme, err := ctrlmeshscheme.New()
+	if err != nil {
+		return err
+	}
+	mgr, err := manager.New(opts.Config, manager.Options{
+		Scheme: scheme, Logger: opts.Log,
+		LeaderElection: opts.LeaderElection, LeaderElectionID: LeaderElectionID, LeaderElectionNamespace: opts.Namespace,
+		// A new leader must not publish before the old one stopped.
+		LeaderElectionReleaseOnCancel: true,
+		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddress},
+		HealthProbeBindAddress:        opts.HealthAddress,
+		// Controller names are unique within one hub; Run may run again in
+		// the same process (tests).
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return fmt.Errorf("hub: manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	store, err := state.New()
+	if err != nil {
+		return err
+	}
+	changes := make(chan event.GenericEvent)
+	if err := (&clusters.Reconciler{Store: store, Options: clusters.Options{AutoAccept: opts.AutoAccept, Changes: changes}}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	metrics, err := shardingconfig.NewMetrics(ctrlmetrics.Registry)
+	if err != nil {
+		return err
+	}
+	configs := &shardingconfig.Reconciler{
+		Client: mgr.GetClient(), Writer: &propagation.Writer{Client: mgr.GetClient(), KarmadaFinalizer: opts.KarmadaFinalizer},
+		Store: store, ClusterChanges: changes, Recorder: mgr.GetEventRecorderFor("ctrlmesh-hub"), Metrics: metrics,
+	}
+	if err := configs.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	return nil
+}

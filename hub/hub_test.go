@@ -1,0 +1,490 @@
+package hub_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/karmada-io/karmada/pkg/util/names"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/ctrlmesh/ctrlmesh/agent"
+	"github.com/ctrlmesh/ctrlmesh/agent/inject"
+	"github.com/ctrlmesh/ctrlmesh/agent/join"
+	"github.com/ctrlmesh/ctrlmesh/agent/proxy"
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/hub"
+	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
+	"github.com/ctrlmesh/ctrlmesh/test/certs"
+	"github.com/ctrlmesh/ctrlmesh/test/env"
+)
+
+var members = []string{"member1", "member2"}
+
+func TestMain(m *testing.M) {
+	// The components log to logr.Discard(); controller-runtime's own
+	// fallback logger would otherwise complain that none was set.
+	ctrllog.SetLogger(logr.Discard())
+	os.Exit(m.Run())
+}
+
+// testFleet is a hub and two members, each member prepared for its agent.
+type testFleet struct {
+	hub     *env.Cluster
+	members map[string]*env.Cluster
+	// agentHub and agentMember are each member's agent credentials.
+	agentHub, agentMember map[string]*rest.Config
+}
+
+func startFleet(t *testing.T, ctx context.Context) *testFleet {
+	t.Helper()
+	specs := []env.ClusterSpec{{Name: "hub"}}
+	for _, m := range members {
+		specs = append(specs, env.ClusterSpec{Name: m})
+	}
+	fleet, err := env.Start(ctx, env.Options{Clusters: specs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := fleet.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	f := &testFleet{hub: fleet.Cluster("hub"), members: map[string]*env.Cluster{},
+		agentHub: map[string]*rest.Config{}, agentMember: map[string]*rest.Config{}}
+	mustCreate(t, ctx, f.hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: join.AgentNamespace}})
+	for _, name := range members {
+		m := fleet.Cluster(name)
+		f.members[name] = m
+		mustCreate(t, ctx, f.hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: names.GenerateExecutionSpaceName(name)}})
+		for _, obj := range join.AgentHubRBAC(name) {
+			mustCreate(t, ctx, f.hub.Client, obj)
+		}
+		mustCreate(t, ctx, m.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ctrlmesh"}})
+		for _, obj := range agent.MemberRBAC("ctrlmesh") {
+			mustCreate(t, ctx, m.Client, obj)
+		}
+		if f.agentHub[name], err = f.hub.AddUser(join.AgentUserName(name)); err != nil {
+			t.Fatal(err)
+		}
+		if f.agentMember[name], err = m.AddUser("system:serviceaccount:ctrlmesh:" + agent.ServiceAccount); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
+}
+
+// stopper runs a component until stopped; stop waits for it.
+type stopper struct {
+	once sync.Once
+	stop func()
+}
+
+func (s *stopper) Stop() { s.once.Do(s.stop) }
+
+func run(t *testing.T, ctx context.Context, what string, fn func(ctx context.Context) error) *stopper {
+	t.Helper()
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- fn(runCtx) }()
+	s := &stopper{stop: func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("%s: %v", what, err)
+			}
+		case <-time.After(time.Minute):
+			t.Errorf("%s did not stop within a minute", what)
+		}
+	}}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// startAgent runs a member's agent in standalone mode with its shipped
+// RBAC. Its heartbeat lasts two seconds.
+func (f *testFleet) startAgent(t *testing.T, ctx context.Context, name string) *stopper {
+	t.Helper()
+	certDir := t.TempDir()
+	caPEM, err := certs.WriteServing(certDir, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	return run(t, ctx, "agent "+name, func(ctx context.Context) error {
+		return agent.Run(ctx, agent.Options{
+			Member: f.agentMember[name], Hub: f.agentHub[name], ClusterName: name, Identity: "agent-0",
+			LeaseDuration: 2 * time.Second, RenewInterval: 300 * time.Millisecond,
+			ApplyWorks: true, Namespace: "ctrlmesh", LeaderElection: false, MetricsAddress: "0", HealthAddress: "0",
+			Webhook: agent.WebhookOptions{Host: "127.0.0.1", Port: port, CertDir: certDir,
+				ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To(fmt.Sprintf("https://127.0.0.1:%d", port)), CABundle: caPEM}},
+			Proxy: inject.Options{Image: "example.com/ctrlmesh-proxy:test"},
+			Log:   logr.Discard(),
+		})
+	})
+}
+
+// startHub runs the hub, accepting every member.
+func (f *testFleet) startHub(t *testing.T, ctx context.Context) *stopper {
+	t.Helper()
+	return run(t, ctx, "hub", func(ctx context.Context) error {
+		return hub.Run(ctx, hub.Options{Config: f.hub.Config, AutoAccept: true, MetricsAddress: "0", HealthAddress: "0", Log: logr.Discard()})
+	})
+}
+
+// operatorPod is a "pod" of the operator: a ready Pod object in a member
+// and its proxy, running here, which enforces the pod's rules and reports
+// the rules hash it enforces.
+type operatorPod struct {
+	cluster, namespace, name string
+	proxy                    *stopper
+}
+
+func (f *testFleet) startPod(t *testing.T, ctx context.Context, cluster, namespace, app, name string) *operatorPod {
+	t.Helper()
+	m := f.members[cluster]
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{"app": app}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "operator", Image: "example.com/" + app}}},
+	}
+	mustCreate(t, ctx, m.Client, pod)
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1",
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	if err := m.Client.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	p := &operatorPod{cluster: cluster, namespace: namespace, name: name}
+	p.proxy = run(t, ctx, "proxy "+name, func(ctx context.Context) error {
+		return proxy.Run(ctx, proxy.Options{
+			Upstream: m.Config, ListenAddress: "127.0.0.1:0", Pod: name,
+			RulesNamespace: namespace, RulesName: app, Log: logr.Discard(),
+		})
+	})
+	return p
+}
+
+// kill stops the pod's proxy and deletes its Pod object, as the kubelet
+// does once the containers stopped.
+func (f *testFleet) kill(t *testing.T, ctx context.Context, p *operatorPod) {
+	t.Helper()
+	p.proxy.Stop()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.namespace, Name: p.name}}
+	if err := f.members[p.cluster].Client.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func shardingConfig(namespace, name string, scope ctrlmeshv1alpha1.ShardingScope) *ctrlmeshv1alpha1.ShardingConfig {
+	return &ctrlmeshv1alpha1.ShardingConfig{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: ctrlmeshv1alpha1.ShardingConfigSpec{
+			Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Limits: ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{
+				APIGroups: []string{""}, Resources: []string{"configmaps"},
+			}}}},
+			Clusters: ctrlmeshv1alpha1.ClusterSelection{Names: members},
+			Scope:    scope,
+		},
+	}
+}
+
+// placementOf waits until sc is Ready with shards shards, and returns, per
+// cluster, the buckets each pod serves.
+func (f *testFleet) waitReady(t *testing.T, ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, shards int32, within time.Duration) map[string]map[string]sharding.Set {
+	t.Helper()
+	var got ctrlmeshv1alpha1.ShardingConfig
+	eventuallyWithin(t, within, fmt.Sprintf("ShardingConfig %s Ready with %d shards", sc.Name, shards), func() error {
+		if err := f.hub.Client.Get(ctx, client.ObjectKeyFromObject(sc), &got); err != nil {
+			return err
+		}
+		ready := meta.FindStatusCondition(got.Status.Conditions, ctrlmeshv1alpha1.ConditionReady)
+		if ready == nil || ready.Status != metav1.ConditionTrue || got.Status.Shards != shards || got.Status.ReadyShards != shards || got.Status.ObservedGeneration != got.Generation {
+			return fmt.Errorf("status %+v", got.Status)
+		}
+		return nil
+	})
+	scheme := sharding.MustScheme(int(got.Spec.Sharding.Buckets))
+	out := map[string]map[string]sharding.Set{}
+	for _, p := range got.Status.Placement {
+		set, err := scheme.ParseSet(p.Buckets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out[p.Cluster] == nil {
+			out[p.Cluster] = map[string]sharding.Set{}
+		}
+		for _, pod := range p.Pods {
+			out[p.Cluster][pod] = set
+		}
+	}
+	return out
+}
+
+// routeVersions records every version of a member's ShardRoute, from a watch.
+func routeVersions(t *testing.T, ctx context.Context, m *env.Cluster, namespace, name string) func() []ctrlmeshv1alpha1.ShardRoute {
+	t.Helper()
+	wc, err := client.NewWithWatch(m.Config, client.Options{Scheme: m.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := wc.Watch(ctx, &ctrlmeshv1alpha1.ShardRouteList{}, client.InNamespace(namespace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var seen []ctrlmeshv1alpha1.ShardRoute
+	go func() {
+		for ev := range w.ResultChan() {
+			if r, ok := ev.Object.(*ctrlmeshv1alpha1.ShardRoute); ok && r.Name == name && (ev.Type == watch.Added || ev.Type == watch.Modified) {
+				mu.Lock()
+				seen = append(seen, *r)
+				mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(w.Stop)
+	return func() []ctrlmeshv1alpha1.ShardRoute {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
+}
+
+// TestPerClusterPlacement: two members with two operator pods each; the
+// hub places a PerCluster ShardingConfig, survives a restart without moving
+// a bucket, moves at most ideal + 1 buckets to an added pod, each revoked
+// before it is granted, and moves a killed pod's buckets to the others.
+func TestPerClusterPlacement(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	f := startFleet(t, ctx)
+	for _, m := range members {
+		mustCreate(t, ctx, f.members[m].Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ops"}})
+		f.startAgent(t, ctx, m)
+	}
+	mustCreate(t, ctx, f.hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ops"}})
+	hubRun := f.startHub(t, ctx)
+	pods := map[string]*operatorPod{}
+	for _, m := range members {
+		for i := range 2 {
+			name := fmt.Sprintf("demo-op-%d", i)
+			pods[m+"/"+name] = f.startPod(t, ctx, m, "ops", "demo-op", name)
+		}
+	}
+	sc := shardingConfig("ops", "demo-op", ctrlmeshv1alpha1.ScopePerCluster)
+	mustCreate(t, ctx, f.hub.Client, sc)
+	before := f.waitReady(t, ctx, sc, 4, 90*time.Second)
+	for _, m := range members {
+		checkPartition(t, before[m], 32)
+	}
+
+	// A restarted hub rebuilds its state and moves nothing.
+	generation := func(cluster string) int64 {
+		var r ctrlmeshv1alpha1.ShardRoute
+		if err := f.members[cluster].Client.Get(ctx, client.ObjectKey{Namespace: "ops", Name: "demo-op"}, &r); err != nil {
+			t.Fatal(err)
+		}
+		return r.Spec.RoutingGeneration
+	}
+	generations := map[string]int64{}
+	for _, m := range members {
+		generations[m] = generation(m)
+	}
+	hubRun.Stop()
+	f.startHub(t, ctx)
+	time.Sleep(5 * time.Second)
+	afterRestart := f.waitReady(t, ctx, sc, 4, 30*time.Second)
+	for _, m := range members {
+		if g := generation(m); g != generations[m] {
+			t.Errorf("%s: the restarted hub published generation %d over %d", m, g, generations[m])
+		}
+		if !samePlacement(before[m], afterRestart[m]) {
+			t.Errorf("%s: placement changed over a hub restart: %v -> %v", m, before[m], afterRestart[m])
+		}
+	}
+
+	// An added pod takes at most ideal + 1 buckets, each revoked first.
+	versions := routeVersions(t, ctx, f.members["member1"], "ops", "demo-op")
+	pods["member1/demo-op-2"] = f.startPod(t, ctx, "member1", "ops", "demo-op", "demo-op-2")
+	grown := f.waitReady(t, ctx, sc, 5, 60*time.Second)
+	checkPartition(t, grown["member1"], 32)
+	moved := grown["member1"]["demo-op-2"]
+	ideal := 32 / 3
+	if moved.Len() > ideal+1 {
+		t.Errorf("the added pod took %d buckets (%s), more than ideal %d + 1", moved.Len(), moved, ideal)
+	}
+	checkRevokedBeforeGranted(t, versions(), "demo-op-2", moved)
+	t.Logf("added pod: %d buckets moved (ideal %d), %d rule versions seen", moved.Len(), ideal, len(versions()))
+
+	// A killed pod's buckets move to the others.
+	start := time.Now()
+	f.kill(t, ctx, pods["member1/demo-op-0"])
+	healed := f.waitReady(t, ctx, sc, 4, 30*time.Second)
+	checkPartition(t, healed["member1"], 32)
+	if _, ok := healed["member1"]["demo-op-0"]; ok {
+		t.Error("the killed pod still serves buckets")
+	}
+	t.Logf("failover after a pod kill: %v", time.Since(start))
+}
+
+// TestFleetFailover: in Fleet scope one set of buckets spans both members;
+// when member2's agent stops, its heartbeat expires and member1's pods take
+// every bucket.
+func TestFleetFailover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	f := startFleet(t, ctx)
+	agents := map[string]*stopper{}
+	for _, m := range members {
+		mustCreate(t, ctx, f.members[m].Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fleet-ops"}})
+		agents[m] = f.startAgent(t, ctx, m)
+		f.startPod(t, ctx, m, "fleet-ops", "fleet-op", "fleet-op-0")
+	}
+	mustCreate(t, ctx, f.hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fleet-ops"}})
+	f.startHub(t, ctx)
+	sc := shardingConfig("fleet-ops", "fleet-op", ctrlmeshv1alpha1.ScopeFleet)
+	mustCreate(t, ctx, f.hub.Client, sc)
+	before := f.waitReady(t, ctx, sc, 2, 90*time.Second)
+	all := map[string]sharding.Set{}
+	for _, m := range members {
+		if len(before[m]) != 1 {
+			t.Fatalf("%s serves %v; want one pod of the fleet's two shards", m, before[m])
+		}
+		for pod, set := range before[m] {
+			all[m+"/"+pod] = set
+		}
+	}
+	checkPartition(t, all, 32)
+
+	start := time.Now()
+	agents["member2"].Stop()
+	var got ctrlmeshv1alpha1.ShardingConfig
+	eventuallyWithin(t, 30*time.Second, "member1 serves every bucket", func() error {
+		if err := f.hub.Client.Get(ctx, client.ObjectKeyFromObject(sc), &got); err != nil {
+			return err
+		}
+		for _, p := range got.Status.Placement {
+			if p.Cluster == "member1" && p.Buckets == "0-31" && p.State == ctrlmeshv1alpha1.ShardServing {
+				return nil
+			}
+		}
+		return fmt.Errorf("placement %+v", got.Status.Placement)
+	})
+	t.Logf("failover after member2's agent stopped (heartbeat 2 s): %v", time.Since(start))
+	degraded := meta.FindStatusCondition(got.Status.Conditions, ctrlmeshv1alpha1.ConditionDegraded)
+	if degraded == nil || degraded.Reason != ctrlmeshv1alpha1.ReasonClusterUnavailable {
+		t.Errorf("Degraded = %+v, want reason %s", degraded, ctrlmeshv1alpha1.ReasonClusterUnavailable)
+	}
+}
+
+// checkPartition: the pods' bucket sets are disjoint and cover every bucket
+// (pods of one shard share theirs).
+func checkPartition(t *testing.T, byPod map[string]sharding.Set, buckets int) {
+	t.Helper()
+	owner := make([]string, buckets)
+	for pod, set := range byPod {
+		for _, b := range set.Buckets() {
+			if owner[b] != "" {
+				t.Errorf("bucket %d is served by %s and %s", b, owner[b], pod)
+			}
+			owner[b] = pod
+		}
+	}
+	for b, o := range owner {
+		if o == "" {
+			t.Errorf("bucket %d is served by no pod (%v)", b, byPod)
+		}
+	}
+}
+
+func samePlacement(a, b map[string]sharding.Set) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for pod, set := range a {
+		if other, ok := b[pod]; !ok || !other.Equal(set) {
+			return false
+		}
+	}
+	return true
+}
+
+// checkRevokedBeforeGranted: in the rule versions the member received, the
+// buckets granted to pod were, in an earlier version, pending for its shard
+// and served by no shard.
+func checkRevokedBeforeGranted(t *testing.T, versions []ctrlmeshv1alpha1.ShardRoute, pod string, granted sharding.Set) {
+	t.Helper()
+	scheme := granted.Scheme()
+	for _, v := range versions {
+		for _, s := range v.Spec.Shards {
+			if !slices.ContainsFunc(s.Pods, func(p ctrlmeshv1alpha1.RoutePod) bool { return p.Name == pod }) {
+				continue
+			}
+			pending, err := scheme.ParseSet(s.PendingBuckets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !pending.Intersection(granted).Equal(granted) {
+				continue
+			}
+			for _, other := range v.Spec.Shards {
+				served, err := scheme.ParseSet(other.Buckets)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !served.Intersection(granted).IsEmpty() {
+					t.Errorf("generation %d: buckets %s pending for %s are still served by shard %s", v.Spec.RoutingGeneration, granted, pod, other.ID)
+				}
+			}
+			return
+		}
+	}
+	t.Errorf("no rule version had %s pending for %s before granting them (%d versions)", granted, pod, len(versions))
+}
+
+func mustCreate(t *testing.T, ctx context.Context, c client.Client, obj client.Object) {
+	t.Helper()
+	if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func eventuallyWithin(t *testing.T, within time.Duration, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = check(); err == nil {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %v: %v", what, within, err)
+}

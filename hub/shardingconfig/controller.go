@@ -1,0 +1,510 @@
+// Package shardingconfig is the hub's ShardingConfig controller: for each
+// ShardingConfig it selects the member clusters, reads what their agents
+// report through the Works' status (candidate pods, the rules each proxy
+// enforces, shard leaders), computes the desired placement per placement
+// domain (hub/placement), moves buckets by revoke-before-grant, publishes the
+// rules as one Work per cluster (hub/propagation) and reports placement and
+// health in the ShardingConfig's status.
+//
+// The published Works are the truth about what was published: the working
+// model in hub/state is rebuilt from them and from the Works' status, so a
+// restarted hub computes the same placement and moves nothing.
+package shardingconfig
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/go-logr/logr"
+	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/hub/placement"
+	"github.com/ctrlmesh/ctrlmesh/hub/propagation"
+	"github.com/ctrlmesh/ctrlmesh/hub/state"
+	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
+)
+
+// ControllerName names the controller in logs, metrics and Events.
+const ControllerName = "shardingconfig"
+
+// Finalizer keeps a ShardingConfig until its Works are deleted.
+const Finalizer = "ctrlmesh.io/works"
+
+// Reconciler reconciles ShardingConfigs.
+type Reconciler struct {
+	// Client reads ShardingConfigs and Works (from the cache) and writes
+	// ShardingConfigs' status and finalizer.
+	Client client.Client
+	// Writer writes the Works.
+	Writer *propagation.Writer
+	// Store is the hub's working model; the clusters controller keeps its
+	// clusters table.
+	Store *state.Store
+	// ClusterChanges, when set, receives an event for each cluster whose
+	// record changed (see hub/clusters Options.Changes): every
+	// ShardingConfig is reconciled then.
+	ClusterChanges <-chan event.GenericEvent
+	Recorder       record.EventRecorder
+	// Clock times the canary's healthy period.
+	Clock   clock.PassiveClock
+	Metrics *Metrics
+}
+
+// SetupWithManager registers the controller with mgr.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Client == nil || r.Writer == nil || r.Store == nil || r.Recorder == nil || r.Metrics == nil {
+		return errors.New("shardingconfig: client, writer, store, recorder and metrics are required")
+	}
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&ctrlmeshv1alpha1.ShardingConfig{}).
+		Watches(&workv1alpha1.Work{}, handler.EnqueueRequestsFromMapFunc(configOfWork))
+	if r.ClusterChanges != nil {
+		b = b.WatchesRawSource(source.Channel(r.ClusterChanges, handler.EnqueueRequestsFromMapFunc(r.allConfigs)))
+	}
+	return b.Complete(r)
+}
+
+// configOfWork maps a Work to the ShardingConfig it carries rules of.
+func configOfWork(_ context.Context, obj client.Object) []reconcile.Request {
+	l := obj.GetLabels()
+	ns, name := l[propagation.ConfigNamespaceLabel], l[propagation.ConfigNameLabel]
+	if ns == "" || name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
+}
+
+// allConfigs maps a cluster change to every ShardingConfig: which select the
+// cluster is theirs to tell, and they are few.
+func (r *Reconciler) allConfigs(ctx context.Context, _ client.Object) []reconcile.Request {
+	var list ctrlmeshv1alpha1.ShardingConfigList
+	if err := r.Client.List(ctx, &list); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "Listing ShardingConfigs after a cluster change failed")
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for _, sc := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&sc)})
+	}
+	return out
+}
+
+// Reconcile brings one ShardingConfig's Works and status up to date.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var sc ctrlmeshv1alpha1.ShardingConfig
+	if err := r.Client.Get(ctx, req.NamespacedName, &sc); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !sc.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, r.finalize(ctx, &sc)
+	}
+	if controllerutil.AddFinalizer(&sc, Finalizer) {
+		if err := r.Client.Update(ctx, &sc); err != nil {
+			return reconcile.Result{}, fmt.Errorf("adding the finalizer: %w", err)
+		}
+	}
+	start := r.Clock.Now()
+	outcome, err := r.place(ctx, &sc)
+	r.Metrics.observe(&sc, outcome, r.Clock.Since(start))
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	requeue, err := r.writeStatus(ctx, &sc, outcome)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{RequeueAfter: requeue}, nil
+}
+
+// finalize deletes the ShardingConfig's Works and then lets it go.
+func (r *Reconciler) finalize(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig) error {
+	if !controllerutil.ContainsFinalizer(sc, Finalizer) {
+		return nil
+	}
+	if _, err := r.Writer.Prune(ctx, sc, nil); err != nil {
+		return fmt.Errorf("deleting the Works: %w", err)
+	}
+	works, err := r.Writer.List(ctx, sc)
+	if err != nil {
+		return err
+	}
+	if len(works) > 0 {
+		// Karmada's finalizer keeps them until the members let go; their
+		// deletion is an event that brings the ShardingConfig back here.
+		return nil
+	}
+	controllerutil.RemoveFinalizer(sc, Finalizer)
+	if err := r.Client.Update(ctx, sc); err != nil {
+		return fmt.Errorf("removing the finalizer: %w", err)
+	}
+	r.Metrics.forget(sc)
+	return nil
+}
+
+// member is what the hub knows of one selected cluster for a config.
+type member struct {
+	cluster state.Cluster
+	// route is the ShardRoute published to it; nil before the first publish.
+	route *ctrlmeshv1alpha1.ShardRoute
+	// report is what its agent reflected into the Work; nil before any.
+	report *propagation.Report
+}
+
+// usable: the cluster is accepted and its heartbeat is fresh.
+func (m *member) usable() bool { return m.cluster.Accepted && m.cluster.Available }
+
+// domainOutcome is the result of placing one placement domain.
+type domainOutcome struct {
+	clusters  []string
+	published placement.Rules
+	step      placement.Step
+	pods      []placement.Pod
+}
+
+// outcome is the result of placing a whole ShardingConfig.
+type outcome struct {
+	members map[string]*member
+	domains []domainOutcome
+	// invalid is why the spec cannot be placed, if it cannot.
+	invalid error
+	// canaryStep is the canary step in force.
+	canaryStep int32
+}
+
+// place publishes the next rules of every placement domain of sc.
+func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig) (*outcome, error) {
+	log := logr.FromContextOrDiscard(ctx)
+	out := &outcome{members: map[string]*member{}}
+	if sc.Status.Canary != nil {
+		out.canaryStep = sc.Status.Canary.Step
+	}
+	scheme, err := sharding.NewScheme(int(sc.Spec.Sharding.Buckets))
+	if err != nil {
+		out.invalid = fmt.Errorf("sharding.buckets: %w", err)
+		return out, nil
+	}
+	selected, err := selectedClusters(sc, r.Store.Snapshot().Clusters())
+	if err != nil {
+		out.invalid = err
+		return out, nil
+	}
+	for _, c := range selected {
+		out.members[c.Name] = &member{cluster: c}
+	}
+	works, err := r.Writer.List(ctx, sc)
+	if err != nil {
+		return nil, err
+	}
+	config := client.ObjectKeyFromObject(sc)
+	for i := range works {
+		work := &works[i]
+		report, err := propagation.ReadStatus(work)
+		if err != nil {
+			log.Error(err, "Reading a Work's status failed; taking it as unreported", "work", client.ObjectKeyFromObject(work))
+			continue
+		}
+		m, ok := out.members[report.Cluster]
+		if !ok {
+			continue // no longer selected: pruned below
+		}
+		if m.route, err = propagation.RouteOf(work); err != nil {
+			return nil, err
+		}
+		if work.Status.ManifestStatuses != nil || report.Applied != nil {
+			m.report = &report
+		}
+		// The hash history maps the hashes proxies report to generations;
+		// after a restart it starts from what the Works carry.
+		_ = r.Store.RecordPublish(config, report.Cluster, m.route.Spec.RoutingGeneration, m.route.Spec.RulesHash)
+		if _, err := r.Store.ReplacePods(config, report.Cluster, podsOf(report.Route)); err != nil {
+			return nil, fmt.Errorf("recording the pods of %s: %w", report.Cluster, err)
+		}
+	}
+	if pruned, err := r.Writer.Prune(ctx, sc, slices.Sorted(maps.Keys(out.members))); err != nil {
+		return nil, err
+	} else if len(pruned) > 0 {
+		r.Recorder.Eventf(sc, corev1.EventTypeNormal, "WorksDeleted", "Deleted the Works of clusters no longer selected: %v", pruned)
+	}
+
+	canary, err := canaryStep(sc, scheme, out.canaryStep)
+	if err != nil {
+		out.invalid = err
+		return out, nil
+	}
+	// In PerCluster scope an unusable cluster keeps its last rules: its
+	// agent cannot take new ones. Its shards are still reported.
+	if sc.Spec.Scope != ctrlmeshv1alpha1.ScopeFleet {
+		for _, name := range slices.Sorted(maps.Keys(out.members)) {
+			m := out.members[name]
+			if m.usable() || m.route == nil {
+				continue
+			}
+			published, err := publishedRules(scheme, map[string]*ctrlmeshv1alpha1.ShardRoute{name: m.route})
+			if err != nil {
+				out.invalid = err
+				return out, nil
+			}
+			out.domains = append(out.domains, domainOutcome{clusters: []string{name}, published: published, step: placement.Step{Rules: published}})
+		}
+	}
+	for _, domain := range domains(sc, out.members) {
+		d, err := r.placeDomain(ctx, sc, scheme, canary, domain, out.members)
+		if err != nil {
+			var invalid *invalidError
+			if errors.As(err, &invalid) {
+				out.invalid = invalid
+				return out, nil
+			}
+			return nil, err
+		}
+		out.domains = append(out.domains, d)
+	}
+	return out, nil
+}
+
+// invalidError is a spec that cannot be placed: reported, not retried.
+type invalidError struct{ err error }
+
+func (e *invalidError) Error() string { return e.err.Error() }
+func (e *invalidError) Unwrap() error { return e.err }
+
+// domains splits the selected clusters into placement domains: each usable
+// cluster alone in PerCluster scope (an unusable one keeps its rules: its
+// agent cannot take new ones), all usable ones together in Fleet scope.
+func domains(sc *ctrlmeshv1alpha1.ShardingConfig, members map[string]*member) [][]string {
+	var usable []string
+	for _, name := range slices.Sorted(maps.Keys(members)) {
+		if members[name].usable() {
+			usable = append(usable, name)
+		}
+	}
+	if sc.Spec.Scope == ctrlmeshv1alpha1.ScopeFleet {
+		if len(usable) == 0 {
+			return nil
+		}
+		return [][]string{usable}
+	}
+	out := make([][]string, 0, len(usable))
+	for _, c := range usable {
+		out = append(out, []string{c})
+	}
+	return out
+}
+
+// placeDomain computes and publishes the next rules of one domain.
+func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, scheme sharding.Scheme, canary *placement.CanaryStep, clusters []string, members map[string]*member) (domainOutcome, error) {
+	d := domainOutcome{clusters: clusters}
+	routes := map[string]*ctrlmeshv1alpha1.ShardRoute{}
+	// In Fleet scope the rules also live in the members that left the
+	// domain: their pods may still serve under them.
+	for name, m := range members {
+		if m.route != nil && (slices.Contains(clusters, name) || sc.Spec.Scope == ctrlmeshv1alpha1.ScopeFleet) {
+			routes[name] = m.route
+		}
+	}
+	published, err := publishedRules(scheme, routes)
+	if err != nil {
+		return d, &invalidError{err}
+	}
+	d.published = published
+	addresses := map[placement.PodID]string{}
+	for _, name := range clusters {
+		if rep := members[name].report; rep != nil {
+			for _, p := range rep.Route.Pods {
+				if p.Address != "" {
+					addresses[placement.PodID{Cluster: name, Name: p.Name}] = p.Address
+				}
+			}
+			d.pods = append(d.pods, candidates(name, rep.Route)...)
+		}
+	}
+	desired, err := placement.Compute(placement.Input{
+		Scheme: scheme, Shards: int(ptrValue(sc.Spec.Sharding.Shards)), PodsPerShard: int(max(sc.Spec.Sharding.PodsPerShard, 1)),
+		Pods: d.pods, Canary: canary, Previous: previousPlacement(scheme, published),
+	})
+	if err != nil {
+		return d, &invalidError{err}
+	}
+	step, err := placement.Handover(desired, published, r.acks(sc, published, clusters, members))
+	if err != nil {
+		return d, fmt.Errorf("handover: %w", err)
+	}
+	if step.Rules.Generation == 0 {
+		// The first rules, even without pods: the agents report candidate
+		// pods only for a ShardRoute they have.
+		step.Rules.Generation = 1
+	}
+	d.step = step
+	config := client.ObjectKeyFromObject(sc)
+	for _, name := range clusters {
+		route, err := propagation.BuildRoute(sc, name, step.Rules, addresses)
+		if err != nil {
+			return d, fmt.Errorf("building the rules of %s: %w", name, err)
+		}
+		if err := r.Writer.Sync(ctx, sc, name, route); err != nil {
+			return d, fmt.Errorf("publishing the rules of %s: %w", name, err)
+		}
+		_ = r.Store.RecordPublish(config, name, route.Spec.RoutingGeneration, route.Spec.RulesHash)
+	}
+	if step.Changed {
+		r.recordMoves(sc, clusters, step)
+	}
+	return d, nil
+}
+
+// recordMoves records what a published step revoked and granted.
+func (r *Reconciler) recordMoves(sc *ctrlmeshv1alpha1.ShardingConfig, clusters []string, step placement.Step) {
+	for _, c := range step.Revoked {
+		r.Recorder.Eventf(sc, corev1.EventTypeNormal, "Revoked", "Generation %d in %v: shard %s stops serving buckets %s namespaces %v",
+			step.Rules.Generation, clusters, c.Shard, c.Buckets, c.Namespaces)
+	}
+	for _, c := range step.Granted {
+		r.Recorder.Eventf(sc, corev1.EventTypeNormal, "Granted", "Generation %d in %v: shard %s starts serving buckets %s namespaces %v",
+			step.Rules.Generation, clusters, c.Shard, c.Buckets, c.Namespaces)
+		r.Metrics.bucketsMoved.WithLabelValues(sc.Namespace, sc.Name).Add(float64(c.Buckets.Len()))
+	}
+}
+
+// acks tells Handover, for every pod the published rules list and every pod
+// a member of the domain reports, the generation its proxy enforces and whether it is
+// gone. A pod is gone when its cluster's heartbeat expired, or when its
+// agent no longer reports it — the pod object is deleted, which happens
+// once its containers stopped — and it leads no shard (a force-deleted pod
+// may still run: its lease must have expired first).
+func (r *Reconciler) acks(sc *ctrlmeshv1alpha1.ShardingConfig, published placement.Rules, domain []string, members map[string]*member) []placement.PodAck {
+	config := client.ObjectKeyFromObject(sc)
+	snap := r.Store.Snapshot()
+	byPod := map[placement.PodID]*placement.PodAck{}
+	ack := func(id placement.PodID) *placement.PodAck {
+		a, ok := byPod[id]
+		if !ok {
+			a = &placement.PodAck{Pod: id}
+			byPod[id] = a
+		}
+		return a
+	}
+	for _, rs := range published.Shards {
+		for _, id := range rs.Pods {
+			a := ack(id)
+			m, ok := members[id.Cluster]
+			switch {
+			case !ok || !m.usable():
+				a.Gone = true
+			case m.report != nil:
+				a.Gone = !reportsPod(m.report.Route, id.Name) && !leads(m.report.Route, id.Name)
+			}
+		}
+	}
+	// The pods the domain's members report; pods of other domains enforce
+	// other rules (PerCluster scope) and do not count.
+	for _, name := range domain {
+		m := members[name]
+		if m.report == nil {
+			continue
+		}
+		for _, p := range m.report.Route.Pods {
+			if p.AppliedRulesHash == "" {
+				continue
+			}
+			if gen, ok := snap.GenerationOf(config, name, p.AppliedRulesHash); ok {
+				a := ack(placement.PodID{Cluster: name, Name: p.Name})
+				a.Acked = max(a.Acked, gen)
+			}
+		}
+	}
+	out := make([]placement.PodAck, 0, len(byPod))
+	for _, a := range byPod {
+		out = append(out, *a)
+	}
+	slices.SortFunc(out, func(a, b placement.PodAck) int { return placement.ComparePodIDs(a.Pod, b.Pod) })
+	return out
+}
+
+func reportsPod(status ctrlmeshv1alpha1.ShardRouteStatus, pod string) bool {
+	return slices.ContainsFunc(status.Pods, func(p ctrlmeshv1alpha1.PodRouteStatus) bool { return p.Name == pod })
+}
+
+func leads(status ctrlmeshv1alpha1.ShardRouteStatus, pod string) bool {
+	return slices.ContainsFunc(status.Leaders, func(l ctrlmeshv1alpha1.ShardLeader) bool { return l.Pod == pod })
+}
+
+// candidates are the pods a member's agent reports as candidates: those
+// with a shard-worthy readiness (the agent also lists pods that only
+// reported a hash; they are not ready).
+func candidates(cluster string, status ctrlmeshv1alpha1.ShardRouteStatus) []placement.Pod {
+	var out []placement.Pod
+	for _, p := range status.Pods {
+		out = append(out, placement.Pod{PodID: placement.PodID{Cluster: cluster, Name: p.Name}, Ready: p.Ready, Canary: p.Canary})
+	}
+	return out
+}
+
+// podsOf is a member's report as rows of the working model.
+func podsOf(status ctrlmeshv1alpha1.ShardRouteStatus) []state.Pod {
+	out := make([]state.Pod, 0, len(status.Pods))
+	for _, p := range status.Pods {
+		out = append(out, state.Pod{Name: p.Name, Address: p.Address, Ready: p.Ready, Canary: p.Canary, AppliedRulesHash: p.AppliedRulesHash})
+	}
+	return out
+}
+
+// selectedClusters are the accepted clusters the config selects by name or
+// by labels.
+func selectedClusters(sc *ctrlmeshv1alpha1.ShardingConfig, all []state.Cluster) ([]state.Cluster, error) {
+	sel := labels.Nothing()
+	if s := sc.Spec.Clusters.Selector; s != nil {
+		var err error
+		if sel, err = metav1.LabelSelectorAsSelector(s); err != nil {
+			return nil, fmt.Errorf("clusters.selector: %w", err)
+		}
+	}
+	var out []state.Cluster
+	for _, c := range all {
+		if c.Accepted && (slices.Contains(sc.Spec.Clusters.Names, c.Name) || sel.Matches(labels.Set(c.Labels))) {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// canaryStep is the canary step in force, nil without a canary.
+func canaryStep(sc *ctrlmeshv1alpha1.ShardingConfig, scheme sharding.Scheme, step int32) (*placement.CanaryStep, error) {
+	if sc.Spec.Canary == nil || len(sc.Spec.Canary.Steps) == 0 {
+		return nil, nil
+	}
+	steps := sc.Spec.Canary.Steps
+	s := steps[min(int(step), len(steps)-1)]
+	buckets, err := scheme.ParseSet(s.Buckets)
+	if err != nil {
+		return nil, fmt.Errorf("canary step %d buckets: %w", step, err)
+	}
+	return &placement.CanaryStep{Buckets: buckets, Namespaces: slices.Clone(s.Namespaces)}, nil
+}
+
+func ptrValue(p *int32) int32 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}

@@ -1,0 +1,223 @@
+package shardingconfig
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/hub/placement"
+)
+
+// Reasons of the conditions besides those in the API package.
+const (
+	ReasonAllShardsServing = "AllShardsServing"
+	ReasonShardsNotReady   = "ShardsNotReady"
+	ReasonAsExpected       = "AsExpected"
+)
+
+// writeStatus writes sc's status from the outcome, when it changed, and
+// advances the canary. It returns when to look again: when the canary's
+// healthy period ends.
+func (r *Reconciler) writeStatus(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome) (time.Duration, error) {
+	now := r.Clock.Now()
+	status := sc.Status.DeepCopy()
+	status.ObservedGeneration = sc.Generation
+	var requeue time.Duration
+	if out.invalid != nil {
+		setConditions(status, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonInvalidSpec, out.invalid.Error(), sc.Generation)
+	} else {
+		status.Placement = r.placementStatus(sc, out)
+		status.Clusters, status.Shards, status.ReadyShards = 0, int32(len(status.Placement)), 0
+		for _, m := range out.members {
+			if m.usable() {
+				status.Clusters++
+			}
+		}
+		for _, p := range status.Placement {
+			if p.State == ctrlmeshv1alpha1.ShardServing && p.Health == ctrlmeshv1alpha1.ShardHealthy {
+				status.ReadyShards++
+			}
+		}
+		reason, message := degraded(sc, out)
+		switch {
+		case reason != "":
+			setConditions(status, metav1.ConditionFalse, reason, message, sc.Generation)
+		case status.ReadyShards < status.Shards || status.Shards == 0:
+			setConditions(status, metav1.ConditionFalse, ReasonShardsNotReady,
+				fmt.Sprintf("%d of %d shards serve and are healthy", status.ReadyShards, status.Shards), sc.Generation)
+		default:
+			setConditions(status, metav1.ConditionTrue, ReasonAllShardsServing,
+				fmt.Sprintf("%d shards in %d clusters serve every bucket", status.Shards, status.Clusters), sc.Generation)
+		}
+		requeue = r.advanceCanary(sc, status, now)
+	}
+	if equality.Semantic.DeepEqual(&sc.Status, status) {
+		return requeue, nil
+	}
+	patch := client.MergeFrom(sc.DeepCopy())
+	sc.Status = *status
+	if err := r.Client.Status().Patch(ctx, sc, patch); err != nil {
+		return 0, fmt.Errorf("writing the status: %w", err)
+	}
+	return requeue, nil
+}
+
+// setConditions sets Ready and Degraded: Ready with the given status,
+// reason and message; Degraded True with the same reason when Ready is
+// False for a reason other than shards still starting, False otherwise.
+func setConditions(status *ctrlmeshv1alpha1.ShardingConfigStatus, ready metav1.ConditionStatus, reason, message string, generation int64) {
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+		Type: ctrlmeshv1alpha1.ConditionReady, Status: ready, Reason: reason, Message: message, ObservedGeneration: generation,
+	})
+	degraded := metav1.Condition{
+		Type: ctrlmeshv1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: ReasonAsExpected,
+		Message: "nothing keeps the ShardingConfig from being served", ObservedGeneration: generation,
+	}
+	if ready == metav1.ConditionFalse && reason != ReasonShardsNotReady {
+		degraded.Status, degraded.Reason, degraded.Message = metav1.ConditionTrue, reason, message
+	}
+	meta.SetStatusCondition(&status.Conditions, degraded)
+}
+
+// degraded is the first thing that keeps sc from being fully served, if any.
+func degraded(sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome) (reason, message string) {
+	if len(out.members) == 0 {
+		return ctrlmeshv1alpha1.ReasonNoClusters, "no accepted member cluster matches spec.clusters"
+	}
+	var unavailable []string
+	for name, m := range out.members {
+		if !m.usable() {
+			unavailable = append(unavailable, name)
+		}
+	}
+	if len(unavailable) > 0 {
+		slices.Sort(unavailable)
+		return ctrlmeshv1alpha1.ReasonClusterUnavailable, fmt.Sprintf("clusters without a fresh heartbeat keep their last rules: %s", strings.Join(unavailable, ", "))
+	}
+	for _, d := range out.domains {
+		if !slices.ContainsFunc(d.pods, func(p placement.Pod) bool { return p.Ready && !p.Canary }) {
+			return ctrlmeshv1alpha1.ReasonNoCandidatePods, fmt.Sprintf("no ready pod matches the selector in %s", strings.Join(d.clusters, ", "))
+		}
+	}
+	for _, d := range out.domains {
+		if d.step.Rules.HasPending() {
+			waiting := make([]string, 0, len(d.step.WaitingFor))
+			for _, p := range d.step.WaitingFor {
+				waiting = append(waiting, p.String())
+			}
+			return ctrlmeshv1alpha1.ReasonHandoverPending, fmt.Sprintf("buckets move in %s once these proxies enforce generation %d: %s",
+				strings.Join(d.clusters, ", "), d.step.Rules.Generation, strings.Join(waiting, ", "))
+		}
+	}
+	return "", ""
+}
+
+// placementStatus lists every shard of every domain with its leader, state
+// and health as the members report them.
+func (r *Reconciler) placementStatus(sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome) []ctrlmeshv1alpha1.ShardPlacement {
+	config := client.ObjectKeyFromObject(sc)
+	snap := r.Store.Snapshot()
+	var list []ctrlmeshv1alpha1.ShardPlacement
+	for _, d := range out.domains {
+		rules := d.step.Rules
+		for _, rs := range rules.Shards {
+			p := ctrlmeshv1alpha1.ShardPlacement{
+				Shard: rs.ID, Cluster: rs.Cluster, Buckets: rs.Buckets.String(), Namespaces: slices.Clone(rs.Namespaces), Canary: rs.Canary,
+				State: ctrlmeshv1alpha1.ShardServing, Health: ctrlmeshv1alpha1.ShardHealthUnknown,
+			}
+			if p.Cluster == "" && len(d.clusters) == 1 {
+				p.Cluster = d.clusters[0]
+			}
+			if !rs.PendingBuckets.IsEmpty() || len(rs.PendingNamespaces) > 0 {
+				p.State = ctrlmeshv1alpha1.ShardPending
+			}
+			if rs.Buckets.IsEmpty() && len(rs.Namespaces) == 0 && p.State != ctrlmeshv1alpha1.ShardPending {
+				p.State = ctrlmeshv1alpha1.ShardDraining
+			}
+			allAcked, allReady := true, true
+			for _, id := range rs.Pods {
+				p.Pods = append(p.Pods, id.Name)
+				pod, reported := reportedPod(out.members[id.Cluster], id.Name)
+				allReady = allReady && reported && pod.Ready
+				gen, ok := snap.GenerationOf(config, id.Cluster, pod.AppliedRulesHash)
+				allAcked = allAcked && reported && ok && gen >= rules.Generation
+			}
+			if m := out.members[p.Cluster]; m != nil && m.report != nil {
+				for _, l := range m.report.Route.Leaders {
+					if l.Shard == rs.ID {
+						p.Leader = l.Pod
+					}
+				}
+				led := sc.Spec.Controller == nil || slices.Contains(p.Pods, p.Leader)
+				if len(rs.Pods) > 0 && allAcked && allReady && led {
+					p.Health = ctrlmeshv1alpha1.ShardHealthy
+				} else {
+					p.Health = ctrlmeshv1alpha1.ShardUnhealthy
+				}
+			}
+			if !allAcked && p.State == ctrlmeshv1alpha1.ShardServing {
+				p.State = ctrlmeshv1alpha1.ShardPending
+			}
+			list = append(list, p)
+		}
+	}
+	return list
+}
+
+// reportedPod is the member's report of a pod.
+func reportedPod(m *member, name string) (ctrlmeshv1alpha1.PodRouteStatus, bool) {
+	if m == nil || m.report == nil {
+		return ctrlmeshv1alpha1.PodRouteStatus{}, false
+	}
+	i := slices.IndexFunc(m.report.Route.Pods, func(p ctrlmeshv1alpha1.PodRouteStatus) bool { return p.Name == name })
+	if i < 0 {
+		return ctrlmeshv1alpha1.PodRouteStatus{}, false
+	}
+	return m.report.Route.Pods[i], true
+}
+
+// advanceCanary keeps the canary's healthy-since time and moves to the next
+// step once the canary shard has been healthy for minHealthySeconds. It
+// returns when to look again.
+func (r *Reconciler) advanceCanary(sc *ctrlmeshv1alpha1.ShardingConfig, status *ctrlmeshv1alpha1.ShardingConfigStatus, now time.Time) time.Duration {
+	spec := sc.Spec.Canary
+	if spec == nil {
+		status.Canary = nil
+		return 0
+	}
+	if status.Canary == nil {
+		status.Canary = &ctrlmeshv1alpha1.CanaryStatus{}
+	}
+	healthy := slices.ContainsFunc(status.Placement, func(p ctrlmeshv1alpha1.ShardPlacement) bool {
+		return p.Canary && p.State == ctrlmeshv1alpha1.ShardServing && p.Health == ctrlmeshv1alpha1.ShardHealthy
+	})
+	if !healthy {
+		status.Canary.HealthySince = nil
+		return 0
+	}
+	if status.Canary.HealthySince == nil {
+		status.Canary.HealthySince = &metav1.Time{Time: now}
+	}
+	last := int32(len(spec.Steps) - 1)
+	if status.Canary.Step >= last {
+		return 0
+	}
+	due := status.Canary.HealthySince.Add(time.Duration(spec.MinHealthySeconds) * time.Second)
+	if now.Before(due) {
+		return max(due.Sub(now), time.Second)
+	}
+	status.Canary.Step++
+	status.Canary.HealthySince = nil
+	r.Recorder.Eventf(sc, "Normal", "CanaryAdvanced", "The canary shard was healthy for %ds: step %d of %d", spec.MinHealthySeconds, status.Canary.Step+1, len(spec.Steps))
+	// The new step is placed at the next reconcile, which this status
+	// write triggers.
+	return 0
+}
