@@ -1,19 +1,17 @@
 package agent
 
 import (
-	"bytes"
 	"fmt"
-	"slices"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/ctrlmesh/ctrlmesh/agent/inject"
 	"github.com/ctrlmesh/ctrlmesh/agent/routestatus"
 	"github.com/ctrlmesh/ctrlmesh/agent/workapply"
+	"github.com/ctrlmesh/ctrlmesh/pkg/rbacutil"
 )
 
 // Names of the agent's member RBAC.
@@ -36,43 +34,16 @@ const (
 //   - the webhook configurations the elected agent writes for labelling (from
 //     the rules) and injection. RBAC cannot restrict create to names.
 func MemberRBACRules() []rbacv1.PolicyRule {
-	var out []rbacv1.PolicyRule
-	out = append(out, routestatus.MemberRBACRules()...)
-	out = append(out, inject.MemberRBACRules()...)
-	out = append(out, workapply.MemberRBACRules()...)
-	out = append(out,
-		rbacv1.PolicyRule{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"list", "watch", "patch"}},
-		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
-		rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: []string{"create"}},
-		rbacv1.PolicyRule{
+	return rbacutil.Merge(routestatus.MemberRBACRules(), inject.MemberRBACRules(), workapply.MemberRBACRules(), []rbacv1.PolicyRule{
+		{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"list", "watch", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: []string{"create"}},
+		{
 			APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"},
 			ResourceNames: []string{LabelWebhookConfigurationName, InjectWebhookConfigurationName},
 			Verbs:         []string{"get", "update", "delete"},
 		},
-	)
-	return mergeRules(out)
-}
-
-// mergeRules merges the rules that name the same groups, resources and
-// resource names, uniting their verbs, so the rendered role lists each
-// resource once.
-func mergeRules(in []rbacv1.PolicyRule) []rbacv1.PolicyRule {
-	var out []rbacv1.PolicyRule
-	for _, r := range in {
-		i := slices.IndexFunc(out, func(o rbacv1.PolicyRule) bool {
-			return slices.Equal(o.APIGroups, r.APIGroups) && slices.Equal(o.Resources, r.Resources) && slices.Equal(o.ResourceNames, r.ResourceNames)
-		})
-		if i < 0 {
-			out = append(out, *r.DeepCopy())
-			continue
-		}
-		for _, v := range r.Verbs {
-			if !slices.Contains(out[i].Verbs, v) {
-				out[i].Verbs = append(out[i].Verbs, v)
-			}
-		}
-	}
-	return out
+	})
 }
 
 // MemberRBAC is the agent's RBAC in its member cluster, for the agent's
@@ -120,15 +91,5 @@ const memberRBACHeader = `# The member-cluster RBAC of the ctrlmesh agent, for i
 
 // RenderMemberRBAC renders MemberRBAC(namespace) as multi-document YAML.
 func RenderMemberRBAC(namespace string) ([]byte, error) {
-	var b bytes.Buffer
-	fmt.Fprintf(&b, memberRBACHeader, namespace)
-	for _, obj := range MemberRBAC(namespace) {
-		data, err := yaml.Marshal(obj)
-		if err != nil {
-			return nil, fmt.Errorf("agent: rendering %T %s: %w", obj, obj.GetName(), err)
-		}
-		b.WriteString("---\n")
-		b.Write(data)
-	}
-	return b.Bytes(), nil
+	return rbacutil.Render(fmt.Sprintf(memberRBACHeader, namespace), MemberRBAC(namespace))
 }

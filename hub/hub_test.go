@@ -1,10 +1,13 @@
 package hub_test
 
 import (
+	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -36,6 +39,29 @@ import (
 
 var members = []string{"member1", "member2"}
 
+var update = flag.Bool("update", false, "rewrite deploy/rbac/hub.yaml from hub.RBAC")
+
+// The static file is the rendering of RBAC for the namespace "ctrlmesh".
+func TestRBACFile(t *testing.T) {
+	path := filepath.Join("..", "deploy", "rbac", "hub.yaml")
+	want, err := hub.RenderRBAC("ctrlmesh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *update {
+		if err := os.WriteFile(path, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from RenderRBAC(\"ctrlmesh\"); run 'go test ./hub -run TestRBACFile -update'", path)
+	}
+}
+
 func TestMain(m *testing.M) {
 	// The components log to logr.Discard(); controller-runtime's own
 	// fallback logger would otherwise complain that none was set.
@@ -49,6 +75,8 @@ type testFleet struct {
 	members map[string]*env.Cluster
 	// agentHub and agentMember are each member's agent credentials.
 	agentHub, agentMember map[string]*rest.Config
+	// hubIdentity has exactly the hub's shipped RBAC.
+	hubIdentity *rest.Config
 }
 
 func startFleet(t *testing.T, ctx context.Context) *testFleet {
@@ -69,6 +97,12 @@ func startFleet(t *testing.T, ctx context.Context) *testFleet {
 	f := &testFleet{hub: fleet.Cluster("hub"), members: map[string]*env.Cluster{},
 		agentHub: map[string]*rest.Config{}, agentMember: map[string]*rest.Config{}}
 	mustCreate(t, ctx, f.hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: join.AgentNamespace}})
+	for _, obj := range hub.RBAC(join.AgentNamespace, true) {
+		mustCreate(t, ctx, f.hub.Client, obj)
+	}
+	if f.hubIdentity, err = f.hub.AddUser("system:serviceaccount:" + join.AgentNamespace + ":" + hub.ServiceAccount); err != nil {
+		t.Fatal(err)
+	}
 	for _, name := range members {
 		m := fleet.Cluster(name)
 		f.members[name] = m
@@ -141,11 +175,11 @@ func (f *testFleet) startAgent(t *testing.T, ctx context.Context, name string) *
 	})
 }
 
-// startHub runs the hub, accepting every member.
+// startHub runs the hub with its shipped RBAC, accepting every member.
 func (f *testFleet) startHub(t *testing.T, ctx context.Context) *stopper {
 	t.Helper()
 	return run(t, ctx, "hub", func(ctx context.Context) error {
-		return hub.Run(ctx, hub.Options{Config: f.hub.Config, AutoAccept: true, MetricsAddress: "0", HealthAddress: "0", Log: logr.Discard()})
+		return hub.Run(ctx, hub.Options{Config: f.hubIdentity, AutoAccept: true, MetricsAddress: "0", HealthAddress: "0", Log: logr.Discard()})
 	})
 }
 

@@ -1,7 +1,6 @@
 package join
 
 import (
-	"bytes"
 	"fmt"
 
 	"github.com/karmada-io/karmada/pkg/util/names"
@@ -10,7 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
+
+	"github.com/ctrlmesh/ctrlmesh/pkg/rbacutil"
 )
 
 // The agent's identity on the hub: the ServiceAccount
@@ -181,15 +181,5 @@ const agentHubRBACHeader = `# The hub RBAC for the ctrlmesh agent of one member 
 // RenderAgentHubRBAC renders AgentHubRBAC(cluster) as multi-document YAML
 // for kubectl apply, headed by the instructions for the hub admin.
 func RenderAgentHubRBAC(cluster string) ([]byte, error) {
-	var b bytes.Buffer
-	fmt.Fprintf(&b, agentHubRBACHeader, cluster)
-	for _, obj := range AgentHubRBAC(cluster) {
-		data, err := yaml.Marshal(obj)
-		if err != nil {
-			return nil, fmt.Errorf("join: rendering %T %s: %w", obj, obj.GetName(), err)
-		}
-		b.WriteString("---\n")
-		b.Write(data)
-	}
-	return b.Bytes(), nil
+	return rbacutil.Render(fmt.Sprintf(agentHubRBACHeader, cluster), AgentHubRBAC(cluster))
 }

@@ -1,0 +1,105 @@
+package hub
+
+import (
+	"fmt"
+	"slices"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/hub/clusters"
+	"github.com/ctrlmesh/ctrlmesh/hub/propagation"
+	"github.com/ctrlmesh/ctrlmesh/pkg/rbacutil"
+)
+
+// Names of the hub's RBAC.
+const (
+	// ServiceAccount is the hub's ServiceAccount in its namespace.
+	ServiceAccount = "ctrlmesh-hub"
+	// ClusterRole holds the hub's rights; AutoAcceptClusterRole the extra
+	// rights of --auto-accept.
+	ClusterRole           = "ctrlmesh-hub"
+	AutoAcceptClusterRole = "ctrlmesh-hub-auto-accept"
+	// LeaderElectionRole lets the hub's replicas elect their leader.
+	LeaderElectionRole = "ctrlmesh-hub-leader-election"
+)
+
+// RBACRules are the hub's rights without --auto-accept: those of the
+// clusters controller and the Work writer, plus ShardingConfigs (read,
+// finalizer, status) and Events.
+func RBACRules() []rbacv1.PolicyRule {
+	group := ctrlmeshv1alpha1.GroupVersion.Group
+	return rbacutil.Merge(clusters.RBACRules(clusters.Options{}), propagation.RBACRules(), []rbacv1.PolicyRule{
+		{APIGroups: []string{group}, Resources: []string{"shardingconfigs"}, Verbs: []string{"get", "list", "watch", "update"}},
+		{APIGroups: []string{group}, Resources: []string{"shardingconfigs/status"}, Verbs: []string{"patch"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	})
+}
+
+// AutoAcceptRBACRules are the rights --auto-accept adds.
+func AutoAcceptRBACRules() []rbacv1.PolicyRule {
+	base := clusters.RBACRules(clusters.Options{})
+	var extra []rbacv1.PolicyRule
+	for _, r := range clusters.RBACRules(clusters.Options{AutoAccept: true}) {
+		if slices.ContainsFunc(base, func(b rbacv1.PolicyRule) bool { return equality.Semantic.DeepEqual(b, r) }) {
+			continue
+		}
+		extra = append(extra, r)
+	}
+	return extra
+}
+
+// RBAC is the hub's RBAC for its ServiceAccount in namespace: the
+// ClusterRoles ClusterRole and, with autoAccept, AutoAcceptClusterRole, their
+// bindings, and the leader-election Role and binding in namespace.
+func RBAC(namespace string, autoAccept bool) []client.Object {
+	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: ServiceAccount}}
+	labels := map[string]string{"app.kubernetes.io/part-of": "ctrlmesh"}
+	typeMeta := func(kind string) metav1.TypeMeta {
+		return metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: kind}
+	}
+	clusterRole := func(name string, rules []rbacv1.PolicyRule) []client.Object {
+		return []client.Object{
+			&rbacv1.ClusterRole{TypeMeta: typeMeta("ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Rules: rules},
+			&rbacv1.ClusterRoleBinding{
+				TypeMeta: typeMeta("ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name}, Subjects: subjects,
+			},
+		}
+	}
+	out := clusterRole(ClusterRole, RBACRules())
+	if autoAccept {
+		out = append(out, clusterRole(AutoAcceptClusterRole, AutoAcceptRBACRules())...)
+	}
+	return append(out,
+		&rbacv1.Role{
+			TypeMeta: typeMeta("Role"), ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: LeaderElectionRole, Labels: labels},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, Verbs: []string{"create"}},
+				{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, ResourceNames: []string{LeaderElectionID}, Verbs: []string{"get", "update"}},
+				{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+			},
+		},
+		&rbacv1.RoleBinding{
+			TypeMeta: typeMeta("RoleBinding"), ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: LeaderElectionRole, Labels: labels},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: LeaderElectionRole}, Subjects: subjects,
+		},
+	)
+}
+
+const rbacHeader = `# The RBAC of ctrlmesh-hub on the hub cluster, for its ServiceAccount
+# %[1]s/ctrlmesh-hub, with --auto-accept (ClusterRole
+# ctrlmesh-hub-auto-accept: drop it and its binding when an admin accepts
+# member clusters). Generated from hub.RBAC("%[1]s", true) by
+#   go test ./hub -run TestRBACFile -update
+# (a test fails when this file and the function differ); do not edit.
+`
+
+// RenderRBAC renders RBAC(namespace, true) as multi-document YAML.
+func RenderRBAC(namespace string) ([]byte, error) {
+	return rbacutil.Render(fmt.Sprintf(rbacHeader, namespace), RBAC(namespace, true))
+}
