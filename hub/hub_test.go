@@ -79,11 +79,13 @@ type testFleet struct {
 	hubIdentity *rest.Config
 }
 
-func startFleet(t *testing.T, ctx context.Context) *testFleet {
+// startFleet starts the hub and the members, with the member API servers'
+// feature gates.
+func startFleet(t *testing.T, ctx context.Context, memberGates ...string) *testFleet {
 	t.Helper()
 	specs := []env.ClusterSpec{{Name: "hub"}}
 	for _, m := range members {
-		specs = append(specs, env.ClusterSpec{Name: m})
+		specs = append(specs, env.ClusterSpec{Name: m, FeatureGates: memberGates})
 	}
 	fleet, err := env.Start(ctx, env.Options{Clusters: specs})
 	if err != nil {
@@ -191,11 +193,15 @@ type operatorPod struct {
 	proxy                    *stopper
 }
 
-func (f *testFleet) startPod(t *testing.T, ctx context.Context, cluster, namespace, app, name string) *operatorPod {
+func (f *testFleet) startPod(t *testing.T, ctx context.Context, cluster, namespace, app, name string, extraLabels ...string) *operatorPod {
 	t.Helper()
 	m := f.members[cluster]
+	labels := map[string]string{"app": app}
+	for i := 0; i+1 < len(extraLabels); i += 2 {
+		labels[extraLabels[i]] = extraLabels[i+1]
+	}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{"app": app}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: labels},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "operator", Image: "example.com/" + app}}},
 	}
 	mustCreate(t, ctx, m.Client, pod)
@@ -376,6 +382,61 @@ func TestPerClusterPlacement(t *testing.T) {
 		t.Error("the killed pod still serves buckets")
 	}
 	t.Logf("failover after a pod kill: %v", time.Since(start))
+}
+
+// TestCanarySteps: a canary pod gets exactly what the canary step names —
+// buckets and single namespaces, which no other shard serves — and the hub
+// moves to the next step once the canary shard has been healthy for
+// minHealthySeconds. Buckets plus single namespaces need range mode.
+func TestCanarySteps(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	f := startFleet(t, ctx, env.FeatureShardedListAndWatch)
+	mustCreate(t, ctx, f.members["member1"].Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "canary-ops"}})
+	f.startAgent(t, ctx, "member1")
+	mustCreate(t, ctx, f.hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "canary-ops"}})
+	f.startHub(t, ctx)
+	f.startPod(t, ctx, "member1", "canary-ops", "canary-op", "canary-op-0")
+	f.startPod(t, ctx, "member1", "canary-ops", "canary-op", "canary-op-1")
+	f.startPod(t, ctx, "member1", "canary-ops", "canary-op", "canary-op-new", "track", "canary")
+	sc := shardingConfig("canary-ops", "canary-op", ctrlmeshv1alpha1.ScopePerCluster)
+	sc.Spec.Clusters.Names = []string{"member1"}
+	sc.Spec.Canary = &ctrlmeshv1alpha1.CanarySpec{
+		Selector:          metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}},
+		Steps:             []ctrlmeshv1alpha1.CanaryStep{{Buckets: "0-3"}, {Buckets: "0-7", Namespaces: []string{"team-x"}}},
+		MinHealthySeconds: 2,
+	}
+	mustCreate(t, ctx, f.hub.Client, sc)
+
+	var got ctrlmeshv1alpha1.ShardingConfig
+	eventuallyWithin(t, 90*time.Second, "the canary reaches its last step, Ready", func() error {
+		if err := f.hub.Client.Get(ctx, client.ObjectKeyFromObject(sc), &got); err != nil {
+			return err
+		}
+		if got.Status.Canary == nil || got.Status.Canary.Step != 1 || !meta.IsStatusConditionTrue(got.Status.Conditions, ctrlmeshv1alpha1.ConditionReady) {
+			return fmt.Errorf("status %+v", got.Status)
+		}
+		return nil
+	})
+	scheme := sharding.MustScheme(32)
+	byPod := map[string]sharding.Set{}
+	for _, p := range got.Status.Placement {
+		set, err := scheme.ParseSet(p.Buckets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Canary {
+			if p.Buckets != "0-7" || !slices.Equal(p.Namespaces, []string{"team-x"}) || !slices.Equal(p.Pods, []string{"canary-op-new"}) {
+				t.Errorf("canary shard %+v, want canary-op-new serving exactly 0-7 and team-x", p)
+			}
+		} else if len(p.Namespaces) > 0 {
+			t.Errorf("shard %s serves single namespaces %v", p.Shard, p.Namespaces)
+		}
+		for _, pod := range p.Pods {
+			byPod[pod] = set
+		}
+	}
+	checkPartition(t, byPod, 32)
 }
 
 // TestFleetFailover: in Fleet scope one set of buckets spans both members;

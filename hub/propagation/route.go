@@ -46,16 +46,10 @@ var shardRouteKind = ctrlmeshv1alpha1.GroupVersion.WithKind("ShardRoute")
 // no peer to forward to; pod addresses are rarely routable across clusters
 // anyway.
 //
-// Two kinds of rule shards serve nothing now, and are carried differently:
-//
-//   - A shard with pending buckets but no buckets or namespaces is listed
-//     with its pending buckets and its pods: their proxies take the shard's
-//     leader-election lock and serve nothing until the buckets are granted.
-//   - A shard whose namespaces are all pending (the canary while namespaces
-//     move to it) cannot be expressed at all: RouteShard has no
-//     pendingNamespaces, and the CRD refuses a shard with nothing. It is left
-//     out, its pods unlisted, for the same reason. While a namespace is
-//     pending its bucket is pending too, so no proxy serves it meanwhile.
+// A rule shard whose buckets and namespaces are all pending serves nothing
+// now; it is listed with its pending buckets and namespaces and its pods,
+// whose proxies take the shard's leader-election lock and serve nothing
+// until the grant.
 //
 // addresses gives the webhook address of pods that have one (the agents
 // report them); a pod without one is listed without.
@@ -118,16 +112,19 @@ func routeShard(scheme sharding.Scheme, scope ctrlmeshv1alpha1.ShardingScope, cl
 			return nil, fmt.Errorf("shard %q: %s are a set of %d buckets, the ShardingConfig has %d", rs.ID, set.what, set.set.Scheme().Buckets(), scheme.Buckets())
 		}
 	}
-	servesNow := !rs.Buckets.IsEmpty() || len(rs.Namespaces) > 0
-	if !servesNow && rs.PendingBuckets.IsEmpty() {
+	if rs.Buckets.IsEmpty() && rs.PendingBuckets.IsEmpty() && len(rs.Namespaces) == 0 && len(rs.PendingNamespaces) == 0 {
+		// A shard of nothing at all (a canary step of nothing but
+		// namespaces others hold nothing of): the CRD refuses it, and its
+		// pods serve nothing unlisted too.
 		return nil, nil
 	}
 	shard := &ctrlmeshv1alpha1.RouteShard{
-		ID:             rs.ID,
-		Buckets:        rs.Buckets.String(),
-		PendingBuckets: rs.PendingBuckets.String(),
-		Namespaces:     slices.Clone(rs.Namespaces),
-		Canary:         rs.Canary,
+		ID:                rs.ID,
+		Buckets:           rs.Buckets.String(),
+		PendingBuckets:    rs.PendingBuckets.String(),
+		Namespaces:        slices.Clone(rs.Namespaces),
+		PendingNamespaces: slices.Clone(rs.PendingNamespaces),
+		Canary:            rs.Canary,
 	}
 	for _, pod := range rs.Pods {
 		if pod.Cluster != cluster {
@@ -213,8 +210,11 @@ func validateShard(scheme sharding.Scheme, s ctrlmeshv1alpha1.RouteShard, served
 		fail("is listed twice")
 	}
 	shardOf["shard/"+s.ID] = s.ID
-	if s.Buckets == "" && s.PendingBuckets == "" && len(s.Namespaces) == 0 {
-		fail("has no buckets, pending buckets or namespaces")
+	if s.Buckets == "" && s.PendingBuckets == "" && len(s.Namespaces) == 0 && len(s.PendingNamespaces) == 0 {
+		fail("has no buckets, pending buckets, namespaces or pending namespaces")
+	}
+	if len(s.PendingNamespaces) > maxNamespaces {
+		fail("%d pending namespaces, at most %d", len(s.PendingNamespaces), maxNamespaces)
 	}
 	if len(s.Buckets) > maxBucketsString || len(s.PendingBuckets) > maxBucketsString {
 		fail("buckets and pendingBuckets may have at most %d characters each", maxBucketsString)

@@ -83,7 +83,8 @@ func buildCases() []buildCase {
 		ctrlmeshv1alpha1.RouteShard{ID: "canary", Namespaces: []string{"ns-a"}, Canary: true, Pods: []ctrlmeshv1alpha1.RoutePod{{Name: "op-c"}}})
 	canarySpec.CanarySelector = &metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}}
 	pendingCanarySpec := routeSpec("m1", ctrlmeshv1alpha1.ScopePerCluster, 3,
-		ctrlmeshv1alpha1.RouteShard{ID: "0", Buckets: "0-1,3-7", PendingBuckets: "2", Pods: []ctrlmeshv1alpha1.RoutePod{addressed("op-0", "10.0.0.1")}})
+		ctrlmeshv1alpha1.RouteShard{ID: "0", Buckets: "0-1,3-7", PendingBuckets: "2", Pods: []ctrlmeshv1alpha1.RoutePod{addressed("op-0", "10.0.0.1")}},
+		ctrlmeshv1alpha1.RouteShard{ID: "canary", Canary: true, PendingNamespaces: []string{"ns-a"}, Pods: []ctrlmeshv1alpha1.RoutePod{{Name: "op-c"}}})
 	pendingCanarySpec.CanarySelector = canarySpec.CanarySelector
 
 	return []buildCase{{
@@ -127,7 +128,7 @@ func buildCases() []buildCase {
 		},
 		want: canarySpec,
 	}, {
-		name:    "canary whose namespaces are all pending is left out",
+		name:    "a canary whose namespaces are all pending is listed with them pending",
 		config:  withCanary(testConfig("team-a", ctrlmeshv1alpha1.ScopePerCluster)),
 		cluster: "m1",
 		rules: func(t testing.TB) placement.Rules {

@@ -16,11 +16,6 @@ import (
 // whose route lists pods for it. The generation is the highest published,
 // and only the routes of that generation are merged; a cluster whose route
 // is older is brought up to it by the next publish.
-//
-// The routes cannot say which namespaces are pending (RouteShard has no such
-// field, and such a namespace's bucket is pending too, so nobody serves it),
-// so the merged rules have none; Handover reads nobody serving them, which
-// is what the proxies enforce.
 func publishedRules(scheme sharding.Scheme, routes map[string]*ctrlmeshv1alpha1.ShardRoute) (placement.Rules, error) {
 	var rules placement.Rules
 	byID := map[string]*placement.RuleShard{}
@@ -60,7 +55,7 @@ func publishedRules(scheme sharding.Scheme, routes map[string]*ctrlmeshv1alpha1.
 			if !ok {
 				shard = &placement.RuleShard{
 					ID: rs.ID, Canary: rs.Canary, Buckets: buckets, PendingBuckets: pending,
-					Namespaces: slices.Clone(rs.Namespaces),
+					Namespaces: slices.Clone(rs.Namespaces), PendingNamespaces: slices.Clone(rs.PendingNamespaces),
 				}
 				byID[rs.ID] = shard
 				order = append(order, rs.ID)
@@ -80,6 +75,9 @@ func publishedRules(scheme sharding.Scheme, routes map[string]*ctrlmeshv1alpha1.
 		if len(shard.Namespaces) == 0 {
 			shard.Namespaces = nil
 		}
+		if len(shard.PendingNamespaces) == 0 {
+			shard.PendingNamespaces = nil
+		}
 		rules.Shards = append(rules.Shards, *shard)
 	}
 	return rules, nil
@@ -94,7 +92,7 @@ func previousPlacement(scheme sharding.Scheme, rules placement.Rules) placement.
 		prev.Shards = append(prev.Shards, placement.Shard{
 			ID: rs.ID, Cluster: rs.Cluster, Pods: slices.Clone(rs.Pods),
 			Buckets:    rs.Buckets.Union(rs.PendingBuckets),
-			Namespaces: slices.Clone(rs.Namespaces), Canary: rs.Canary,
+			Namespaces: slices.Concat(rs.Namespaces, rs.PendingNamespaces), Canary: rs.Canary,
 		})
 	}
 	return prev

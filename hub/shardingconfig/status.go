@@ -3,6 +3,7 @@ package shardingconfig
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -91,6 +92,15 @@ func setConditions(status *ctrlmeshv1alpha1.ShardingConfigStatus, ready metav1.C
 func degraded(sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome) (reason, message string) {
 	if len(out.members) == 0 {
 		return ctrlmeshv1alpha1.ReasonNoClusters, "no accepted member cluster matches spec.clusters"
+	}
+	for _, name := range slices.Sorted(maps.Keys(out.members)) {
+		// The member's proxies refuse the rules (a label-mode cluster
+		// cannot express buckets plus single namespaces, say).
+		if rep := out.members[name].report; rep != nil {
+			if c := meta.FindStatusCondition(rep.Route.Conditions, ctrlmeshv1alpha1.ConditionRulesApplied); c != nil && c.Status == metav1.ConditionFalse {
+				return ctrlmeshv1alpha1.ReasonInvalidSpec, fmt.Sprintf("cluster %s refuses the rules: %s", name, c.Message)
+			}
+		}
 	}
 	var unavailable []string
 	for name, m := range out.members {

@@ -206,9 +206,10 @@ func Compile(route *ctrlmeshv1alpha1.ShardRoute, pod string, mode Mode, scopes S
 	snap.Shard = mine.ID
 	snap.Ownership = sharding.NewOwnership(mineBuckets, mine.Namespaces, othersNamespaces)
 	if snap.Ownership.IsEmpty() {
-		// A new shard waits for its buckets while their previous owners let
-		// them go (revoke before grant): it leads its lock but serves nothing.
-		if !minePending.IsEmpty() {
+		// A new shard waits for its buckets or namespaces while their
+		// previous owners let them go (revoke before grant): it leads its
+		// lock but serves nothing.
+		if !minePending.IsEmpty() || len(mine.PendingNamespaces) > 0 {
 			return snap, nil
 		}
 		return nil, fmt.Errorf("shard %q of pod %q has an empty bucket set, no pending buckets and no namespaces: a listed pod must serve something", mine.ID, pod)

@@ -19,7 +19,7 @@ type RoutePod struct {
 
 // RouteShard is one shard of the rules: the buckets its pods serve now, and
 // those they will serve once the previous owner has let them go.
-// +kubebuilder:validation:XValidation:rule="has(self.buckets) || has(self.pendingBuckets) || (has(self.namespaces) && size(self.namespaces) > 0)",message="a shard must be given buckets, pending buckets or namespaces"
+// +kubebuilder:validation:XValidation:rule="has(self.buckets) || has(self.pendingBuckets) || (has(self.namespaces) && size(self.namespaces) > 0) || (has(self.pendingNamespaces) && size(self.pendingNamespaces) > 0)",message="a shard must be given buckets, pending buckets, namespaces or pending namespaces"
 type RouteShard struct {
 	// ID of the shard; the leader-election lock becomes "<name>---<id>".
 	// +kubebuilder:validation:MinLength=1
@@ -45,6 +45,15 @@ type RouteShard struct {
 	// +listType=set
 	// +optional
 	Namespaces []string `json:"namespaces,omitempty"`
+	// PendingNamespaces are granted to the shard exactly but not yet to be
+	// served: the hub moves them into namespaces once their previous owner
+	// enforces rules without them. Meanwhile their buckets are pending too,
+	// so nobody serves them.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=63
+	// +listType=set
+	// +optional
+	PendingNamespaces []string `json:"pendingNamespaces,omitempty"`
 	// Canary is true for the canary shard.
 	// +optional
 	Canary bool `json:"canary,omitempty"`

@@ -243,7 +243,7 @@ func TestShardRouteValidation(t *testing.T) {
 		}, want: "buckets must be a power of two from 1 to 4096"},
 		{name: "shard with nothing to serve", mutate: func(r *v1alpha1.ShardRoute) {
 			r.Spec.Shards[0].Buckets = ""
-		}, want: "a shard must be given buckets, pending buckets or namespaces"},
+		}, want: "a shard must be given buckets, pending buckets, namespaces or pending namespaces"},
 		{name: "malformed buckets", mutate: func(r *v1alpha1.ShardRoute) {
 			r.Spec.Shards[0].Buckets = "0..15"
 		}, want: `spec.shards[0].buckets: Invalid value: "0..15"`},

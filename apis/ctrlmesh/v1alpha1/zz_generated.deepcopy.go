@@ -238,6 +238,11 @@ func (in *RouteShard) DeepCopyInto(out *RouteShard) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	if in.PendingNamespaces != nil {
+		in, out := &in.PendingNamespaces, &out.PendingNamespaces
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Pods != nil {
 		in, out := &in.Pods, &out.Pods
 		*out = make([]RoutePod, len(*in))
