@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,6 +34,7 @@ import (
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/hub"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
+	"github.com/ctrlmesh/ctrlmesh/scenarios/demo-operator/operator"
 	"github.com/ctrlmesh/ctrlmesh/test/certs"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
@@ -187,10 +189,38 @@ func (f *testFleet) startHub(t *testing.T, ctx context.Context) *stopper {
 
 // operatorPod is a "pod" of the operator: a ready Pod object in a member
 // and its proxy, running here, which enforces the pod's rules and reports
-// the rules hash it enforces.
+// the rules hash it enforces; optionally the demo operator behind it, which
+// elects its shard's leader through the proxy.
 type operatorPod struct {
 	cluster, namespace, name string
-	proxy                    *stopper
+	proxy, operator          *stopper
+	// crashed is set by kill: the operator's errors are then expected.
+	crashed atomic.Bool
+}
+
+// Leader election of the demo operators: short, so that a crashed pod's
+// lease expires soon.
+const (
+	operatorLeaseDuration = 4 * time.Second
+	operatorRenewDeadline = 3 * time.Second
+	operatorRetryPeriod   = 500 * time.Millisecond
+)
+
+// startOperator runs the demo operator of p behind its proxy.
+func (p *operatorPod) startOperator(t *testing.T, ctx context.Context, proxyAddr string) {
+	t.Helper()
+	p.operator = run(t, ctx, "operator "+p.name, func(ctx context.Context) error {
+		err := operator.Run(ctx, operator.Options{
+			Config: &rest.Config{Host: "http://" + proxyAddr}, PodName: p.name, LeaderElectionNamespace: p.namespace,
+			LeaseDuration: operatorLeaseDuration, RenewDeadline: operatorRenewDeadline, RetryPeriod: operatorRetryPeriod,
+			Logger: logr.Discard(),
+		})
+		if p.crashed.Load() {
+			// Cut off from the API server, it lost its lease.
+			return nil
+		}
+		return err
+	})
 }
 
 func (f *testFleet) startPod(t *testing.T, ctx context.Context, cluster, namespace, app, name string, extraLabels ...string) *operatorPod {
@@ -211,20 +241,38 @@ func (f *testFleet) startPod(t *testing.T, ctx context.Context, cluster, namespa
 		t.Fatal(err)
 	}
 	p := &operatorPod{cluster: cluster, namespace: namespace, name: name}
+	serving := make(chan string, 1)
 	p.proxy = run(t, ctx, "proxy "+name, func(ctx context.Context) error {
 		return proxy.Run(ctx, proxy.Options{
 			Upstream: m.Config, ListenAddress: "127.0.0.1:0", Pod: name,
 			RulesNamespace: namespace, RulesName: app, Log: logr.Discard(),
+			Ready: func(api, _ net.Addr) { serving <- api.String() },
 		})
 	})
+	if withOperator[app] {
+		select {
+		case addr := <-serving:
+			p.startOperator(t, ctx, addr)
+		case <-time.After(time.Minute):
+			t.Fatalf("the proxy of %s did not serve within a minute", name)
+		}
+	}
 	return p
 }
 
-// kill stops the pod's proxy and deletes its Pod object, as the kubelet
-// does once the containers stopped.
+// withOperator lists the apps whose pods run the demo operator.
+var withOperator = map[string]bool{"demo-op": true}
+
+// kill crashes the pod: its proxy stops first, so that its operator cannot
+// release its lease, then the operator; then its Pod object is deleted, as
+// the kubelet does once the containers stopped.
 func (f *testFleet) kill(t *testing.T, ctx context.Context, p *operatorPod) {
 	t.Helper()
+	p.crashed.Store(true)
 	p.proxy.Stop()
+	if p.operator != nil {
+		p.operator.Stop()
+	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.namespace, Name: p.name}}
 	if err := f.members[p.cluster].Client.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil {
 		t.Fatal(err)
@@ -329,6 +377,7 @@ func TestPerClusterPlacement(t *testing.T) {
 		}
 	}
 	sc := shardingConfig("ops", "demo-op", ctrlmeshv1alpha1.ScopePerCluster)
+	sc.Spec.Controller = &ctrlmeshv1alpha1.ControllerConfig{LeaderElectionName: operator.DefaultLeaderElectionID}
 	mustCreate(t, ctx, f.hub.Client, sc)
 	before := f.waitReady(t, ctx, sc, 4, 90*time.Second)
 	for _, m := range members {
@@ -373,15 +422,20 @@ func TestPerClusterPlacement(t *testing.T) {
 	checkRevokedBeforeGranted(t, versions(), "demo-op-2", moved)
 	t.Logf("added pod: %d buckets moved (ideal %d), %d rule versions seen", moved.Len(), ideal, len(versions()))
 
-	// A killed pod's buckets move to the others.
+	// A crashed pod's buckets move to the others once its shard lease has
+	// expired: within the lease duration and a few seconds.
 	start := time.Now()
 	f.kill(t, ctx, pods["member1/demo-op-0"])
-	healed := f.waitReady(t, ctx, sc, 4, 30*time.Second)
+	healed := f.waitReady(t, ctx, sc, 4, operatorLeaseDuration+20*time.Second)
+	took := time.Since(start)
 	checkPartition(t, healed["member1"], 32)
 	if _, ok := healed["member1"]["demo-op-0"]; ok {
 		t.Error("the killed pod still serves buckets")
 	}
-	t.Logf("failover after a pod kill: %v", time.Since(start))
+	if took < operatorLeaseDuration-time.Second {
+		t.Errorf("the crashed pod's buckets moved after %v, before its lease of %v can have expired", took, operatorLeaseDuration)
+	}
+	t.Logf("failover after a pod crash: %v (operator lease %v)", took, operatorLeaseDuration)
 }
 
 // TestCanarySteps: a canary pod gets exactly what the canary step names —
