@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
 	"github.com/karmada-io/karmada/pkg/util/names"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -491,6 +492,29 @@ func TestCanarySteps(t *testing.T) {
 		}
 	}
 	checkPartition(t, byPod, 32)
+
+	// Deleting the ShardingConfig deletes its Works, and the agent the
+	// member's rules, before the finalizer lets it go.
+	if err := f.hub.Client.Delete(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyWithin(t, 30*time.Second, "the ShardingConfig, its Work and its ShardRoute are gone", func() error {
+		if err := f.hub.Client.Get(ctx, client.ObjectKeyFromObject(sc), &ctrlmeshv1alpha1.ShardingConfig{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("ShardingConfig: %v", err)
+		}
+		var works workv1alpha1.WorkList
+		if err := f.hub.Client.List(ctx, &works, client.InNamespace(names.GenerateExecutionSpaceName("member1"))); err != nil {
+			return err
+		}
+		if len(works.Items) > 0 {
+			return fmt.Errorf("%d Works left", len(works.Items))
+		}
+		err := f.members["member1"].Client.Get(ctx, client.ObjectKeyFromObject(sc), &ctrlmeshv1alpha1.ShardRoute{})
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("ShardRoute: %v", err)
+		}
+		return nil
+	})
 }
 
 // TestFleetFailover: in Fleet scope one set of buckets spans both members;
