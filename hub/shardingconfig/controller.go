@@ -494,10 +494,12 @@ func canaryStep(sc *ctrlmeshv1alpha1.ShardingConfig, scheme sharding.Scheme, ste
 		return nil, nil
 	}
 	steps := sc.Spec.Canary.Steps
-	s := steps[min(int(step), len(steps)-1)]
+	// The status's step, clamped: the steps may have been edited since.
+	i := min(max(int(step), 0), len(steps)-1)
+	s := steps[i]
 	buckets, err := scheme.ParseSet(s.Buckets)
 	if err != nil {
-		return nil, fmt.Errorf("canary step %d buckets: %w", step, err)
+		return nil, fmt.Errorf("canary step %d buckets: %w", i, err)
 	}
 	return &placement.CanaryStep{Buckets: buckets, Namespaces: slices.Clone(s.Namespaces)}, nil
 }

@@ -1,0 +1,273 @@
+package shardingconfig
+
+import (
+	"reflect"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/hub/state"
+)
+
+func TestSelectedClusters(t *testing.T) {
+	all := []state.Cluster{
+		cluster("a", true, true, map[string]string{"env": "prod"}),
+		cluster("b", true, false, map[string]string{"env": "dev"}),
+		cluster("c", false, true, map[string]string{"env": "prod"}),
+		cluster("d", true, true, nil),
+		cluster("e", false, false, map[string]string{"env": "dev"}),
+	}
+	tests := []struct {
+		name     string
+		clusters ctrlmeshv1alpha1.ClusterSelection
+		want     []string
+	}{{
+		name: "nothing",
+	}, {
+		name:     "by names",
+		clusters: ctrlmeshv1alpha1.ClusterSelection{Names: []string{"d", "b"}},
+		want:     []string{"b", "d"},
+	}, {
+		name:     "by names, unaccepted never",
+		clusters: ctrlmeshv1alpha1.ClusterSelection{Names: []string{"a", "c", "e"}},
+		want:     []string{"a"},
+	}, {
+		name:     "by names, unknown ones",
+		clusters: ctrlmeshv1alpha1.ClusterSelection{Names: []string{"x"}},
+	}, {
+		name:     "by labels",
+		clusters: ctrlmeshv1alpha1.ClusterSelection{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}},
+		want:     []string{"a"},
+	}, {
+		name: "by label expressions, unaccepted never",
+		clusters: ctrlmeshv1alpha1.ClusterSelection{Selector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: "env", Operator: metav1.LabelSelectorOpIn, Values: []string{"prod", "dev"}},
+		}}},
+		want: []string{"a", "b"},
+	}, {
+		name: "by labels, a cluster without any",
+		clusters: ctrlmeshv1alpha1.ClusterSelection{Selector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: "env", Operator: metav1.LabelSelectorOpDoesNotExist},
+		}}},
+		want: []string{"d"},
+	}, {
+		name: "by names or labels",
+		clusters: ctrlmeshv1alpha1.ClusterSelection{
+			Names:    []string{"d", "c"},
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "dev"}},
+		},
+		want: []string{"b", "d"},
+	}, {
+		name:     "an empty selector selects every accepted cluster",
+		clusters: ctrlmeshv1alpha1.ClusterSelection{Selector: &metav1.LabelSelector{}},
+		want:     []string{"a", "b", "d"},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sc := &ctrlmeshv1alpha1.ShardingConfig{Spec: ctrlmeshv1alpha1.ShardingConfigSpec{Clusters: tt.clusters}}
+			got, err := selectedClusters(sc, all)
+			if err != nil {
+				t.Fatalf("selectedClusters: %v", err)
+			}
+			var names []string
+			for _, c := range got {
+				if !c.Accepted {
+					t.Errorf("cluster %s selected, but not accepted", c.Name)
+				}
+				names = append(names, c.Name)
+			}
+			if !reflect.DeepEqual(names, tt.want) {
+				t.Errorf("selected %v, want %v", names, tt.want)
+			}
+		})
+	}
+}
+
+func TestSelectedClustersBadSelector(t *testing.T) {
+	sc := &ctrlmeshv1alpha1.ShardingConfig{Spec: ctrlmeshv1alpha1.ShardingConfigSpec{Clusters: ctrlmeshv1alpha1.ClusterSelection{
+		Names: []string{"a"},
+		Selector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: "env", Operator: "Near", Values: []string{"prod"}},
+		}},
+	}}}
+	got, err := selectedClusters(sc, []state.Cluster{cluster("a", true, true, nil)})
+	if err == nil {
+		t.Fatalf("selectedClusters accepted a bad selector, selecting %v", got)
+	}
+	if want := `clusters.selector: "Near" is not a valid label selector operator`; err.Error() != want {
+		t.Errorf("error\n got %s\nwant %s", err, want)
+	}
+	if got != nil {
+		t.Errorf("selected %v with the error, want none", got)
+	}
+}
+
+func TestDomains(t *testing.T) {
+	tests := []struct {
+		name    string
+		scope   ctrlmeshv1alpha1.ShardingScope
+		members map[string]*member
+		want    [][]string
+	}{{
+		name:    "per cluster: one domain per usable cluster",
+		scope:   ctrlmeshv1alpha1.ScopePerCluster,
+		members: members([]string{"c", "a", "b", "d"}, "b"),
+		want:    [][]string{{"a"}, {"c"}, {"d"}},
+	}, {
+		name:    "per cluster by default",
+		members: members([]string{"b", "a"}),
+		want:    [][]string{{"a"}, {"b"}},
+	}, {
+		name:    "per cluster: none usable",
+		scope:   ctrlmeshv1alpha1.ScopePerCluster,
+		members: members([]string{"a", "b"}, "a", "b"),
+	}, {
+		name:  "per cluster: an unaccepted cluster is not usable",
+		scope: ctrlmeshv1alpha1.ScopePerCluster,
+		members: map[string]*member{
+			"a": {cluster: cluster("a", false, true, nil)},
+			"b": {cluster: cluster("b", true, true, nil)},
+		},
+		want: [][]string{{"b"}},
+	}, {
+		name:    "per cluster: no members",
+		scope:   ctrlmeshv1alpha1.ScopePerCluster,
+		members: map[string]*member{},
+	}, {
+		name:    "fleet: one domain of the usable clusters",
+		scope:   ctrlmeshv1alpha1.ScopeFleet,
+		members: members([]string{"c", "a", "b", "d"}, "b"),
+		want:    [][]string{{"a", "c", "d"}},
+	}, {
+		name:  "fleet: an unaccepted cluster is not usable",
+		scope: ctrlmeshv1alpha1.ScopeFleet,
+		members: map[string]*member{
+			"a": {cluster: cluster("a", false, true, nil)},
+			"b": {cluster: cluster("b", true, true, nil)},
+		},
+		want: [][]string{{"b"}},
+	}, {
+		name:    "fleet: none usable",
+		scope:   ctrlmeshv1alpha1.ScopeFleet,
+		members: members([]string{"a", "b"}, "a", "b"),
+	}, {
+		name:    "fleet: no members",
+		scope:   ctrlmeshv1alpha1.ScopeFleet,
+		members: map[string]*member{},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sc := &ctrlmeshv1alpha1.ShardingConfig{Spec: ctrlmeshv1alpha1.ShardingConfigSpec{Scope: tt.scope}}
+			got := domains(sc, tt.members)
+			if len(tt.want) == 0 {
+				if len(got) != 0 {
+					t.Errorf("domains %v, want none", got)
+				}
+				return
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("domains %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestCanaryStep(t *testing.T) {
+	steps := []ctrlmeshv1alpha1.CanaryStep{
+		{Namespaces: []string{"team-a"}},
+		{Buckets: "0-3", Namespaces: []string{"team-a", "team-b"}},
+		{Buckets: "0-7"},
+	}
+	withSteps := func(steps ...ctrlmeshv1alpha1.CanaryStep) *ctrlmeshv1alpha1.CanarySpec {
+		return &ctrlmeshv1alpha1.CanarySpec{
+			Selector: metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}}, Steps: steps, MinHealthySeconds: 30,
+		}
+	}
+	tests := []struct {
+		name           string
+		canary         *ctrlmeshv1alpha1.CanarySpec
+		step           int32
+		wantNil        bool
+		wantBuckets    string
+		wantNamespaces []string
+	}{{
+		name:    "no canary",
+		wantNil: true,
+	}, {
+		name:    "no steps",
+		canary:  withSteps(),
+		step:    1,
+		wantNil: true,
+	}, {
+		name:           "the first step: namespaces only",
+		canary:         withSteps(steps...),
+		wantNamespaces: []string{"team-a"},
+	}, {
+		name:           "the step in force",
+		canary:         withSteps(steps...),
+		step:           1,
+		wantBuckets:    "0-3",
+		wantNamespaces: []string{"team-a", "team-b"},
+	}, {
+		name:        "the last step",
+		canary:      withSteps(steps...),
+		step:        2,
+		wantBuckets: "0-7",
+	}, {
+		name:        "a step past the end is the last",
+		canary:      withSteps(steps...),
+		step:        7,
+		wantBuckets: "0-7",
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sc := &ctrlmeshv1alpha1.ShardingConfig{Spec: ctrlmeshv1alpha1.ShardingConfigSpec{Canary: tt.canary}}
+			got, err := canaryStep(sc, scheme32, tt.step)
+			if err != nil {
+				t.Fatalf("canaryStep: %v", err)
+			}
+			if tt.wantNil {
+				if got != nil {
+					t.Errorf("canary step %+v, want none", got)
+				}
+				return
+			}
+			if got == nil {
+				t.Fatal("no canary step")
+			}
+			if got.Buckets.Scheme() != scheme32 {
+				t.Errorf("buckets of a scheme of %d, want 32", got.Buckets.Scheme().Buckets())
+			}
+			if s := got.Buckets.String(); s != tt.wantBuckets {
+				t.Errorf("buckets %q, want %q", s, tt.wantBuckets)
+			}
+			if !reflect.DeepEqual(got.Namespaces, tt.wantNamespaces) {
+				t.Errorf("namespaces %v, want %v", got.Namespaces, tt.wantNamespaces)
+			}
+			// The step is a copy of the spec's.
+			if len(got.Namespaces) > 0 {
+				got.Namespaces[0] = "changed"
+				if spec := tt.canary.Steps[min(int(tt.step), len(tt.canary.Steps)-1)]; spec.Namespaces[0] == "changed" {
+					t.Error("the canary step shares the spec's namespaces")
+				}
+			}
+		})
+	}
+}
+
+func TestCanaryStepBadBuckets(t *testing.T) {
+	sc := &ctrlmeshv1alpha1.ShardingConfig{Spec: ctrlmeshv1alpha1.ShardingConfigSpec{Canary: &ctrlmeshv1alpha1.CanarySpec{
+		Steps: []ctrlmeshv1alpha1.CanaryStep{{Buckets: "0-3"}, {Buckets: "0-40"}},
+	}}}
+	got, err := canaryStep(sc, scheme32, 1)
+	if err == nil {
+		t.Fatalf("canaryStep accepted bucket 40 of 32, giving %+v", got)
+	}
+	if want := `canary step 1 buckets: bucket set "0-40": bucket 40 is out of range: with 32 buckets they are numbered 0 to 31`; err.Error() != want {
+		t.Errorf("error\n got %s\nwant %s", err, want)
+	}
+	if got != nil {
+		t.Errorf("canary step %+v with the error, want none", got)
+	}
+}

@@ -1,0 +1,510 @@
+package shardingconfig
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/hub/placement"
+	"github.com/ctrlmesh/ctrlmesh/hub/propagation"
+)
+
+// readyPods are ready, non-canary candidate pods of one cluster.
+func readyPods(cluster string, names ...string) []placement.Pod {
+	var out []placement.Pod
+	for _, id := range pods(cluster, names...) {
+		out = append(out, placement.Pod{PodID: id, Ready: true})
+	}
+	return out
+}
+
+// refusing is a member whose agent reports the rules not applied.
+func refusing(name, message string) *member {
+	return &member{
+		cluster: cluster(name, true, true, nil),
+		report: &propagation.Report{Cluster: name, Route: ctrlmeshv1alpha1.ShardRouteStatus{Conditions: []metav1.Condition{{
+			Type: ctrlmeshv1alpha1.ConditionRulesApplied, Status: metav1.ConditionFalse, Reason: ctrlmeshv1alpha1.ReasonInvalidRules, Message: message,
+		}}}},
+	}
+}
+
+// applying is a member whose agent reports the rules applied.
+func applying(name string) *member {
+	m := refusing(name, "rules of generation 3 applied")
+	m.report.Route.Conditions[0].Status, m.report.Route.Conditions[0].Reason = metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonRulesValid
+	return m
+}
+
+func TestDegraded(t *testing.T) {
+	settled := func(clusters ...string) domainOutcome {
+		var candidates []placement.Pod
+		for _, c := range clusters {
+			candidates = append(candidates, readyPods(c, "p0")...)
+		}
+		return domainOutcome{clusters: clusters, pods: candidates, step: placement.Step{Rules: placement.Rules{
+			Generation: 3, Shards: []placement.RuleShard{ruleShard(t, "0", "0-31", "", pods(clusters[0], "p0")...)},
+		}}}
+	}
+	handingOver := func(clusters ...string) domainOutcome {
+		d := settled(clusters...)
+		d.step.Rules.Generation = 4
+		d.step.Rules.Shards = []placement.RuleShard{
+			ruleShard(t, "0", "0-7", "", pods(clusters[0], "p0")...),
+			ruleShard(t, "1", "16-31", "8-15", pods(clusters[0], "p1")...),
+		}
+		d.step.WaitingFor = pods(clusters[0], "p0", "p1")
+		return d
+	}
+	namespaceHandingOver := func(clusters ...string) domainOutcome {
+		d := settled(clusters...)
+		canary := ruleShard(t, "canary", "", "", pods(clusters[0], "z")...)
+		canary.Canary, canary.PendingNamespaces = true, []string{"team-a"}
+		d.step.Rules.Shards = append(d.step.Rules.Shards, canary)
+		d.step.WaitingFor = pods(clusters[0], "p0")
+		return d
+	}
+	withPods := func(d domainOutcome, candidates ...placement.Pod) domainOutcome {
+		d.pods = candidates
+		return d
+	}
+	with := func(ms map[string]*member, name string, m *member) map[string]*member {
+		ms[name] = m
+		return ms
+	}
+	tests := []struct {
+		name        string
+		out         *outcome
+		wantReason  string
+		wantMessage string
+	}{{
+		name:        "no clusters selected",
+		out:         &outcome{members: map[string]*member{}},
+		wantReason:  ctrlmeshv1alpha1.ReasonNoClusters,
+		wantMessage: "no accepted member cluster matches spec.clusters",
+	}, {
+		name: "no clusters selected comes first",
+		out: &outcome{members: map[string]*member{}, domains: []domainOutcome{
+			withPods(settled("a")), handingOver("b"),
+		}},
+		wantReason:  ctrlmeshv1alpha1.ReasonNoClusters,
+		wantMessage: "no accepted member cluster matches spec.clusters",
+	}, {
+		name: "a member refusing the rules is an invalid spec, before unavailable clusters",
+		out: &outcome{
+			members: with(with(members([]string{"a", "c"}, "a"), "d", refusing("d", "label mode cannot serve namespaces team-a")), "b", applying("b")),
+			domains: []domainOutcome{withPods(settled("b")), handingOver("c")},
+		},
+		wantReason:  ctrlmeshv1alpha1.ReasonInvalidSpec,
+		wantMessage: "cluster d refuses the rules: label mode cannot serve namespaces team-a",
+	}, {
+		name: "the first member refusing the rules by name",
+		out: &outcome{
+			members: with(with(members(nil), "z", refusing("z", "z's reason")), "m", refusing("m", "m's reason")),
+			domains: []domainOutcome{settled("m", "z")},
+		},
+		wantReason:  ctrlmeshv1alpha1.ReasonInvalidSpec,
+		wantMessage: "cluster m refuses the rules: m's reason",
+	}, {
+		name: "unavailable clusters, before domains without candidates",
+		out: &outcome{
+			members: with(members([]string{"a", "c", "d"}, "d", "a"), "b", applying("b")),
+			domains: []domainOutcome{withPods(settled("b")), withPods(settled("c")), handingOver("c")},
+		},
+		wantReason:  ctrlmeshv1alpha1.ReasonClusterUnavailable,
+		wantMessage: "clusters without a fresh heartbeat keep their last rules: a, d",
+	}, {
+		name: "an unaccepted member is unavailable",
+		out: &outcome{
+			members: with(members([]string{"a"}), "b", &member{cluster: cluster("b", false, true, nil)}),
+			domains: []domainOutcome{settled("a")},
+		},
+		wantReason:  ctrlmeshv1alpha1.ReasonClusterUnavailable,
+		wantMessage: "clusters without a fresh heartbeat keep their last rules: b",
+	}, {
+		name: "a domain without pods, before a pending handover",
+		out: &outcome{
+			members: members([]string{"a", "b", "c"}),
+			domains: []domainOutcome{handingOver("a"), withPods(settled("b", "c"))},
+		},
+		wantReason:  ctrlmeshv1alpha1.ReasonNoCandidatePods,
+		wantMessage: "no ready pod matches the selector in b, c",
+	}, {
+		name: "a domain with unready and canary pods only",
+		out: &outcome{
+			members: members([]string{"a", "b"}),
+			domains: []domainOutcome{settled("a"), withPods(settled("b"),
+				placement.Pod{PodID: placement.PodID{Cluster: "b", Name: "unready"}},
+				placement.Pod{PodID: placement.PodID{Cluster: "b", Name: "canary"}, Ready: true, Canary: true},
+			)},
+		},
+		wantReason:  ctrlmeshv1alpha1.ReasonNoCandidatePods,
+		wantMessage: "no ready pod matches the selector in b",
+	}, {
+		name: "buckets handed over",
+		out: &outcome{
+			members: with(members([]string{"a"}), "b", applying("b")),
+			domains: []domainOutcome{settled("a"), handingOver("b")},
+		},
+		wantReason:  ctrlmeshv1alpha1.ReasonHandoverPending,
+		wantMessage: "buckets move in b once these proxies enforce generation 4: b/p0, b/p1",
+	}, {
+		name: "namespaces handed over in a fleet",
+		out: &outcome{
+			members: members([]string{"a", "b"}),
+			domains: []domainOutcome{namespaceHandingOver("a", "b")},
+		},
+		wantReason:  ctrlmeshv1alpha1.ReasonHandoverPending,
+		wantMessage: "buckets move in a, b once these proxies enforce generation 3: a/p0",
+	}, {
+		name: "nothing amiss",
+		out: &outcome{
+			members: with(members([]string{"a", "c"}), "b", applying("b")),
+			domains: []domainOutcome{settled("a"), settled("b"), settled("c")},
+		},
+	}, {
+		name: "nothing amiss in a fleet, the pods in one cluster",
+		out: &outcome{
+			members: members([]string{"a", "b"}),
+			domains: []domainOutcome{withPods(settled("a", "b"), readyPods("b", "p0")...)},
+		},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sc := &ctrlmeshv1alpha1.ShardingConfig{}
+			reason, message := degraded(sc, tt.out)
+			if reason != tt.wantReason || message != tt.wantMessage {
+				t.Fatalf("degraded: %q %q\nwant %q %q", reason, message, tt.wantReason, tt.wantMessage)
+			}
+			if reason == "" {
+				return
+			}
+			// As writeStatus reports it.
+			var status ctrlmeshv1alpha1.ShardingConfigStatus
+			setConditions(&status, metav1.ConditionFalse, reason, message, 2)
+			want := []metav1.Condition{
+				{Type: ctrlmeshv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: message, ObservedGeneration: 2},
+				{Type: ctrlmeshv1alpha1.ConditionDegraded, Status: metav1.ConditionTrue, Reason: reason, Message: message, ObservedGeneration: 2},
+			}
+			if got := conditionsWithoutTimes(status.Conditions); !reflect.DeepEqual(got, want) {
+				t.Errorf("conditions\n got %+v\nwant %+v", got, want)
+			}
+		})
+	}
+}
+
+// conditionsWithoutTimes drops the transition times meta.SetStatusCondition
+// sets from the clock.
+func conditionsWithoutTimes(in []metav1.Condition) []metav1.Condition {
+	out := make([]metav1.Condition, 0, len(in))
+	for _, c := range in {
+		c.LastTransitionTime = metav1.Time{}
+		out = append(out, c)
+	}
+	return out
+}
+
+func TestSetConditions(t *testing.T) {
+	const asExpected = "nothing keeps the ShardingConfig from being served"
+	earlier := metav1.NewTime(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+	before := []metav1.Condition{
+		{Type: ctrlmeshv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: ctrlmeshv1alpha1.ReasonClusterUnavailable, Message: "old", ObservedGeneration: 1, LastTransitionTime: earlier},
+		{Type: ctrlmeshv1alpha1.ConditionDegraded, Status: metav1.ConditionTrue, Reason: ctrlmeshv1alpha1.ReasonClusterUnavailable, Message: "old", ObservedGeneration: 1, LastTransitionTime: earlier},
+	}
+	tests := []struct {
+		name    string
+		before  []metav1.Condition
+		ready   metav1.ConditionStatus
+		reason  string
+		message string
+		want    []metav1.Condition
+	}{{
+		name:  "ready",
+		ready: metav1.ConditionTrue, reason: ReasonAllShardsServing, message: "4 shards in 2 clusters serve every bucket",
+		want: []metav1.Condition{
+			{Type: ctrlmeshv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonAllShardsServing, Message: "4 shards in 2 clusters serve every bucket", ObservedGeneration: 3},
+			{Type: ctrlmeshv1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: ReasonAsExpected, Message: asExpected, ObservedGeneration: 3},
+		},
+	}, {
+		name:  "shards starting are not degraded",
+		ready: metav1.ConditionFalse, reason: ReasonShardsNotReady, message: "1 of 4 shards serve and are healthy",
+		want: []metav1.Condition{
+			{Type: ctrlmeshv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonShardsNotReady, Message: "1 of 4 shards serve and are healthy", ObservedGeneration: 3},
+			{Type: ctrlmeshv1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: ReasonAsExpected, Message: asExpected, ObservedGeneration: 3},
+		},
+	}, {
+		name:  "an invalid spec",
+		ready: metav1.ConditionFalse, reason: ctrlmeshv1alpha1.ReasonInvalidSpec, message: "sharding.buckets: bad",
+		want: []metav1.Condition{
+			{Type: ctrlmeshv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: ctrlmeshv1alpha1.ReasonInvalidSpec, Message: "sharding.buckets: bad", ObservedGeneration: 3},
+			{Type: ctrlmeshv1alpha1.ConditionDegraded, Status: metav1.ConditionTrue, Reason: ctrlmeshv1alpha1.ReasonInvalidSpec, Message: "sharding.buckets: bad", ObservedGeneration: 3},
+		},
+	}, {
+		name:   "degraded no more",
+		before: before,
+		ready:  metav1.ConditionTrue, reason: ReasonAllShardsServing, message: "2 shards in 1 clusters serve every bucket",
+		want: []metav1.Condition{
+			{Type: ctrlmeshv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonAllShardsServing, Message: "2 shards in 1 clusters serve every bucket", ObservedGeneration: 3},
+			{Type: ctrlmeshv1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: ReasonAsExpected, Message: asExpected, ObservedGeneration: 3},
+		},
+	}, {
+		name:   "degraded for another reason",
+		before: before,
+		ready:  metav1.ConditionFalse, reason: ctrlmeshv1alpha1.ReasonHandoverPending, message: "buckets move",
+		want: []metav1.Condition{
+			{Type: ctrlmeshv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: ctrlmeshv1alpha1.ReasonHandoverPending, Message: "buckets move", ObservedGeneration: 3, LastTransitionTime: earlier},
+			{Type: ctrlmeshv1alpha1.ConditionDegraded, Status: metav1.ConditionTrue, Reason: ctrlmeshv1alpha1.ReasonHandoverPending, Message: "buckets move", ObservedGeneration: 3, LastTransitionTime: earlier},
+		},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status := ctrlmeshv1alpha1.ShardingConfigStatus{Conditions: append([]metav1.Condition(nil), tt.before...)}
+			setConditions(&status, tt.ready, tt.reason, tt.message, 3)
+			got := status.Conditions
+			for i, c := range got {
+				if c.LastTransitionTime.IsZero() {
+					t.Errorf("condition %s has no transition time", c.Type)
+				}
+				// A condition whose status changed moved on; the others
+				// keep the time they had.
+				if c.LastTransitionTime.Equal(&earlier) != !tt.want[i].LastTransitionTime.IsZero() {
+					t.Errorf("condition %s changed at %v", c.Type, c.LastTransitionTime)
+				}
+			}
+			want := conditionsWithoutTimes(tt.want)
+			if got := conditionsWithoutTimes(got); !reflect.DeepEqual(got, want) {
+				t.Errorf("conditions\n got %+v\nwant %+v", got, want)
+			}
+			if c := meta.FindStatusCondition(status.Conditions, ctrlmeshv1alpha1.ConditionReady); c == nil || c.Status != tt.ready {
+				t.Errorf("Ready %+v, want %s", c, tt.ready)
+			}
+		})
+	}
+}
+
+func TestAdvanceCanary(t *testing.T) {
+	t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *metav1.Time { return &metav1.Time{Time: t0.Add(d)} }
+	spec := func(minHealthySeconds int32) *ctrlmeshv1alpha1.CanarySpec {
+		return &ctrlmeshv1alpha1.CanarySpec{
+			Selector: metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}},
+			Steps: []ctrlmeshv1alpha1.CanaryStep{
+				{Namespaces: []string{"team-a"}}, {Buckets: "0-3"}, {Buckets: "0-7"},
+			},
+			MinHealthySeconds: minHealthySeconds,
+		}
+	}
+	shard := func(id string, canary bool, state ctrlmeshv1alpha1.ShardState, health ctrlmeshv1alpha1.ShardHealth) ctrlmeshv1alpha1.ShardPlacement {
+		return ctrlmeshv1alpha1.ShardPlacement{Shard: id, Cluster: "a", Canary: canary, State: state, Health: health}
+	}
+	serving := shard("0", false, ctrlmeshv1alpha1.ShardServing, ctrlmeshv1alpha1.ShardHealthy)
+	healthy := []ctrlmeshv1alpha1.ShardPlacement{serving, shard("canary", true, ctrlmeshv1alpha1.ShardServing, ctrlmeshv1alpha1.ShardHealthy)}
+	tests := []struct {
+		name        string
+		canary      *ctrlmeshv1alpha1.CanarySpec
+		placement   []ctrlmeshv1alpha1.ShardPlacement
+		before      *ctrlmeshv1alpha1.CanaryStatus
+		now         time.Duration
+		want        *ctrlmeshv1alpha1.CanaryStatus
+		wantRequeue time.Duration
+		wantEvents  []string
+	}{{
+		name:      "no canary",
+		placement: healthy,
+		before:    &ctrlmeshv1alpha1.CanaryStatus{Step: 1, HealthySince: at(0)},
+		now:       time.Hour,
+	}, {
+		name:      "the canary shard is not placed yet",
+		canary:    spec(30),
+		placement: []ctrlmeshv1alpha1.ShardPlacement{serving},
+		want:      &ctrlmeshv1alpha1.CanaryStatus{},
+	}, {
+		name:      "becomes healthy",
+		canary:    spec(30),
+		placement: healthy,
+		now:       5 * time.Second,
+		want:      &ctrlmeshv1alpha1.CanaryStatus{HealthySince: at(5 * time.Second)},
+		// minHealthySeconds from now.
+		wantRequeue: 30 * time.Second,
+	}, {
+		name:        "healthy, not long enough",
+		canary:      spec(30),
+		placement:   healthy,
+		before:      &ctrlmeshv1alpha1.CanaryStatus{Step: 1, HealthySince: at(0)},
+		now:         10 * time.Second,
+		want:        &ctrlmeshv1alpha1.CanaryStatus{Step: 1, HealthySince: at(0)},
+		wantRequeue: 20 * time.Second,
+	}, {
+		name:      "healthy, not quite long enough: look again in a second at the least",
+		canary:    spec(30),
+		placement: healthy,
+		before:    &ctrlmeshv1alpha1.CanaryStatus{Step: 1, HealthySince: at(0)},
+		now:       29*time.Second + 700*time.Millisecond,
+		want:      &ctrlmeshv1alpha1.CanaryStatus{Step: 1, HealthySince: at(0)},
+		// 300ms are left.
+		wantRequeue: time.Second,
+	}, {
+		name:       "healthy long enough: the next step",
+		canary:     spec(30),
+		placement:  healthy,
+		before:     &ctrlmeshv1alpha1.CanaryStatus{Step: 0, HealthySince: at(0)},
+		now:        30 * time.Second,
+		want:       &ctrlmeshv1alpha1.CanaryStatus{Step: 1},
+		wantEvents: []string{"Normal CanaryAdvanced The canary shard was healthy for 30s: step 2 of 3"},
+	}, {
+		name:       "healthy for longer: still one step",
+		canary:     spec(30),
+		placement:  healthy,
+		before:     &ctrlmeshv1alpha1.CanaryStatus{Step: 1, HealthySince: at(0)},
+		now:        time.Hour,
+		want:       &ctrlmeshv1alpha1.CanaryStatus{Step: 2},
+		wantEvents: []string{"Normal CanaryAdvanced The canary shard was healthy for 30s: step 3 of 3"},
+	}, {
+		name:       "no healthy period: the next step at once",
+		canary:     spec(0),
+		placement:  healthy,
+		before:     &ctrlmeshv1alpha1.CanaryStatus{Step: 0},
+		now:        time.Minute,
+		want:       &ctrlmeshv1alpha1.CanaryStatus{Step: 1},
+		wantEvents: []string{"Normal CanaryAdvanced The canary shard was healthy for 0s: step 2 of 3"},
+	}, {
+		name:      "the last step stays",
+		canary:    spec(30),
+		placement: healthy,
+		before:    &ctrlmeshv1alpha1.CanaryStatus{Step: 2, HealthySince: at(0)},
+		now:       time.Hour,
+		want:      &ctrlmeshv1alpha1.CanaryStatus{Step: 2, HealthySince: at(0)},
+	}, {
+		name:      "the last step: healthy since now",
+		canary:    spec(30),
+		placement: healthy,
+		before:    &ctrlmeshv1alpha1.CanaryStatus{Step: 2},
+		now:       time.Hour,
+		want:      &ctrlmeshv1alpha1.CanaryStatus{Step: 2, HealthySince: at(time.Hour)},
+	}, {
+		name:      "a step past the last stays",
+		canary:    spec(30),
+		placement: healthy,
+		before:    &ctrlmeshv1alpha1.CanaryStatus{Step: 5, HealthySince: at(0)},
+		now:       time.Hour,
+		want:      &ctrlmeshv1alpha1.CanaryStatus{Step: 5, HealthySince: at(0)},
+	}, {
+		name:      "unhealthy: the healthy period starts over",
+		canary:    spec(30),
+		placement: []ctrlmeshv1alpha1.ShardPlacement{serving, shard("canary", true, ctrlmeshv1alpha1.ShardServing, ctrlmeshv1alpha1.ShardUnhealthy)},
+		before:    &ctrlmeshv1alpha1.CanaryStatus{Step: 1, HealthySince: at(0)},
+		now:       time.Hour,
+		want:      &ctrlmeshv1alpha1.CanaryStatus{Step: 1},
+	}, {
+		name:      "health unknown",
+		canary:    spec(30),
+		placement: []ctrlmeshv1alpha1.ShardPlacement{serving, shard("canary", true, ctrlmeshv1alpha1.ShardServing, ctrlmeshv1alpha1.ShardHealthUnknown)},
+		before:    &ctrlmeshv1alpha1.CanaryStatus{Step: 1, HealthySince: at(0)},
+		now:       time.Hour,
+		want:      &ctrlmeshv1alpha1.CanaryStatus{Step: 1},
+	}, {
+		name:      "healthy but pending",
+		canary:    spec(30),
+		placement: []ctrlmeshv1alpha1.ShardPlacement{serving, shard("canary", true, ctrlmeshv1alpha1.ShardPending, ctrlmeshv1alpha1.ShardHealthy)},
+		before:    &ctrlmeshv1alpha1.CanaryStatus{Step: 1, HealthySince: at(0)},
+		now:       time.Hour,
+		want:      &ctrlmeshv1alpha1.CanaryStatus{Step: 1},
+	}, {
+		name:      "only a shard that is no canary is healthy",
+		canary:    spec(30),
+		placement: []ctrlmeshv1alpha1.ShardPlacement{serving, shard("canary", true, ctrlmeshv1alpha1.ShardDraining, ctrlmeshv1alpha1.ShardHealthy)},
+		before:    &ctrlmeshv1alpha1.CanaryStatus{Step: 0, HealthySince: at(0)},
+		now:       time.Hour,
+		want:      &ctrlmeshv1alpha1.CanaryStatus{Step: 0},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			recorder := record.NewFakeRecorder(10)
+			r := &Reconciler{Recorder: recorder}
+			sc := &ctrlmeshv1alpha1.ShardingConfig{Spec: ctrlmeshv1alpha1.ShardingConfigSpec{Canary: tt.canary}}
+			status := &ctrlmeshv1alpha1.ShardingConfigStatus{Placement: tt.placement, Canary: tt.before.DeepCopy()}
+			requeue := r.advanceCanary(sc, status, t0.Add(tt.now))
+			if requeue != tt.wantRequeue {
+				t.Errorf("requeue after %v, want %v", requeue, tt.wantRequeue)
+			}
+			if !reflect.DeepEqual(status.Canary, tt.want) {
+				t.Errorf("canary status %s, want %s", describeCanary(status.Canary), describeCanary(tt.want))
+			}
+			close(recorder.Events)
+			var events []string
+			for e := range recorder.Events {
+				events = append(events, e)
+			}
+			if !reflect.DeepEqual(events, tt.wantEvents) {
+				t.Errorf("events %q, want %q", events, tt.wantEvents)
+			}
+		})
+	}
+}
+
+func describeCanary(c *ctrlmeshv1alpha1.CanaryStatus) string {
+	switch {
+	case c == nil:
+		return "none"
+	case c.HealthySince == nil:
+		return fmt.Sprintf("{step %d, not healthy}", c.Step)
+	}
+	return fmt.Sprintf("{step %d, healthy since %s}", c.Step, c.HealthySince.UTC().Format(time.RFC3339Nano))
+}
+
+// TestAdvanceCanaryOverTime drives one canary through its steps, as
+// successive reconciles would.
+func TestAdvanceCanaryOverTime(t *testing.T) {
+	t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	recorder := record.NewFakeRecorder(10)
+	r := &Reconciler{Recorder: recorder}
+	sc := &ctrlmeshv1alpha1.ShardingConfig{Spec: ctrlmeshv1alpha1.ShardingConfigSpec{Canary: &ctrlmeshv1alpha1.CanarySpec{
+		Steps:             []ctrlmeshv1alpha1.CanaryStep{{Buckets: "0"}, {Buckets: "0-1"}},
+		MinHealthySeconds: 60,
+	}}}
+	canary := func(health ctrlmeshv1alpha1.ShardHealth) []ctrlmeshv1alpha1.ShardPlacement {
+		return []ctrlmeshv1alpha1.ShardPlacement{{Shard: "canary", Canary: true, State: ctrlmeshv1alpha1.ShardServing, Health: health}}
+	}
+	status := &ctrlmeshv1alpha1.ShardingConfigStatus{}
+	steps := []struct {
+		at          time.Duration
+		health      ctrlmeshv1alpha1.ShardHealth
+		wantStep    int32
+		wantSince   time.Duration // -1: none
+		wantRequeue time.Duration
+	}{
+		{at: 0, health: ctrlmeshv1alpha1.ShardUnhealthy, wantStep: 0, wantSince: -1},
+		{at: 10 * time.Second, health: ctrlmeshv1alpha1.ShardHealthy, wantStep: 0, wantSince: 10 * time.Second, wantRequeue: 60 * time.Second},
+		{at: 40 * time.Second, health: ctrlmeshv1alpha1.ShardHealthy, wantStep: 0, wantSince: 10 * time.Second, wantRequeue: 30 * time.Second},
+		{at: 50 * time.Second, health: ctrlmeshv1alpha1.ShardUnhealthy, wantStep: 0, wantSince: -1},
+		{at: 55 * time.Second, health: ctrlmeshv1alpha1.ShardHealthy, wantStep: 0, wantSince: 55 * time.Second, wantRequeue: 60 * time.Second},
+		{at: 115 * time.Second, health: ctrlmeshv1alpha1.ShardHealthy, wantStep: 1, wantSince: -1},
+		{at: 116 * time.Second, health: ctrlmeshv1alpha1.ShardHealthy, wantStep: 1, wantSince: 116 * time.Second},
+		{at: time.Hour, health: ctrlmeshv1alpha1.ShardHealthy, wantStep: 1, wantSince: 116 * time.Second},
+	}
+	for _, s := range steps {
+		status.Placement = canary(s.health)
+		requeue := r.advanceCanary(sc, status, t0.Add(s.at))
+		var since time.Duration = -1
+		if status.Canary.HealthySince != nil {
+			since = status.Canary.HealthySince.Sub(t0)
+		}
+		if status.Canary.Step != s.wantStep || since != s.wantSince || requeue != s.wantRequeue {
+			t.Errorf("at %v: step %d, healthy since %v, requeue after %v; want step %d, since %v, requeue after %v",
+				s.at, status.Canary.Step, since, requeue, s.wantStep, s.wantSince, s.wantRequeue)
+		}
+	}
+	close(recorder.Events)
+	var events []string
+	for e := range recorder.Events {
+		events = append(events, e)
+	}
+	if want := []string{"Normal CanaryAdvanced The canary shard was healthy for 60s: step 2 of 2"}; !reflect.DeepEqual(events, want) {
+		t.Errorf("events %q, want %q", events, want)
+	}
+}
