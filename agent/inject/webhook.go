@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/go-logr/logr"
@@ -17,11 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/pkg/webhookutil"
 )
-
-// maxReviewBytes bounds an AdmissionReview body; kube-apiserver's own limit
-// on objects is 3 MiB, and a review may hold the object twice.
-const maxReviewBytes = 7 << 20
 
 // podPatch returns the JSON patch that injects the proxy into the pod in
 // podJSON, created in namespace, given the namespace's routes.
@@ -60,9 +56,10 @@ func podPatch(podJSON []byte, namespace string, routes []ctrlmeshv1alpha1.ShardR
 // denies only when it cannot decide (the ShardRoutes cannot be read, the
 // pod cannot be decoded), so that failurePolicy Fail holds for those too.
 type Handler struct {
-	routes client.Reader
-	opts   Options
-	log    logr.Logger
+	routes  client.Reader
+	opts    Options
+	log     logr.Logger
+	webhook http.Handler
 }
 
 // NewHandler returns the webhook handler. routes reads ShardRoutes, usually
@@ -75,45 +72,14 @@ func NewHandler(routes client.Reader, opts Options, log logr.Logger) (*Handler, 
 	if err != nil {
 		return nil, err
 	}
-	return &Handler{routes: routes, opts: opts, log: log}, nil
+	h := &Handler{routes: routes, opts: opts, log: log}
+	h.webhook = webhookutil.Handler(h.review, log)
+	return h, nil
 }
 
-// ServeHTTP implements http.Handler.
+// ServeHTTP serves AdmissionReviews (see webhookutil.Handler).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		http.Error(w, "POST an AdmissionReview", http.StatusMethodNotAllowed)
-		return
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxReviewBytes+1))
-	if err != nil {
-		http.Error(w, "reading the body failed", http.StatusBadRequest)
-		return
-	}
-	if len(body) > maxReviewBytes {
-		http.Error(w, "AdmissionReview too large", http.StatusRequestEntityTooLarge)
-		return
-	}
-	var review admissionv1.AdmissionReview
-	if err := json.Unmarshal(body, &review); err != nil {
-		http.Error(w, "decoding the AdmissionReview failed: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	gvk := admissionv1.SchemeGroupVersion.WithKind("AdmissionReview")
-	if review.APIVersion != gvk.GroupVersion().String() || review.Kind != gvk.Kind || review.Request == nil {
-		http.Error(w, "want an admission.k8s.io/v1 AdmissionReview with a request", http.StatusBadRequest)
-		return
-	}
-	resp := h.review(r.Context(), review.Request)
-	out, err := json.Marshal(admissionv1.AdmissionReview{
-		TypeMeta: metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind},
-		Response: resp,
-	})
-	if err != nil {
-		http.Error(w, "encoding the response failed", http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(out)
+	h.webhook.ServeHTTP(w, r)
 }
 
 // review answers one request.

@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	kjson "k8s.io/apimachinery/pkg/util/json"
 
 	"github.com/ctrlmesh/ctrlmesh/agent/labeler"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
@@ -25,8 +26,8 @@ func review(op, group, version, resource, subresource, ns, object string) string
 }
 
 // FuzzHandler posts arbitrary bodies to the admission handler. It must not
-// panic; it must answer every admission.k8s.io/v1 AdmissionReview with its
-// UID, allowed; and for a creation or update of a configured resource in a
+// panic and must answer every body with an AdmissionReview; it must answer
+// every admission.k8s.io/v1 AdmissionReview with its UID, allowed; and for a creation or update of a configured resource in a
 // controlled namespace, its patch applied to the object must give exactly
 // the object with the three labels set.
 func FuzzHandler(f *testing.F) {
@@ -59,21 +60,24 @@ func FuzzHandler(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/label", bytes.NewReader(body)))
+		post := httptest.NewRequest(http.MethodPost, "/label", bytes.NewReader(body))
+		post.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(rec, post)
 
-		var in admissionv1.AdmissionReview
-		if err := json.Unmarshal(body, &in); err != nil || in.APIVersion != "admission.k8s.io/v1" || in.Kind != "AdmissionReview" || in.Request == nil {
-			if rec.Code == http.StatusOK {
-				t.Fatalf("answered %s with 200", body)
-			}
-			return
-		}
+		// Every body gets an AdmissionReview back; a malformed one an
+		// errored response.
 		if rec.Code != http.StatusOK {
-			t.Fatalf("status %d for a valid review: %s", rec.Code, rec.Body)
+			t.Fatalf("status %d: %s", rec.Code, rec.Body)
 		}
 		var out admissionv1.AdmissionReview
 		if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
-			t.Fatal(err)
+			t.Fatalf("the answer is no AdmissionReview: %v", err)
+		}
+		// Decoded as the API server's decoder does (case-sensitively), a v1
+		// review with a request must be answered in full.
+		var in admissionv1.AdmissionReview
+		if err := kjson.Unmarshal(body, &in); err != nil || in.APIVersion != "admission.k8s.io/v1" || in.Kind != "AdmissionReview" || in.Request == nil {
+			return
 		}
 		resp := out.Response
 		if resp == nil || resp.UID != in.Request.UID || !resp.Allowed {

@@ -2,6 +2,7 @@ package labeler
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,11 +18,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/pkg/webhookutil"
 )
-
-// maxReviewBytes bounds an AdmissionReview body; kube-apiserver's own limit
-// on objects is 3 MiB, and a review may hold the object twice.
-const maxReviewBytes = 7 << 20
 
 // LabelPatch returns the JSON patch that gives the object in obj (JSON) the
 // labels want, touching nothing else: no operations if it has them already.
@@ -81,8 +79,9 @@ func LabelPatch(obj []byte, want map[string]string) ([]jsonpatch.Operation, erro
 // labels an object lacks on CREATE and UPDATE. It always allows: labelling
 // must never block a write, and the Labeler's sweep mends what it misses.
 type Handler struct {
-	rules Rules
-	log   logr.Logger
+	rules   Rules
+	log     logr.Logger
+	webhook http.Handler
 }
 
 // NewHandler returns the webhook handler for rules.
@@ -90,45 +89,16 @@ func NewHandler(rules Rules, log logr.Logger) (*Handler, error) {
 	if err := rules.Validate(); err != nil {
 		return nil, err
 	}
-	return &Handler{rules: rules, log: log}, nil
+	h := &Handler{rules: rules, log: log}
+	h.webhook = webhookutil.Handler(func(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		return h.review(req)
+	}, log)
+	return h, nil
 }
 
-// ServeHTTP implements http.Handler.
+// ServeHTTP serves AdmissionReviews (see webhookutil.Handler).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		http.Error(w, "POST an AdmissionReview", http.StatusMethodNotAllowed)
-		return
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxReviewBytes+1))
-	if err != nil {
-		http.Error(w, "reading the body failed", http.StatusBadRequest)
-		return
-	}
-	if len(body) > maxReviewBytes {
-		http.Error(w, "AdmissionReview too large", http.StatusRequestEntityTooLarge)
-		return
-	}
-	var review admissionv1.AdmissionReview
-	if err := json.Unmarshal(body, &review); err != nil {
-		http.Error(w, "decoding the AdmissionReview failed: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	gvk := admissionv1.SchemeGroupVersion.WithKind("AdmissionReview")
-	if review.APIVersion != gvk.GroupVersion().String() || review.Kind != gvk.Kind || review.Request == nil {
-		http.Error(w, "want an admission.k8s.io/v1 AdmissionReview with a request", http.StatusBadRequest)
-		return
-	}
-	resp := h.review(review.Request)
-	out, err := json.Marshal(admissionv1.AdmissionReview{
-		TypeMeta: metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind},
-		Response: resp,
-	})
-	if err != nil {
-		http.Error(w, "encoding the response failed", http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(out)
+	h.webhook.ServeHTTP(w, r)
 }
 
 // review answers one request: allowed, with a patch if the object needs one.
