@@ -25,6 +25,24 @@ COMMANDS := ctrlmesh-hub ctrlmesh-agent ctrlmesh-proxy ctrlmeshctl
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X github.com/ctrlmesh/ctrlmesh/pkg/version.Version=$(VERSION)
 
+# helm, built from source by go install (only the Go module proxy is needed),
+# for rendering the charts in deploy/charts. The stamp file names the
+# version, so changing HELM_VERSION rebuilds it.
+HELM_VERSION := v3.22.0
+HELM         := $(BIN)/helm
+HELM_STAMP   := $(BIN)/.helm-$(HELM_VERSION)
+HELM_LDFLAGS := -s -w \
+	-X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 \
+	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=36 \
+	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 \
+	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=36
+
+# Container images (make images, needs Docker).
+IMAGE_REGISTRY ?= ghcr.io/ctrlmesh
+IMAGE_TAG      ?= $(VERSION)
+DOCKER         ?= docker
+
 # Third-party CRDs the hub serves when no Karmada/OCM control plane provides
 # them, copied from the exact module versions go.mod pins.
 KARMADA_DIR = $(shell $(GO) list -m -f '{{.Dir}}' github.com/karmada-io/karmada)
@@ -47,7 +65,7 @@ generate: ## Generate deepcopy code and CRDs; copy third-party CRDs.
 	install -m 0644 $(OCM_DIR)/cluster/v1/0000_00_clusters.open-cluster-management.io_managedclusters.crd.yaml deploy/crds/third-party/
 
 .PHONY: tools
-tools: $(KUBE_APISERVER) $(ETCD) ## Build kube-apiserver and etcd from source (once).
+tools: $(KUBE_APISERVER) $(ETCD) $(HELM_STAMP) ## Build kube-apiserver, etcd and helm from source (once).
 
 $(KUBE_APISERVER): test/tools/go.mod test/tools/go.sum
 	@mkdir -p $(BIN)
@@ -58,6 +76,13 @@ $(ETCD): test/tools/go.mod test/tools/go.sum test/tools/etcd/main.go
 	@mkdir -p $(BIN)
 	@echo "building etcd from source"
 	cd test/tools && $(GO) build -trimpath -ldflags '-s -w' -o $@ ./etcd
+
+$(HELM_STAMP):
+	@mkdir -p $(BIN)
+	@echo "building helm $(HELM_VERSION) from source"
+	GOBIN=$(BIN) $(GO) install -trimpath -ldflags '$(HELM_LDFLAGS)' helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	@rm -f $(BIN)/.helm-*
+	@touch $@
 
 .PHONY: test
 test: tools ## Unit, fuzz-seed and envtest suites against real API servers, with -race.
@@ -86,6 +111,21 @@ lint: ## gofmt and go vet over both modules.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd test/tools && $(GO) vet ./...
+
+.PHONY: manifests
+manifests: $(HELM_STAMP) ## Copy the CRDs into the charts and render deploy/manifests from them.
+	install -m 0644 deploy/crds/ctrlmesh.io_shardingconfigs.yaml deploy/charts/ctrlmesh-hub/files/crds/
+	install -m 0644 deploy/crds/third-party/*.yaml deploy/charts/ctrlmesh-hub/files/crds/third-party/
+	install -m 0644 deploy/crds/ctrlmesh.io_shardroutes.yaml deploy/charts/ctrlmesh-agent/files/crds/
+	deploy/manifests/render.sh $(HELM) deploy/manifests
+
+.PHONY: images
+images: ## Build the four container images with Docker (needs a Docker engine with BuildKit).
+	@for c in $(COMMANDS); do \
+		echo "== $(IMAGE_REGISTRY)/$$c:$(IMAGE_TAG)"; \
+		$(DOCKER) build -f deploy/docker/Dockerfile --build-arg COMMAND=$$c --build-arg VERSION=$(VERSION) \
+			-t $(IMAGE_REGISTRY)/$$c:$(IMAGE_TAG) . || exit 1; \
+	done
 
 .PHONY: verify-generate
 verify-generate: generate ## Fail when generated files are not checked in.
