@@ -18,6 +18,7 @@ import (
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
 	"github.com/karmada-io/karmada/pkg/util/names"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -326,8 +327,14 @@ func (f *testFleet) waitReady(t *testing.T, ctx context.Context, sc *ctrlmeshv1a
 	return out
 }
 
+// routeVersion is a version of a ShardRoute and when the watch brought it.
+type routeVersion struct {
+	at    time.Time
+	route ctrlmeshv1alpha1.ShardRoute
+}
+
 // routeVersions records every version of a member's ShardRoute, from a watch.
-func routeVersions(t *testing.T, ctx context.Context, m *env.Cluster, namespace, name string) func() []ctrlmeshv1alpha1.ShardRoute {
+func routeVersions(t *testing.T, ctx context.Context, m *env.Cluster, namespace, name string) func() []routeVersion {
 	t.Helper()
 	wc, err := client.NewWithWatch(m.Config, client.Options{Scheme: m.Client.Scheme()})
 	if err != nil {
@@ -338,18 +345,18 @@ func routeVersions(t *testing.T, ctx context.Context, m *env.Cluster, namespace,
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	var seen []ctrlmeshv1alpha1.ShardRoute
+	var seen []routeVersion
 	go func() {
 		for ev := range w.ResultChan() {
 			if r, ok := ev.Object.(*ctrlmeshv1alpha1.ShardRoute); ok && r.Name == name && (ev.Type == watch.Added || ev.Type == watch.Modified) {
 				mu.Lock()
-				seen = append(seen, *r)
+				seen = append(seen, routeVersion{at: time.Now(), route: *r})
 				mu.Unlock()
 			}
 		}
 	}()
 	t.Cleanup(w.Stop)
-	return func() []ctrlmeshv1alpha1.ShardRoute {
+	return func() []routeVersion {
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Clone(seen)
@@ -410,6 +417,26 @@ func TestPerClusterPlacement(t *testing.T) {
 		}
 	}
 
+	// A spec change that moves no bucket is a new generation all the same,
+	// which the proxies acknowledge.
+	var edited ctrlmeshv1alpha1.ShardingConfig
+	if err := f.hub.Client.Get(ctx, client.ObjectKeyFromObject(sc), &edited); err != nil {
+		t.Fatal(err)
+	}
+	edited.Spec.Limits[0].RelateResources[0].Resources = []string{"configmaps", "secrets"}
+	if err := f.hub.Client.Update(ctx, &edited); err != nil {
+		t.Fatal(err)
+	}
+	afterEdit := f.waitReady(t, ctx, &edited, 4, 60*time.Second)
+	for _, m := range members {
+		if g := generation(m); g != generations[m]+1 {
+			t.Errorf("%s: the edited spec was published as generation %d, want %d", m, g, generations[m]+1)
+		}
+		if !samePlacement(before[m], afterEdit[m]) {
+			t.Errorf("%s: placement changed with a spec edit that moves nothing: %v -> %v", m, before[m], afterEdit[m])
+		}
+	}
+
 	// An added pod takes at most ideal + 1 buckets, each revoked first.
 	versions := routeVersions(t, ctx, f.members["member1"], "ops", "demo-op")
 	pods["member1/demo-op-2"] = f.startPod(t, ctx, "member1", "ops", "demo-op", "demo-op-2")
@@ -424,19 +451,63 @@ func TestPerClusterPlacement(t *testing.T) {
 	t.Logf("added pod: %d buckets moved (ideal %d), %d rule versions seen", moved.Len(), ideal, len(versions()))
 
 	// A crashed pod's buckets move to the others once its shard lease has
-	// expired: within the lease duration and a few seconds.
+	// expired, and not before: within the lease duration and a few seconds.
+	shard := f.shardOf(t, ctx, sc, "member1", "demo-op-0")
+	lost := grown["member1"]["demo-op-0"]
+	versions = routeVersions(t, ctx, f.members["member1"], "ops", "demo-op")
 	start := time.Now()
 	f.kill(t, ctx, pods["member1/demo-op-0"])
+	var lease coordinationv1.Lease
+	if err := f.members["member1"].Client.Get(ctx, client.ObjectKey{Namespace: "ops", Name: operator.DefaultLeaderElectionID + "---" + shard}, &lease); err != nil {
+		t.Fatal(err)
+	}
+	expiry := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
 	healed := f.waitReady(t, ctx, sc, 4, operatorLeaseDuration+20*time.Second)
-	took := time.Since(start)
 	checkPartition(t, healed["member1"], 32)
 	if _, ok := healed["member1"]["demo-op-0"]; ok {
 		t.Error("the killed pod still serves buckets")
 	}
-	if took < operatorLeaseDuration-time.Second {
-		t.Errorf("the crashed pod's buckets moved after %v, before its lease of %v can have expired", took, operatorLeaseDuration)
+	granted := firstGrant(t, versions(), shard, lost)
+	if granted.Before(expiry) {
+		t.Errorf("shard %s's buckets %s were granted elsewhere at %v, before its lease expired at %v", shard, lost, granted, expiry)
 	}
-	t.Logf("failover after a pod crash: %v (operator lease %v)", took, operatorLeaseDuration)
+	t.Logf("failover after a pod crash: buckets granted %v after the crash, %v after its lease expired (operator lease %v)",
+		granted.Sub(start), granted.Sub(expiry), operatorLeaseDuration)
+}
+
+// shardOf is the shard whose pods include pod, in the hub's status.
+func (f *testFleet) shardOf(t *testing.T, ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, cluster, pod string) string {
+	t.Helper()
+	var got ctrlmeshv1alpha1.ShardingConfig
+	if err := f.hub.Client.Get(ctx, client.ObjectKeyFromObject(sc), &got); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range got.Status.Placement {
+		if p.Cluster == cluster && slices.Contains(p.Pods, pod) {
+			return p.Shard
+		}
+	}
+	t.Fatalf("no shard of %s/%s in %+v", cluster, pod, got.Status.Placement)
+	return ""
+}
+
+// firstGrant is when the member first received rules in which another
+// shard than shard serves some of buckets.
+func firstGrant(t *testing.T, versions []routeVersion, shard string, buckets sharding.Set) time.Time {
+	t.Helper()
+	for _, v := range versions {
+		for _, s := range v.route.Spec.Shards {
+			served, err := buckets.Scheme().ParseSet(s.Buckets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.ID != shard && !served.Intersection(buckets).IsEmpty() {
+				return v.at
+			}
+		}
+	}
+	t.Fatalf("no rules version granted %s elsewhere (%d versions)", buckets, len(versions))
+	return time.Time{}
 }
 
 // TestCanarySteps: a canary pod gets exactly what the canary step names —
@@ -602,10 +673,11 @@ func samePlacement(a, b map[string]sharding.Set) bool {
 // checkRevokedBeforeGranted: in the rule versions the member received, the
 // buckets granted to pod were, in an earlier version, pending for its shard
 // and served by no shard.
-func checkRevokedBeforeGranted(t *testing.T, versions []ctrlmeshv1alpha1.ShardRoute, pod string, granted sharding.Set) {
+func checkRevokedBeforeGranted(t *testing.T, versions []routeVersion, pod string, granted sharding.Set) {
 	t.Helper()
 	scheme := granted.Scheme()
-	for _, v := range versions {
+	for _, rv := range versions {
+		v := rv.route
 		for _, s := range v.Spec.Shards {
 			if !slices.ContainsFunc(s.Pods, func(p ctrlmeshv1alpha1.RoutePod) bool { return p.Name == pod }) {
 				continue

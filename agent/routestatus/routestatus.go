@@ -27,6 +27,7 @@ package routestatus
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -100,7 +101,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	candidates, others := podStatuses(&route, pods.Items)
 	status.Pods = mergeByName(candidates, others)
 	var nextExpiry time.Time
-	status.Leaders, nextExpiry = leaders(&route, leases, candidates, time.Now())
+	status.Leaders, nextExpiry = leaders(leases, candidates, time.Now())
 	refusal := r.recheckRules(&route)
 	if refusal != nil {
 		meta.SetStatusCondition(&status.Conditions, *refusal)
@@ -182,17 +183,19 @@ func (r *Reconciler) shardLeases(ctx context.Context, route *v1alpha1.ShardRoute
 	if route.Spec.Controller == nil {
 		return nil, nil
 	}
+	// Every shard's renamed lock, not only those of the shards in the spec:
+	// a shard the hub dissolved may still have a live leader, which the hub
+	// must see before it grants that shard's buckets elsewhere.
+	var list coordinationv1.LeaseList
+	if err := r.client.List(ctx, &list, client.InNamespace(route.Namespace)); err != nil {
+		return nil, fmt.Errorf("listing the leases in %s: %w", route.Namespace, err)
+	}
+	prefix := shardLockName(route, "")
 	leases := map[string]*coordinationv1.Lease{}
-	for _, shard := range route.Spec.Shards {
-		var lease coordinationv1.Lease
-		key := client.ObjectKey{Namespace: route.Namespace, Name: shardLockName(route, shard.ID)}
-		if err := r.client.Get(ctx, key, &lease); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			return nil, fmt.Errorf("getting the lease %s: %w", key, err)
+	for i := range list.Items {
+		if shard, ok := strings.CutPrefix(list.Items[i].Name, prefix); ok && shard != "" {
+			leases[shard] = &list.Items[i]
 		}
-		leases[shard.ID] = &lease
 	}
 	return leases, nil
 }

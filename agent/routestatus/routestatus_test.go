@@ -153,6 +153,16 @@ func TestLeaders(t *testing.T) {
 	waitFor(t, route, "s1's leader back on renewal", func(r *v1alpha1.ShardRoute) bool {
 		return fmt.Sprint(r.Status.Leaders) == "[{s0 op-a} {s1 elsewhere_1}]"
 	})
+
+	// A shard the hub dissolved still has a leader until its lease
+	// expires: the hub must see it before it grants those buckets.
+	updateSpec(t, route, func(r *v1alpha1.ShardRoute) {
+		r.Spec.Shards = r.Spec.Shards[:1]
+		r.Spec.RulesHash, r.Spec.RoutingGeneration = "h2", 2
+	})
+	waitFor(t, route, "the dissolved shard's leader still reported", func(r *v1alpha1.ShardRoute) bool {
+		return r.Status.ObservedRoutingGeneration == 2 && fmt.Sprint(r.Status.Leaders) == "[{s0 op-a} {s1 elsewhere_1}]"
+	})
 }
 
 // TestInvalidRules: rules a proxy would refuse make RulesApplied False with

@@ -2,6 +2,7 @@ package routestatus
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -87,14 +88,15 @@ func shardLockName(route *v1alpha1.ShardRoute, shard string) string {
 	return proxy.ShardLockName(route.Spec.Controller.LeaderElectionName, shard)
 }
 
-// leaders returns the holder of every shard's unexpired lease, in the order
-// of spec.shards, and the earliest time one of those leases expires unless
-// renewed (zero when none will).
-func leaders(route *v1alpha1.ShardRoute, leases map[string]*coordinationv1.Lease, candidates []v1alpha1.PodRouteStatus, now time.Time) ([]v1alpha1.ShardLeader, time.Time) {
+// leaders returns the holder of every shard's unexpired lease — the
+// shards of the spec and any other whose renamed lock exists — sorted by
+// shard, and the earliest time one of those leases expires unless renewed
+// (zero when none will).
+func leaders(leases map[string]*coordinationv1.Lease, candidates []v1alpha1.PodRouteStatus, now time.Time) ([]v1alpha1.ShardLeader, time.Time) {
 	var out []v1alpha1.ShardLeader
 	var nextExpiry time.Time
-	for _, shard := range route.Spec.Shards {
-		lease := leases[shard.ID]
+	for _, shard := range slices.Sorted(maps.Keys(leases)) {
+		lease := leases[shard]
 		if lease == nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
 			continue
 		}
@@ -106,7 +108,7 @@ func leaders(route *v1alpha1.ShardRoute, leases map[string]*coordinationv1.Lease
 				nextExpiry = at
 			}
 		}
-		out = append(out, v1alpha1.ShardLeader{Shard: shard.ID, Pod: holderPod(*lease.Spec.HolderIdentity, candidates)})
+		out = append(out, v1alpha1.ShardLeader{Shard: shard, Pod: holderPod(*lease.Spec.HolderIdentity, candidates)})
 	}
 	return out, nextExpiry
 }

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/go-logr/logr"
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -125,13 +127,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 	start := r.Clock.Now()
-	outcome, err := r.place(ctx, &sc)
+	// The canary moves on from what the last placement achieved, before
+	// this placement, so that the status never shows a step its placement
+	// does not serve.
+	canary := sc.Status.DeepCopy()
+	requeue := r.advanceCanary(&sc, canary, start)
+	outcome, err := r.place(ctx, &sc, canary.Canary)
+	if errors.Is(err, errStoreBehind) {
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
 	r.Metrics.observe(&sc, outcome, r.Clock.Since(start))
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	requeue, err := r.writeStatus(ctx, &sc, outcome)
-	if err != nil {
+	if err := r.writeStatus(ctx, &sc, outcome, canary.Canary); err != nil {
 		return reconcile.Result{}, err
 	}
 	return reconcile.Result{RequeueAfter: requeue}, nil
@@ -193,18 +202,22 @@ type outcome struct {
 }
 
 // place publishes the next rules of every placement domain of sc.
-func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig) (*outcome, error) {
+func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, canaryStatus *ctrlmeshv1alpha1.CanaryStatus) (*outcome, error) {
 	log := logr.FromContextOrDiscard(ctx)
 	out := &outcome{members: map[string]*member{}}
-	if sc.Status.Canary != nil {
-		out.canaryStep = sc.Status.Canary.Step
+	if canaryStatus != nil {
+		out.canaryStep = canaryStatus.Step
 	}
 	scheme, err := sharding.NewScheme(int(sc.Spec.Sharding.Buckets))
 	if err != nil {
 		out.invalid = fmt.Errorf("sharding.buckets: %w", err)
 		return out, nil
 	}
-	selected, err := selectedClusters(sc, r.Store.Snapshot().Clusters())
+	known := r.Store.Snapshot().Clusters()
+	if caughtUp, err := r.storeKnowsClusters(ctx, known); err != nil || !caughtUp {
+		return nil, err
+	}
+	selected, err := selectedClusters(sc, known)
 	if err != nil {
 		out.invalid = err
 		return out, nil
@@ -283,6 +296,25 @@ func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingCon
 	return out, nil
 }
 
+// errStoreBehind makes a reconcile wait for the clusters controller.
+var errStoreBehind = errors.New("the working model does not know every ManagedCluster yet")
+
+// storeKnowsClusters reports whether the working model knows every
+// ManagedCluster in the cache. Right after a start it may not: placing then
+// would take known clusters for deselected ones and delete their Works.
+func (r *Reconciler) storeKnowsClusters(ctx context.Context, known []state.Cluster) (bool, error) {
+	var list clusterv1.ManagedClusterList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return false, fmt.Errorf("listing ManagedClusters: %w", err)
+	}
+	for _, mc := range list.Items {
+		if !slices.ContainsFunc(known, func(c state.Cluster) bool { return c.Name == mc.Name }) {
+			return false, errStoreBehind
+		}
+	}
+	return true, nil
+}
+
 // invalidError is a spec that cannot be placed: reported, not retried.
 type invalidError struct{ err error }
 
@@ -355,13 +387,24 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 		// pods only for a ShardRoute they have.
 		step.Rules.Generation = 1
 	}
+	built, err := buildRoutes(sc, clusters, step.Rules, addresses)
+	if err != nil {
+		return d, err
+	}
+	if !step.Changed && changedInPlace(built, members) {
+		// The spec changed (limits, selectors, canary) but no bucket moved:
+		// still a new generation, so that the hash a proxy reports names
+		// exactly one generation.
+		step.Rules.Generation++
+		step.Changed = true
+		if built, err = buildRoutes(sc, clusters, step.Rules, addresses); err != nil {
+			return d, err
+		}
+	}
 	d.step = step
 	config := client.ObjectKeyFromObject(sc)
 	for _, name := range clusters {
-		route, err := propagation.BuildRoute(sc, name, step.Rules, addresses)
-		if err != nil {
-			return d, fmt.Errorf("building the rules of %s: %w", name, err)
-		}
+		route := built[name]
 		if err := r.Writer.Sync(ctx, sc, name, route); err != nil {
 			return d, fmt.Errorf("publishing the rules of %s: %w", name, err)
 		}
@@ -371,6 +414,31 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 		r.recordMoves(sc, clusters, step)
 	}
 	return d, nil
+}
+
+// buildRoutes builds the ShardRoute of each cluster of a domain.
+func buildRoutes(sc *ctrlmeshv1alpha1.ShardingConfig, clusters []string, rules placement.Rules, addresses map[placement.PodID]string) (map[string]*ctrlmeshv1alpha1.ShardRoute, error) {
+	out := make(map[string]*ctrlmeshv1alpha1.ShardRoute, len(clusters))
+	for _, name := range clusters {
+		route, err := propagation.BuildRoute(sc, name, rules, addresses)
+		if err != nil {
+			return nil, fmt.Errorf("building the rules of %s: %w", name, err)
+		}
+		out[name] = route
+	}
+	return out, nil
+}
+
+// changedInPlace reports whether a built route differs from the one its
+// cluster holds at the same generation.
+func changedInPlace(built map[string]*ctrlmeshv1alpha1.ShardRoute, members map[string]*member) bool {
+	for name, route := range built {
+		held := members[name].route
+		if held != nil && held.Spec.RoutingGeneration == route.Spec.RoutingGeneration && held.Spec.RulesHash != route.Spec.RulesHash {
+			return true
+		}
+	}
+	return false
 }
 
 // recordMoves records what a published step revoked and granted.
@@ -430,6 +498,17 @@ func (r *Reconciler) acks(sc *ctrlmeshv1alpha1.ShardingConfig, published placeme
 			if gen, ok := snap.GenerationOf(config, name, p.AppliedRulesHash); ok {
 				a := ack(placement.PodID{Cluster: name, Name: p.Name})
 				a.Acked = max(a.Acked, gen)
+			}
+		}
+	}
+	// A shard leader the agent still reports but that neither the rules
+	// list nor the agent counts among the pods (a crashed pod whose lease
+	// has not expired, of a shard already revoked) may still serve what it
+	// served: it counts as live and unacknowledged until its lease expires.
+	for _, name := range domain {
+		if m := members[name]; m.report != nil {
+			for _, l := range m.report.Route.Leaders {
+				ack(placement.PodID{Cluster: name, Name: l.Pod})
 			}
 		}
 	}

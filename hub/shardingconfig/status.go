@@ -24,14 +24,12 @@ const (
 	ReasonAsExpected       = "AsExpected"
 )
 
-// writeStatus writes sc's status from the outcome, when it changed, and
-// advances the canary. It returns when to look again: when the canary's
-// healthy period ends.
-func (r *Reconciler) writeStatus(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome) (time.Duration, error) {
-	now := r.Clock.Now()
+// writeStatus writes sc's status from the outcome and the canary's
+// progress, when it changed.
+func (r *Reconciler) writeStatus(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome, canary *ctrlmeshv1alpha1.CanaryStatus) error {
 	status := sc.Status.DeepCopy()
 	status.ObservedGeneration = sc.Generation
-	var requeue time.Duration
+	status.Canary = canary.DeepCopy()
 	if out.invalid != nil {
 		setConditions(status, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonInvalidSpec, out.invalid.Error(), sc.Generation)
 	} else {
@@ -58,17 +56,16 @@ func (r *Reconciler) writeStatus(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 			setConditions(status, metav1.ConditionTrue, ReasonAllShardsServing,
 				fmt.Sprintf("%d shards in %d clusters serve every bucket", status.Shards, status.Clusters), sc.Generation)
 		}
-		requeue = r.advanceCanary(sc, status, now)
 	}
 	if equality.Semantic.DeepEqual(&sc.Status, status) {
-		return requeue, nil
+		return nil
 	}
 	patch := client.MergeFrom(sc.DeepCopy())
 	sc.Status = *status
 	if err := r.Client.Status().Patch(ctx, sc, patch); err != nil {
-		return 0, fmt.Errorf("writing the status: %w", err)
+		return fmt.Errorf("writing the status: %w", err)
 	}
-	return requeue, nil
+	return nil
 }
 
 // setConditions sets Ready and Degraded: Ready with the given status,
@@ -194,9 +191,10 @@ func reportedPod(m *member, name string) (ctrlmeshv1alpha1.PodRouteStatus, bool)
 	return m.report.Route.Pods[i], true
 }
 
-// advanceCanary keeps the canary's healthy-since time and moves to the next
-// step once the canary shard has been healthy for minHealthySeconds. It
-// returns when to look again.
+// advanceCanary keeps the canary's healthy-since time, judged by the
+// placement status (what the last placement achieved), and moves to the
+// next step once the canary shard has been healthy for minHealthySeconds.
+// It returns when to look again.
 func (r *Reconciler) advanceCanary(sc *ctrlmeshv1alpha1.ShardingConfig, status *ctrlmeshv1alpha1.ShardingConfigStatus, now time.Time) time.Duration {
 	spec := sc.Spec.Canary
 	if spec == nil {
@@ -227,7 +225,5 @@ func (r *Reconciler) advanceCanary(sc *ctrlmeshv1alpha1.ShardingConfig, status *
 	status.Canary.Step++
 	status.Canary.HealthySince = nil
 	r.Recorder.Eventf(sc, "Normal", "CanaryAdvanced", "The canary shard was healthy for %ds: step %d of %d", spec.MinHealthySeconds, status.Canary.Step+1, len(spec.Steps))
-	// The new step is placed at the next reconcile, which this status
-	// write triggers.
 	return 0
 }
