@@ -3,6 +3,7 @@ package routestatus_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -156,12 +157,13 @@ func TestLeaders(t *testing.T) {
 
 	// A shard the hub dissolved still has a leader until its lease
 	// expires: the hub must see it before it grants those buckets.
+	// (s0's lease lasts an hour, so its leader stands however slow this is.)
 	updateSpec(t, route, func(r *v1alpha1.ShardRoute) {
-		r.Spec.Shards = r.Spec.Shards[:1]
+		r.Spec.Shards = r.Spec.Shards[1:]
 		r.Spec.RulesHash, r.Spec.RoutingGeneration = "h2", 2
 	})
 	waitFor(t, route, "the dissolved shard's leader still reported", func(r *v1alpha1.ShardRoute) bool {
-		return r.Status.ObservedRoutingGeneration == 2 && fmt.Sprint(r.Status.Leaders) == "[{s0 op-a} {s1 elsewhere_1}]"
+		return r.Status.ObservedRoutingGeneration == 2 && slices.Contains(r.Status.Leaders, v1alpha1.ShardLeader{Shard: "s0", Pod: "op-a"})
 	})
 }
 
