@@ -1,0 +1,141 @@
+package localfleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// The binaries of a pod's two containers, in Options.BinDir.
+const (
+	proxyBinary    = "ctrlmesh-proxy"
+	operatorBinary = "demo-operator"
+)
+
+// Leader election of the demo operators: short, so that a killed pod's
+// shard lease expires, and its buckets move, within seconds.
+var operatorLeaderElectionFlags = []string{"--lease-duration=4s", "--renew-deadline=3s", "--retry-period=500ms"}
+
+// PodSpec describes an operator pod.
+type PodSpec struct {
+	// Cluster is the member the pod runs in.
+	Cluster, Namespace, Name string
+	// Labels of the Pod object, which ShardingConfig selectors match.
+	Labels map[string]string
+	// RulesName names the ShardRoute the pod's proxy enforces: that of the
+	// ShardingConfig selecting the pod.
+	RulesName string
+}
+
+// Pod is an operator pod: a ready Pod object in its member, and its proxy
+// and demo operator running as local processes with its name.
+type Pod struct {
+	PodSpec
+	proxy, operator *process
+}
+
+// StartPod creates the Pod object, ready, then runs the proxy with the
+// pod's identity and, once the proxy serves, the demo operator behind it.
+// The operator elects its leader on the Lease "demo-operator", which the
+// proxy renames per shard. Logs go to <WorkDir>/logs.
+func (f *Fleet) StartPod(ctx context.Context, spec PodSpec) (*Pod, error) {
+	m := f.Members[spec.Cluster]
+	if m == nil {
+		return nil, fmt.Errorf("localfleet: no member %q", spec.Cluster)
+	}
+	obj := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: spec.Namespace, Name: spec.Name, Labels: spec.Labels},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "operator", Image: operatorBinary + ":local"}}},
+	}
+	if err := create(ctx, m.Client, obj); err != nil {
+		return nil, fmt.Errorf("localfleet: pod %s/%s: %w", spec.Cluster, spec.Name, err)
+	}
+	// No kubelet runs: the pod is marked running and ready as one would.
+	obj.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1",
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	if err := m.Client.Status().Update(ctx, obj); err != nil {
+		return nil, fmt.Errorf("localfleet: marking pod %s/%s ready: %w", spec.Cluster, spec.Name, err)
+	}
+
+	p := &Pod{PodSpec: spec}
+	f.mu.Lock()
+	f.pods = append(f.pods, p)
+	f.mu.Unlock()
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	logPrefix := filepath.Join(f.WorkDir, "logs", spec.Cluster+"-"+spec.Name)
+	operatorKubeconfig := logPrefix + "-operator.kubeconfig"
+	proxy, err := startProcess(spec.Name+" proxy", logPrefix+"-proxy.log", filepath.Join(f.binDir, proxyBinary),
+		"--pod-name="+spec.Name, "--pod-namespace="+spec.Namespace, "--rules-name="+spec.RulesName,
+		"--upstream-kubeconfig="+m.KubeconfigPath, fmt.Sprintf("--listen-address=127.0.0.1:%d", port),
+		"--health-address=", "--operator-kubeconfig="+operatorKubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	f.setProcesses(p, proxy, nil)
+	// The proxy writes the operator's kubeconfig once it listens.
+	if err := f.waitFor(ctx, 30*time.Second, "the proxy of "+spec.Name+" to serve", func() (bool, error) {
+		_, err := os.Stat(operatorKubeconfig)
+		return err == nil, err
+	}); err != nil {
+		return nil, err
+	}
+	args := append([]string{"--kubeconfig=" + operatorKubeconfig, "--pod-name=" + spec.Name, "--leader-election-namespace=" + spec.Namespace,
+		"--webhook-port=0", "--health-addr=0", "--metrics-addr=0"}, operatorLeaderElectionFlags...)
+	operator, err := startProcess(spec.Name+" operator", logPrefix+"-operator.log", filepath.Join(f.binDir, operatorBinary), args...)
+	if err != nil {
+		return nil, err
+	}
+	f.setProcesses(p, proxy, operator)
+	return p, nil
+}
+
+// setProcesses records the pod's processes, which Err reads.
+func (f *Fleet) setProcesses(p *Pod, proxy, operator *process) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p.proxy, p.operator = proxy, operator
+}
+
+// KillPod crashes the pod: its proxy is killed first, so that the operator
+// cannot release its lease, then the operator; then the Pod object is
+// deleted, as the kubelet would once the containers stopped.
+func (f *Fleet) KillPod(ctx context.Context, p *Pod) error {
+	p.kill()
+	obj := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}
+	if err := f.Members[p.Cluster].Client.Delete(ctx, obj, client.GracePeriodSeconds(0)); err != nil {
+		return fmt.Errorf("localfleet: deleting pod %s/%s: %w", p.Cluster, p.Name, err)
+	}
+	return nil
+}
+
+func (p *Pod) kill() {
+	for _, proc := range []*process{p.proxy, p.operator} {
+		if proc != nil {
+			proc.kill()
+		}
+	}
+}
+
+// err reports a process of the pod that ended without being killed.
+func (p *Pod) err() error {
+	var errs []error
+	for _, proc := range []*process{p.proxy, p.operator} {
+		if proc != nil {
+			errs = append(errs, proc.exitError())
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("localfleet: pod %s/%s: %w", p.Cluster, p.Name, err)
+	}
+	return nil
+}

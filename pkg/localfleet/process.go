@@ -1,0 +1,78 @@
+package localfleet
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+)
+
+// process is a local process whose output goes to a log file.
+type process struct {
+	name, logPath string
+	cmd           *exec.Cmd
+	// done closes when the process has exited; err is then its exit error.
+	done   chan struct{}
+	err    error
+	killed atomic.Bool
+}
+
+func startProcess(name, logPath, binary string, args ...string) (*process, error) {
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("localfleet: log of %s: %w", name, err)
+	}
+	cmd := exec.Command(binary, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// In its own process group, so that a Ctrl-C in the terminal reaches
+	// only ctrlmeshctl, which then stops the fleet in order.
+	cmd.SysProcAttr = ownProcessGroup()
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("localfleet: starting %s: %w", name, err)
+	}
+	p := &process{name: name, logPath: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		logFile.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// kill kills the process and its process group with SIGKILL, as a crash
+// would, and waits until it has exited.
+func (p *process) kill() {
+	p.killed.Store(true)
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	killProcessGroup(p.cmd.Process)
+	<-p.done
+}
+
+// exitError reports the process's end when it ended without being killed.
+func (p *process) exitError() error {
+	select {
+	case <-p.done:
+		if !p.killed.Load() {
+			return fmt.Errorf("%s exited: %v: %s (log: %s)", p.name, p.err, lastLine(p.logPath), p.logPath)
+		}
+	default:
+	}
+	return nil
+}
+
+// lastLine is the last line of a log, which says why a process exited,
+// such as a port in use.
+func lastLine(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	return lines[len(lines)-1]
+}
