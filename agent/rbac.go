@@ -2,10 +2,9 @@ package agent
 
 import (
 	"fmt"
+	"slices"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ctrlmesh/ctrlmesh/agent/inject"
@@ -52,33 +51,10 @@ func MemberRBACRules() []rbacv1.PolicyRule {
 func MemberRBAC(namespace string) []client.Object {
 	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: ServiceAccount}}
 	labels := map[string]string{"app.kubernetes.io/part-of": "ctrlmesh"}
-	typeMeta := func(kind string) metav1.TypeMeta {
-		return metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: kind}
-	}
-	return []client.Object{
-		&rbacv1.ClusterRole{
-			TypeMeta: typeMeta("ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: MemberClusterRole, Labels: labels},
-			Rules: MemberRBACRules(),
-		},
-		&rbacv1.ClusterRoleBinding{
-			TypeMeta: typeMeta("ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: MemberClusterRole, Labels: labels},
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: MemberClusterRole},
-			Subjects: subjects,
-		},
-		&rbacv1.Role{
-			TypeMeta: typeMeta("Role"), ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: LeaderElectionRole, Labels: labels},
-			Rules: []rbacv1.PolicyRule{
-				{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, Verbs: []string{"create"}},
-				{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, ResourceNames: []string{LeaderElectionID}, Verbs: []string{"get", "update"}},
-				{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-			},
-		},
-		&rbacv1.RoleBinding{
-			TypeMeta: typeMeta("RoleBinding"), ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: LeaderElectionRole, Labels: labels},
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: LeaderElectionRole},
-			Subjects: subjects,
-		},
-	}
+	return slices.Concat(
+		rbacutil.BoundClusterRole(MemberClusterRole, labels, MemberRBACRules(), subjects),
+		rbacutil.LeaderElection(namespace, LeaderElectionRole, LeaderElectionID, labels, subjects),
+	)
 }
 
 // memberRBACHeader heads the rendering; %[1]s is the namespace.

@@ -4,10 +4,8 @@ import (
 	"fmt"
 	"slices"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
@@ -59,36 +57,11 @@ func AutoAcceptRBACRules() []rbacv1.PolicyRule {
 func RBAC(namespace string, autoAccept bool) []client.Object {
 	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: ServiceAccount}}
 	labels := map[string]string{"app.kubernetes.io/part-of": "ctrlmesh"}
-	typeMeta := func(kind string) metav1.TypeMeta {
-		return metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: kind}
-	}
-	clusterRole := func(name string, rules []rbacv1.PolicyRule) []client.Object {
-		return []client.Object{
-			&rbacv1.ClusterRole{TypeMeta: typeMeta("ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Rules: rules},
-			&rbacv1.ClusterRoleBinding{
-				TypeMeta: typeMeta("ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name}, Subjects: subjects,
-			},
-		}
-	}
-	out := clusterRole(ClusterRole, RBACRules())
+	out := rbacutil.BoundClusterRole(ClusterRole, labels, RBACRules(), subjects)
 	if autoAccept {
-		out = append(out, clusterRole(AutoAcceptClusterRole, AutoAcceptRBACRules())...)
+		out = append(out, rbacutil.BoundClusterRole(AutoAcceptClusterRole, labels, AutoAcceptRBACRules(), subjects)...)
 	}
-	return append(out,
-		&rbacv1.Role{
-			TypeMeta: typeMeta("Role"), ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: LeaderElectionRole, Labels: labels},
-			Rules: []rbacv1.PolicyRule{
-				{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, Verbs: []string{"create"}},
-				{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, ResourceNames: []string{LeaderElectionID}, Verbs: []string{"get", "update"}},
-				{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-			},
-		},
-		&rbacv1.RoleBinding{
-			TypeMeta: typeMeta("RoleBinding"), ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: LeaderElectionRole, Labels: labels},
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: LeaderElectionRole}, Subjects: subjects,
-		},
-	)
+	return append(out, rbacutil.LeaderElection(namespace, LeaderElectionRole, LeaderElectionID, labels, subjects)...)
 }
 
 const rbacHeader = `# The RBAC of ctrlmesh-hub on the hub cluster, for its ServiceAccount

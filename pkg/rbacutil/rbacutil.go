@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"slices"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 )
@@ -48,4 +50,41 @@ func Render(header string, objects []client.Object) ([]byte, error) {
 		b.Write(data)
 	}
 	return b.Bytes(), nil
+}
+
+func typeMeta(kind string) metav1.TypeMeta {
+	return metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: kind}
+}
+
+// BoundClusterRole returns the ClusterRole name with rules and the
+// ClusterRoleBinding of the same name that grants it to subjects.
+func BoundClusterRole(name string, labels map[string]string, rules []rbacv1.PolicyRule, subjects []rbacv1.Subject) []client.Object {
+	return []client.Object{
+		&rbacv1.ClusterRole{TypeMeta: typeMeta("ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Rules: rules},
+		&rbacv1.ClusterRoleBinding{
+			TypeMeta: typeMeta("ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name}, Subjects: subjects,
+		},
+	}
+}
+
+// LeaderElection returns the Role name and its RoleBinding in namespace that
+// let subjects elect a leader with the Lease lease (controller-runtime's
+// leader election creates it, then gets and updates it by name) and record
+// the election's Events.
+func LeaderElection(namespace, name, lease string, labels map[string]string, subjects []rbacv1.Subject) []client.Object {
+	return []client.Object{
+		&rbacv1.Role{
+			TypeMeta: typeMeta("Role"), ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: labels},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, Verbs: []string{"create"}},
+				{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, ResourceNames: []string{lease}, Verbs: []string{"get", "update"}},
+				{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+			},
+		},
+		&rbacv1.RoleBinding{
+			TypeMeta: typeMeta("RoleBinding"), ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: labels},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name}, Subjects: subjects,
+		},
+	}
 }
