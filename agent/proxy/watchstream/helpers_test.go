@@ -159,24 +159,6 @@ func (r *recorder) bytes() []byte {
 	return bytes.Clone(r.buf.Bytes())
 }
 
-// waitFlushes waits until the recorder has flushed n times.
-func (r *recorder) waitFlushes(tb testing.TB, n int) {
-	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		r.mu.Lock()
-		got := r.flushes
-		r.mu.Unlock()
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("waited 10s for %d flushes, got %d", n, got)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // chunkReader returns data in reads of sizes taken in turn from sizes (each
 // 1 to 256 bytes; 1 byte at a time when sizes is empty).
 type chunkReader struct {
