@@ -107,9 +107,12 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 	done
 
 .PHONY: lint
-lint: ## gofmt and go vet over both modules.
+STATICCHECK_VERSION := v0.6.1
+
+lint: ## gofmt, go vet and staticcheck over both modules.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	cd test/tools && $(GO) vet ./...
 
 .PHONY: manifests
