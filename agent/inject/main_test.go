@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"net/http/httptest"
 	"os"
@@ -48,43 +47,16 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	flag.Parse()
-	if fuzz := flag.Lookup("test.fuzz"); fuzz != nil && fuzz.Value.String() != "" {
-		// Fuzzing runs FuzzPodPatch alone, in many processes: no API server.
-		return m.Run()
-	}
-	// The manager outlives every test; its logs would go to a finished test.
-	ctrllog.SetLogger(logr.Discard())
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	// Range mode, so that the proxy started by TestInjectedProxyServesTheOperator
-	// shows unlabelled objects.
-	fleet, err := env.Start(ctx, env.Options{Clusters: []env.ClusterSpec{{Name: "member", FeatureGates: []string{env.FeatureShardedListAndWatch}}}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting the API server:", err)
-		return 1
-	}
-	defer func() {
-		if err := fleet.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stopping the API server:", err)
+	os.Exit(env.Main(m, env.Options{Clusters: []env.ClusterSpec{{Name: "member", FeatureGates: []string{env.FeatureShardedListAndWatch}}}}, func(ctx context.Context, f *env.Fleet) (func(), error) {
+		// The manager outlives every test; its logs would go to a finished test.
+		ctrllog.SetLogger(logr.Discard())
+		member = f.Cluster("member")
+		var err error
+		if cs, err = kubernetes.NewForConfig(member.Config); err != nil {
+			return nil, err
 		}
-	}()
-	member = fleet.Cluster("member")
-	if cs, err = kubernetes.NewForConfig(member.Config); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	stopAgent, err := startAgent(ctx, fleet)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting the injector:", err)
-		return 1
-	}
-	defer stopAgent()
-	return m.Run()
+		return startAgent(ctx, f)
+	}))
 }
 
 // startAgent runs what the agent's main wires for injection: a manager with

@@ -2,11 +2,8 @@ package join_test
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"sync"
 	"testing"
-	"time"
 
 	"k8s.io/client-go/discovery"
 
@@ -22,49 +19,19 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	start := time.Now()
-	var err error
-	fleet, err = env.Start(ctx, env.Options{Clusters: []env.ClusterSpec{{Name: "hub"}, {Name: "member1"}}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() {
-		if err := fleet.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
+	os.Exit(env.Main(m, env.Options{Clusters: []env.ClusterSpec{{Name: "hub"}, {Name: "member1"}}}, func(_ context.Context, f *env.Fleet) (func(), error) {
+		fleet = f
+		hub = f.Cluster("hub")
+		dc, err := discovery.NewDiscoveryClientForConfig(f.Cluster("member1").Config)
+		if err != nil {
+			return nil, err
 		}
-	}()
-	fmt.Fprintf(os.Stderr, "hub and member1 serving after %s\n", time.Since(start).Round(time.Millisecond))
-	hub = fleet.Cluster("hub")
-	dc, err := discovery.NewDiscoveryClientForConfig(fleet.Cluster("member1").Config)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	memberDiscovery = dc
-	return m.Run()
+		memberDiscovery = dc
+		return nil, nil
+	}))
 }
 
-var (
-	namesMu   sync.Mutex
-	namesUsed = map[string]int{}
-)
+// testNames keeps the names the tests use unique (see env.Names).
+var testNames env.Names
 
-// unique returns base the first time and base-r<n> after, so that the tests
-// also pass with -count above 1 against the one fleet: envtest runs no
-// namespace controller, so what a test creates cannot be cleaned up.
-func unique(base string) string {
-	namesMu.Lock()
-	defer namesMu.Unlock()
-	namesUsed[base]++
-	if n := namesUsed[base]; n > 1 {
-		return fmt.Sprintf("%s-r%d", base, n)
-	}
-	return base
-}
+func unique(base string) string { return testNames.Unique(base) }

@@ -2,12 +2,10 @@ package routestatus_test
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/go-logr/logr"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -33,39 +31,14 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	flag.Parse()
-	if fuzz := flag.Lookup("test.fuzz"); fuzz != nil && fuzz.Value.String() != "" {
-		// Fuzzing needs no API server.
-		return m.Run()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	fleet, err := env.Start(ctx, env.Options{Clusters: []env.ClusterSpec{{Name: "member"}}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting the API server:", err)
-		return 1
-	}
-	defer func() {
-		if err := fleet.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stopping the API server:", err)
-		}
-	}()
-	// The manager and the builder log through controller-runtime's root
-	// logger; its goroutines may outlive any one test.
-	ctrl.SetLogger(logr.Discard())
-	cluster := fleet.Cluster("member")
-	member, admin = cluster.Config, cluster.Client
-	stop, err := startAgent(ctx, cluster)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting the controller:", err)
-		return 1
-	}
-	defer stop()
-	return m.Run()
+	os.Exit(env.Main(m, env.Options{Clusters: []env.ClusterSpec{{Name: "member"}}}, func(ctx context.Context, f *env.Fleet) (func(), error) {
+		// The manager and the builder log through controller-runtime's root
+		// logger; its goroutines may outlive any one test.
+		ctrl.SetLogger(logr.Discard())
+		cluster := f.Cluster("member")
+		member, admin = cluster.Config, cluster.Client
+		return startAgent(ctx, cluster)
+	}))
 }
 
 // startAgent runs the controller in a manager as agentUser, bound to a

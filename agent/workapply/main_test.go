@@ -3,7 +3,6 @@ package workapply_test
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"sync"
@@ -42,47 +41,17 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
+	os.Exit(env.Main(m, env.Options{Clusters: []env.ClusterSpec{{Name: "hub"}, {Name: "member1"}}}, func(_ context.Context, f *env.Fleet) (func(), error) {
+		fleet = f
+		hub, member = f.Cluster("hub"), f.Cluster("member1")
+		return nil, nil
+	}))
 }
 
-func run(m *testing.M) int {
-	flag.Parse()
-	if fuzz := flag.Lookup("test.fuzz"); fuzz != nil && fuzz.Value.String() != "" {
-		return m.Run()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	var err error
-	fleet, err = env.Start(ctx, env.Options{Clusters: []env.ClusterSpec{{Name: "hub"}, {Name: "member1"}}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() {
-		if err := fleet.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-		}
-	}()
-	hub, member = fleet.Cluster("hub"), fleet.Cluster("member1")
-	return m.Run()
-}
+// testNames keeps the names the tests use unique (see env.Names).
+var testNames env.Names
 
-var (
-	namesMu   sync.Mutex
-	namesUsed = map[string]int{}
-)
-
-// unique returns base the first time and base-r<n> after, so that the tests
-// also pass with -count above 1 against the one fleet.
-func unique(base string) string {
-	namesMu.Lock()
-	defer namesMu.Unlock()
-	namesUsed[base]++
-	if n := namesUsed[base]; n > 1 {
-		return fmt.Sprintf("%s-r%d", base, n)
-	}
-	return base
-}
+func unique(base string) string { return testNames.Unique(base) }
 
 // agent is one member's agent as the hub and the member know it.
 type agent struct {

@@ -2,8 +2,6 @@ package propagation
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -27,48 +25,17 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
+	os.Exit(env.Main(m, env.Options{Clusters: []env.ClusterSpec{{Name: "hub"}, {Name: "member1"}}}, func(_ context.Context, f *env.Fleet) (func(), error) {
+		fleet = f
+		hub, member = f.Cluster("hub"), f.Cluster("member1")
+		return nil, nil
+	}))
 }
 
-func run(m *testing.M) int {
-	flag.Parse()
-	if fuzz := flag.Lookup("test.fuzz"); fuzz != nil && fuzz.Value.String() != "" {
-		return m.Run()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	var err error
-	fleet, err = env.Start(ctx, env.Options{Clusters: []env.ClusterSpec{{Name: "hub"}, {Name: "member1"}}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() {
-		if err := fleet.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-		}
-	}()
-	hub, member = fleet.Cluster("hub"), fleet.Cluster("member1")
-	return m.Run()
-}
+// testNames keeps the names the tests use unique (see env.Names).
+var testNames env.Names
 
-var (
-	namesMu   sync.Mutex
-	namesUsed = map[string]int{}
-)
-
-// unique returns base the first time and base-r<n> after, so that the tests
-// also pass with -count above 1 against the one fleet: envtest runs no
-// namespace controller, so what a test creates cannot be cleaned up.
-func unique(base string) string {
-	namesMu.Lock()
-	defer namesMu.Unlock()
-	namesUsed[base]++
-	if n := namesUsed[base]; n > 1 {
-		return fmt.Sprintf("%s-r%d", base, n)
-	}
-	return base
-}
+func unique(base string) string { return testNames.Unique(base) }
 
 func createIgnoringExisting(t *testing.T, ctx context.Context, c client.Client, obj client.Object) {
 	t.Helper()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -215,5 +216,13 @@ func TestStartFailsClearlyWithoutBinaries(t *testing.T) {
 	const want = "env: etcd and kube-apiserver not found in "
 	if got := err.Error(); len(got) < len(want) || got[:len(want)] != want {
 		t.Errorf("error = %q, want it to start with %q and say how to build them", got, want)
+	}
+}
+
+func TestNamesUnique(t *testing.T) {
+	var n env.Names
+	got := []string{n.Unique("a"), n.Unique("b"), n.Unique("a"), n.Unique("a")}
+	if want := []string{"a", "b", "a-r2", "a-r3"}; !slices.Equal(got, want) {
+		t.Errorf("names %v, want %v", got, want)
 	}
 }
