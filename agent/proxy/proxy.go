@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +43,13 @@ const maxLockBody = 1 << 20
 type Config struct {
 	// Upstream is the real API server, with the operator's own credentials.
 	Upstream *rest.Config
+	// LockUpstream is the API server holding the shards' leader-election
+	// locks (<name>---<shard>), with the operator's credentials there; nil
+	// means Upstream. It differs when the operator's objects live on another
+	// API server than its pod (Fleet scope over the hub's objects): the
+	// locks stay in the pod's own cluster, whose agent reports each shard's
+	// leader from them.
+	LockUpstream *rest.Config
 	// Scopes tells namespaced resources from cluster-scoped ones.
 	Scopes rules.Scopes
 	// Metrics to count into; NewMetrics() when nil.
@@ -64,8 +72,11 @@ type Proxy struct {
 	metrics *Metrics
 	scopes  rules.Scopes
 	reverse *httputil.ReverseProxy
-	infos   *request.RequestInfoFactory
-	bodies  bodyRenamer
+	// lockReverse forwards the renamed requests on the shard's lock to
+	// LockUpstream; it is reverse when the locks live upstream.
+	lockReverse *httputil.ReverseProxy
+	infos       *request.RequestInfoFactory
+	bodies      bodyRenamer
 
 	// state is the rules in force; mu serialises its replacement.
 	state atomic.Pointer[state]
@@ -99,28 +110,6 @@ type state struct {
 
 // New builds a proxy. It serves 503 for sharded requests until SetRules.
 func New(cfg Config) (*Proxy, error) {
-	target, err := url.Parse(cfg.Upstream.Host)
-	if err != nil {
-		return nil, fmt.Errorf("upstream host %q: %w", cfg.Upstream.Host, err)
-	}
-	if target.Scheme == "" {
-		target.Scheme = "https"
-	}
-	// Upstream requests travel over HTTP/1.1, not the HTTP/2 that TLS would
-	// negotiate with kube-apiserver: upgraded connections (exec, attach,
-	// port-forward) need it, and for everything else Go's HTTP/2 client
-	// costs more per request than a pool of keep-alive HTTP/1.1
-	// connections (make bench-proxy: GET p50 1.17x of direct over HTTP/2,
-	// 1.06-1.09x over HTTP/1.1, in one session on 2 shared cores). A watch
-	// holds its own connection, as with any HTTP/1.1 client.
-	// TransportFor verifies the server against the configured CA and adds
-	// the operator's credentials (token files are re-read on rotation).
-	http1 := rest.CopyConfig(cfg.Upstream)
-	http1.TLSClientConfig.NextProtos = []string{"http/1.1"}
-	transport, err := rest.TransportFor(http1)
-	if err != nil {
-		return nil, fmt.Errorf("upstream transport: %w", err)
-	}
 	scheme, err := ctrlmeshscheme.New()
 	if err != nil {
 		return nil, err
@@ -146,7 +135,43 @@ func New(cfg Config) (*Proxy, error) {
 	if p.settleTimeout == 0 {
 		p.settleTimeout = DefaultSettleTimeout
 	}
-	p.reverse = &httputil.ReverseProxy{
+	if p.reverse, err = p.newReverse(cfg.Upstream); err != nil {
+		return nil, fmt.Errorf("upstream: %w", err)
+	}
+	p.lockReverse = p.reverse
+	if cfg.LockUpstream != nil {
+		if p.lockReverse, err = p.newReverse(cfg.LockUpstream); err != nil {
+			return nil, fmt.Errorf("lock upstream: %w", err)
+		}
+	}
+	return p, nil
+}
+
+// newReverse builds the reverse proxy forwarding to the API server of cfg.
+func (p *Proxy) newReverse(cfg *rest.Config) (*httputil.ReverseProxy, error) {
+	target, err := url.Parse(cfg.Host)
+	if err != nil {
+		return nil, fmt.Errorf("host %q: %w", cfg.Host, err)
+	}
+	if target.Scheme == "" {
+		target.Scheme = "https"
+	}
+	// Upstream requests travel over HTTP/1.1, not the HTTP/2 that TLS would
+	// negotiate with kube-apiserver: upgraded connections (exec, attach,
+	// port-forward) need it, and for everything else Go's HTTP/2 client
+	// costs more per request than a pool of keep-alive HTTP/1.1
+	// connections (make bench-proxy: GET p50 1.17x of direct over HTTP/2,
+	// 1.06-1.09x over HTTP/1.1, in one session on 2 shared cores). A watch
+	// holds its own connection, as with any HTTP/1.1 client.
+	// TransportFor verifies the server against the configured CA and adds
+	// the operator's credentials (token files are re-read on rotation).
+	http1 := rest.CopyConfig(cfg)
+	http1.TLSClientConfig.NextProtos = []string{"http/1.1"}
+	transport, err := rest.TransportFor(http1)
+	if err != nil {
+		return nil, fmt.Errorf("transport: %w", err)
+	}
+	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			// The upstream credentials are the operator's own, added by the
@@ -158,7 +183,7 @@ func New(cfg Config) (*Proxy, error) {
 		// Flush every write: watches and chunked lists must not stall.
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			p.log.V(1).Info("upstream request failed", "method", r.Method, "path", r.URL.Path, "error", err.Error())
+			p.log.V(1).Info("upstream request failed", "method", r.Method, "path", r.URL.Path, "host", target.Host, "error", err.Error())
 			apistatus.Write(w, http.StatusBadGateway, metav1.StatusReasonServiceUnavailable, "ctrlmesh proxy: the API server could not be reached: "+err.Error(), nil)
 		},
 		ModifyResponse: func(resp *http.Response) error {
@@ -171,8 +196,7 @@ func New(cfg Config) (*Proxy, error) {
 			}
 			return nil
 		},
-	}
-	return p, nil
+	}, nil
 }
 
 type watchExpireKey struct{}
@@ -223,6 +247,13 @@ func (p *Proxy) SetRules(snap *rules.Snapshot) {
 		return
 	}
 	settled := p.selections.beginChange(next.epoch)
+	if !snap.Serving() {
+		// A pod that now serves nothing is done once its old watches have
+		// ended (above): its sharded reads get 503 and its writes 403, so
+		// no relist can come to wait for.
+		p.setApplied(snap)
+		return
+	}
 	go func() {
 		timer := time.NewTimer(p.settleTimeout)
 		defer timer.Stop()
@@ -448,8 +479,10 @@ func ownerText(snap *rules.Snapshot, ns string) string {
 }
 
 // serveLock renames requests on the leader-election lock to the shard's
-// lock. When the request is not on the lock it is not handled, and the
-// request to route on is returned: it may carry a body serveLock buffered.
+// lock and sends them, like requests already on a shard's lock, to
+// LockUpstream. When the request is not on the lock it is not handled, and
+// the request to route on is returned: it may carry a body serveLock
+// buffered.
 func (p *Proxy) serveLock(w http.ResponseWriter, r *http.Request, snap *rules.Snapshot, info *request.RequestInfo) (*http.Request, bool) {
 	lock := snap.LeaderElectionName
 	out := r.Clone(r.Context())
@@ -460,6 +493,14 @@ func (p *Proxy) serveLock(w http.ResponseWriter, r *http.Request, snap *rules.Sn
 		return nil, true
 	}
 	shardLock := ShardLockName(lock, snap.Shard)
+	if info.Name != lock && strings.HasPrefix(info.Name, ShardLockName(lock, "")) {
+		// Already a shard's lock: responses keep the renamed name, so
+		// client-go's lock renews <lock>---<shard> by that name. It lives
+		// with the shards' other locks: forwarded as is to LockUpstream.
+		p.count(info.Verb, outcomeLock)
+		p.lockReverse.ServeHTTP(w, r)
+		return nil, true
+	}
 	if info.Name == lock {
 		if !snap.Assigned() {
 			return fail(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
@@ -521,7 +562,9 @@ func (p *Proxy) serveLock(w http.ResponseWriter, r *http.Request, snap *rules.Sn
 	}
 	p.metrics.lockRenames.Inc()
 	p.count(info.Verb, outcomeLock)
-	p.reverse.ServeHTTP(w, out)
+	// The shard's lock lives where the pod's agent reads it (LockUpstream);
+	// other objects of lock kinds were returned above to go upstream.
+	p.lockReverse.ServeHTTP(w, out)
 	return nil, true
 }
 

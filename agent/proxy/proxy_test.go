@@ -132,16 +132,22 @@ type runningProxy struct {
 
 func startProxy(t *testing.T, ctx context.Context, upstream *rest.Config, pod, rulesFile string, mode rules.Mode) *runningProxy {
 	t.Helper()
+	return runProxy(t, ctx, proxy.Options{
+		Upstream: upstream, Pod: pod, RulesFile: rulesFile, RulesFileInterval: 50 * time.Millisecond, Mode: mode,
+	})
+}
+
+// runProxy runs a proxy with opts on loopback ports, logging to t, until ctx
+// ends; the test fails if it stops with an error.
+func runProxy(t *testing.T, ctx context.Context, opts proxy.Options) *runningProxy {
+	t.Helper()
+	pod := opts.Pod
 	ready := make(chan [2]net.Addr, 1)
 	errc := make(chan error, 1)
-	go func() {
-		errc <- proxy.Run(ctx, proxy.Options{
-			Upstream: upstream, ListenAddress: "127.0.0.1:0", HealthAddress: "127.0.0.1:0", Pod: pod,
-			RulesFile: rulesFile, RulesFileInterval: 50 * time.Millisecond, Mode: mode,
-			Ready: func(api, health net.Addr) { ready <- [2]net.Addr{api, health} },
-			Log:   testr.New(t).WithName(pod),
-		})
-	}()
+	opts.ListenAddress, opts.HealthAddress = "127.0.0.1:0", "127.0.0.1:0"
+	opts.Ready = func(api, health net.Addr) { ready <- [2]net.Addr{api, health} }
+	opts.Log = testr.New(t).WithName(pod)
+	go func() { errc <- proxy.Run(ctx, opts) }()
 	select {
 	case addrs := <-ready:
 		t.Cleanup(func() {
@@ -365,4 +371,29 @@ func checkMetric(t *testing.T, health, want string) {
 	eventually(t, "metric "+want, func() (bool, string) {
 		return strings.Contains(scrape(t, health), want), "not in /metrics"
 	})
+}
+
+// TestServingNothingAppliesAtOnce: rules that take every bucket from a pod
+// (its shard keeps only pending buckets) count as applied as soon as they
+// are in force. Its operator's watches end and cannot be re-established
+// (sharded reads get 503), so waiting for them would hold the hub's next
+// step for the whole settle timeout (30 s; eventually gives up after 20 s).
+func TestServingNothingAppliesAtOnce(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cluster := fleet.Cluster("label")
+	seed(t, ctx, kubernetes.NewForConfigOrDie(cluster.Config))
+	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, rulesFile, route("n1", 1, "0-15", "16-31"))
+	a := startProxy(t, ctx, cluster.Config, "pod-a", rulesFile, rules.ModeLabel)
+	view := informerView(t, ctx, a.config, "application/json")
+	if got, want := view(), owned("0-15"); !slices.Equal(got, want) {
+		t.Fatalf("pod-a sees %v, want %v", got, want)
+	}
+	checkMetric(t, a.health, `ctrlmesh_proxy_rules_info{generation="1",hash="n1",mode="label",shard="0"} 1`)
+
+	revoked := route("n2", 2, "", "16-31")
+	revoked.Spec.Shards[0].PendingBuckets = "0-15"
+	writeRules(t, rulesFile, revoked)
+	checkMetric(t, a.health, `ctrlmesh_proxy_rules_info{generation="2",hash="n2",mode="label",shard="0"} 1`)
 }

@@ -25,6 +25,13 @@ import (
 type Options struct {
 	// Upstream is the real API server with the operator's credentials.
 	Upstream *rest.Config
+	// Rules is the pod's own cluster, with the pod's credentials there: it
+	// holds the pod's ShardRoute (watched, and the applied hash reported
+	// into its status) and its shards' leader-election locks, which the
+	// pod's agent reads. nil means Upstream. It differs when Upstream is
+	// another API server (Fleet scope over the hub's objects); selectors,
+	// mode detection and discovery still go to Upstream.
+	Rules *rest.Config
 	// ListenAddress serves the operator's API requests (plain HTTP on
 	// loopback: only containers of the pod reach it).
 	ListenAddress string
@@ -75,7 +82,12 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("discovery: %w", err)
 	}
 	scopes := rules.NewMapperScopes(mapper)
-	p, err := New(Config{Upstream: opts.Upstream, Scopes: scopes, Log: opts.Log})
+	// The pod's own cluster: its ShardRoute and its shards' locks.
+	own := opts.Rules
+	if own == nil {
+		own = opts.Upstream
+	}
+	p, err := New(Config{Upstream: opts.Upstream, LockUpstream: opts.Rules, Scopes: scopes, Log: opts.Log})
 	if err != nil {
 		return err
 	}
@@ -138,13 +150,13 @@ func Run(ctx context.Context, opts Options) error {
 			return nil
 		})
 	} else {
-		source := &APISource{Config: opts.Upstream, Namespace: opts.RulesNamespace, Name: opts.RulesName, Loader: loader}
+		source := &APISource{Config: own, Namespace: opts.RulesNamespace, Name: opts.RulesName, Loader: loader}
 		g.Go(func() error { return source.Run(ctx) })
 	}
 	if opts.Ready != nil {
 		opts.Ready(apiListener.Addr(), healthAddr)
 	}
-	opts.Log.Info("proxy serving", "api", apiListener.Addr().String(), "upstream", opts.Upstream.Host, "pod", opts.Pod)
+	opts.Log.Info("proxy serving", "api", apiListener.Addr().String(), "upstream", opts.Upstream.Host, "ownCluster", own.Host, "pod", opts.Pod)
 	return g.Wait()
 }
 

@@ -65,23 +65,7 @@ func TestRulesFromTheAPIServer(t *testing.T) {
 
 	reported := func(want string) {
 		t.Helper()
-		eventually(t, "pod-a reports "+want, func() (bool, string) {
-			var got v1alpha1.ShardRoute
-			if err := c.Get(ctx, client.ObjectKeyFromObject(r), &got); err != nil {
-				return false, err.Error()
-			}
-			for _, p := range got.Status.Pods {
-				if p.Name == "pod-a" && p.AppliedRulesHash == want {
-					for _, mf := range got.ManagedFields {
-						if mf.Manager == proxy.FieldManager("pod-a") && mf.Subresource == "status" {
-							return true, ""
-						}
-					}
-					return false, "no status field manager " + proxy.FieldManager("pod-a")
-				}
-			}
-			return false, fmt.Sprintf("status %+v", got.Status)
-		})
+		awaitReported(t, ctx, c, client.ObjectKeyFromObject(r), "pod-a", want)
 	}
 	reported("a1")
 	waitReady(t, health, "a1")
@@ -133,6 +117,29 @@ func TestRulesFromTheAPIServer(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("proxy did not stop")
 	}
+}
+
+// awaitReported waits until the ShardRoute key, read with c, reports hash
+// as applied by pod, under the pod's own status field manager.
+func awaitReported(t *testing.T, ctx context.Context, c client.Client, key client.ObjectKey, pod, hash string) {
+	t.Helper()
+	eventually(t, pod+" reports "+hash, func() (bool, string) {
+		var got v1alpha1.ShardRoute
+		if err := c.Get(ctx, key, &got); err != nil {
+			return false, err.Error()
+		}
+		for _, p := range got.Status.Pods {
+			if p.Name == pod && p.AppliedRulesHash == hash {
+				for _, mf := range got.ManagedFields {
+					if mf.Manager == proxy.FieldManager(pod) && mf.Subresource == "status" {
+						return true, ""
+					}
+				}
+				return false, "no status field manager " + proxy.FieldManager(pod)
+			}
+		}
+		return false, fmt.Sprintf("status %+v", got.Status)
+	})
 }
 
 // restrictedOperator returns credentials with an operator's usual rights on

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -19,7 +20,7 @@ import (
 
 func main() {
 	opts := proxy.Options{}
-	var upstreamKubeconfig, mode string
+	var upstreamKubeconfig, rulesKubeconfig, mode string
 	zapOpts := zap.Options{}
 	cmd := &cobra.Command{
 		Use:   "ctrlmesh-proxy",
@@ -40,17 +41,23 @@ kube-apiserver. Point the operator's kubeconfig at --listen-address (see
     so informers relist.
 
 Upstream it uses verified TLS and the operator's own credentials: in-cluster
-service-account credentials, or --upstream-kubeconfig.`,
+service-account credentials, or --upstream-kubeconfig. When the upstream is
+another API server than the pod's own (Fleet scope over the hub's objects),
+--rules-kubeconfig names the pod's own cluster, where its ShardRoute and its
+shards' leader-election locks live.`,
 		Version:      version.Version,
 		SilenceUsage: true,
 		Args:         cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := zap.New(zap.UseFlagOptions(&zapOpts))
-			loading := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-				&clientcmd.ClientConfigLoadingRules{ExplicitPath: upstreamKubeconfig}, &clientcmd.ConfigOverrides{})
-			upstream, err := loading.ClientConfig()
+			upstream, err := loadKubeconfig(upstreamKubeconfig)
 			if err != nil {
 				return fmt.Errorf("upstream credentials: %w", err)
+			}
+			if rulesKubeconfig != "" {
+				if opts.Rules, err = loadKubeconfig(rulesKubeconfig); err != nil {
+					return fmt.Errorf("rules cluster credentials: %w", err)
+				}
 			}
 			switch rules.Mode(mode) {
 			case rules.ModeRange, rules.ModeLabel:
@@ -71,6 +78,7 @@ service-account credentials, or --upstream-kubeconfig.`,
 	f.StringVar(&opts.ListenAddress, "listen-address", "127.0.0.1:15080", "address serving the operator's API requests (plain HTTP; keep it on loopback)")
 	f.StringVar(&opts.HealthAddress, "health-address", ":15081", "address serving /healthz, /readyz and /metrics; empty disables")
 	f.StringVar(&upstreamKubeconfig, "upstream-kubeconfig", "", "kubeconfig with the operator's own credentials for the real API server; empty uses in-cluster credentials")
+	f.StringVar(&rulesKubeconfig, "rules-kubeconfig", "", "kubeconfig for this pod's own cluster, which holds its ShardRoute and its shards' leader-election locks, when --upstream-kubeconfig points at another API server (Fleet scope over the hub's objects); empty: the upstream")
 	f.StringVar(&opts.Pod, "pod-name", os.Getenv("POD_NAME"), "name of this pod, as the rules list it (default $POD_NAME)")
 	f.StringVar(&opts.RulesNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "namespace of this pod and of its ShardRoute (default $POD_NAMESPACE)")
 	f.StringVar(&opts.RulesName, "rules-name", "", "name of the ShardRoute to enforce, watched through the API server (read-only), applied hash reported into its status")
@@ -87,4 +95,11 @@ service-account credentials, or --upstream-kubeconfig.`,
 	if err := cmd.Execute(); err != nil {
 		os.Exit(1)
 	}
+}
+
+// loadKubeconfig loads the kubeconfig at path; "" uses in-cluster
+// credentials.
+func loadKubeconfig(path string) (*rest.Config, error) {
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: path}, &clientcmd.ConfigOverrides{}).ClientConfig()
 }
