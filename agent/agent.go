@@ -263,7 +263,12 @@ func addInjection(mgr manager.Manager, opts Options) error {
 // addLabelling adds the labelling rules (every replica, serving the webhook)
 // and the sweeper (elected) to mgr.
 func addLabelling(mgr manager.Manager, opts Options, mode rules.Mode, d discovery.DiscoveryInterface, reg prometheus.Registerer) error {
-	dyn, err := dynamic.NewForConfig(opts.Member)
+	// The labeller paces its sweep with its own limiter (labeler.DefaultQPS);
+	// client-go's default of 5 requests per second under it would make a
+	// sweep of a few hundred objects take a minute.
+	sweepConfig := rest.CopyConfig(opts.Member)
+	sweepConfig.QPS = -1
+	dyn, err := dynamic.NewForConfig(sweepConfig)
 	if err != nil {
 		return fmt.Errorf("agent: dynamic client: %w", err)
 	}

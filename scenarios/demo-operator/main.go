@@ -48,6 +48,8 @@ func newCommand(run runFunc) *cobra.Command {
 	var (
 		kubeconfig string
 		recordFile string
+		qps        float32
+		burst      int
 		opts       operator.Options
 		zapOpts    zap.Options
 	)
@@ -84,6 +86,7 @@ same object at the same time.`,
 			if opts.Config, err = loadConfig(kubeconfig); err != nil {
 				return err
 			}
+			opts.Config.QPS, opts.Config.Burst = qps, burst
 			if recordFile != "" {
 				rec, err := operator.OpenFileRecorder(recordFile)
 				if err != nil {
@@ -119,6 +122,12 @@ same object at the same time.`,
 		"address of the /healthz and /readyz endpoints; \"0\" disables them")
 	f.StringVar(&opts.MetricsAddr, "metrics-addr", ":8080",
 		"address of the Prometheus /metrics endpoint; \"0\" disables it")
+	// client-go's own default, 5 requests per second, would bound the
+	// operator to about 5 reconciles per second (each writes once).
+	f.Float32Var(&qps, "kube-api-qps", 20,
+		"requests per second the operator's client sends to the API server at most (client-side rate limit)")
+	f.IntVar(&burst, "kube-api-burst", 30,
+		"requests the operator's client may send at once above --kube-api-qps")
 	f.StringVar(&recordFile, "record-file", "",
 		"append a JSON line per reconcile (namespace, name, pod, start, end) to this file; empty records nothing")
 	f.DurationVar(&opts.ReconcileDelay, "reconcile-delay", 0,

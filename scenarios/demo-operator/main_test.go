@@ -65,6 +65,7 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 		"kubeconfig", "pod-name", "leader-election-id", "leader-election-namespace",
 		"lease-duration", "renew-deadline", "retry-period", "webhook-port",
 		"webhook-cert-dir", "health-addr", "metrics-addr", "record-file", "reconcile-delay",
+		"kube-api-qps", "kube-api-burst",
 	}
 	cmd := newCommand(func(context.Context, operator.Options) error {
 		return errors.New("--help must not run the operator")
@@ -126,6 +127,8 @@ current-context: x
 		WebhookPort                                        int
 		WebhookCertDir, HealthAddr, MetricsAddr            string
 		ReconcileDelay                                     time.Duration
+		QPS                                                float32
+		Burst                                              int
 	}
 	tests := []struct {
 		name         string
@@ -142,7 +145,7 @@ current-context: x
 			want: comparable{
 				PodName: "pod-env", LeaderElectionID: "demo-operator", LeaderElectionNamespace: "ns-env",
 				LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
-				WebhookPort: 9443, HealthAddr: ":8081", MetricsAddr: ":8080",
+				WebhookPort: 9443, HealthAddr: ":8081", MetricsAddr: ":8080", QPS: 20, Burst: 30,
 			},
 		},
 		{
@@ -153,13 +156,13 @@ current-context: x
 				"--leader-election-namespace", "ops", "--lease-duration", "4s", "--renew-deadline", "3s",
 				"--retry-period", "500ms", "--webhook-port", "10443", "--webhook-cert-dir", "/certs",
 				"--health-addr", "127.0.0.1:9000", "--metrics-addr", "0", "--record-file", recordFile,
-				"--reconcile-delay", "250ms", "--zap-log-level", "debug",
+				"--reconcile-delay", "250ms", "--zap-log-level", "debug", "--kube-api-qps", "100", "--kube-api-burst", "200",
 			},
 			want: comparable{
 				PodName: "pod-1", LeaderElectionID: "lock", LeaderElectionNamespace: "ops",
 				LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
 				WebhookPort: 10443, WebhookCertDir: "/certs", HealthAddr: "127.0.0.1:9000", MetricsAddr: "0",
-				ReconcileDelay: 250 * time.Millisecond,
+				ReconcileDelay: 250 * time.Millisecond, QPS: 100, Burst: 200,
 			},
 			wantRecorder: true,
 		},
@@ -207,6 +210,9 @@ current-context: x
 				LeaseDuration: got.LeaseDuration, RenewDeadline: got.RenewDeadline, RetryPeriod: got.RetryPeriod,
 				WebhookPort: got.WebhookPort, WebhookCertDir: got.WebhookCertDir, HealthAddr: got.HealthAddr,
 				MetricsAddr: got.MetricsAddr, ReconcileDelay: got.ReconcileDelay,
+			}
+			if got.Config != nil {
+				c.QPS, c.Burst = got.Config.QPS, got.Config.Burst
 			}
 			if !reflect.DeepEqual(c, tt.want) {
 				t.Errorf("Options =\n%+v\nwant\n%+v", c, tt.want)
