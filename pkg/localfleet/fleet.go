@@ -24,6 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -63,10 +64,14 @@ type Options struct {
 	// MemberFeatureGates are turned on in the members' API servers, such as
 	// FeatureShardedListAndWatch.
 	MemberFeatureGates []string
+	// HubFeatureGates are turned on in the hub's API server: range mode for
+	// operators whose objects live on the hub (PodSpec.ObjectsOnHub).
+	HubFeatureGates []string
 }
 
 // Fleet is a running local fleet. StartHub, Join and StartPod bring up its
-// parts; Stop ends them all.
+// parts; StopHub, StopAgent, StartAgent and KillPod disrupt them; Stop ends
+// them all.
 type Fleet struct {
 	Hub *clusters.Cluster
 	// Members by name.
@@ -81,8 +86,10 @@ type Fleet struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu         sync.Mutex
-	components []*component
+	mu sync.Mutex
+	// components are the hub and the agents by name ("hub", "agent
+	// <member>"), each with how to run it again after a stop.
+	components map[string]*component
 	pods       []*Pod
 	logFiles   []*os.File
 }
@@ -99,7 +106,7 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	if err := os.MkdirAll(filepath.Join(opts.WorkDir, "logs"), 0o755); err != nil {
 		return nil, fmt.Errorf("localfleet: %w", err)
 	}
-	specs := []clusters.Spec{{Name: HubName}}
+	specs := []clusters.Spec{{Name: HubName, FeatureGates: opts.HubFeatureGates}}
 	for _, m := range opts.Members {
 		specs = append(specs, clusters.Spec{Name: m, FeatureGates: opts.MemberFeatureGates})
 	}
@@ -107,7 +114,8 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Fleet{Hub: group.Cluster(HubName), Members: map[string]*clusters.Cluster{}, WorkDir: opts.WorkDir, binDir: opts.BinDir, clusters: group}
+	f := &Fleet{Hub: group.Cluster(HubName), Members: map[string]*clusters.Cluster{}, WorkDir: opts.WorkDir, binDir: opts.BinDir,
+		clusters: group, components: map[string]*component{}}
 	for _, m := range opts.Members {
 		f.Members[m] = group.Cluster(m)
 	}
@@ -116,8 +124,12 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 }
 
 // StartHub installs the hub's namespace and RBAC and runs the hub with
-// exactly that RBAC, accepting every member that joins.
+// exactly that RBAC, accepting every member that joins. After StopHub it
+// runs the hub again.
 func (f *Fleet) StartHub(ctx context.Context) error {
+	if f.restart(hubComponent) {
+		return nil
+	}
 	objs := append([]client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}}, hub.RBAC(namespace, true)...)
 	if err := create(ctx, f.Hub.Client, objs...); err != nil {
 		return fmt.Errorf("localfleet: preparing the hub: %w", err)
@@ -130,11 +142,19 @@ func (f *Fleet) StartHub(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	f.run("hub", func(ctx context.Context) error {
+	f.run(hubComponent, func(ctx context.Context) error {
 		return hub.Run(ctx, hub.Options{Config: identity, AutoAccept: true, MetricsAddress: "0", HealthAddress: "0", Log: log})
 	})
 	return nil
 }
+
+// StopHub stops the hub, as a crash of its pod would before a new one
+// starts; the members, agents and pods keep running. StartHub runs it again.
+func (f *Fleet) StopHub() error { return f.stop(hubComponent) }
+
+const hubComponent = "hub"
+
+func agentComponent(member string) string { return "agent " + member }
 
 // Join prepares the member and the hub for the member's agent, runs the
 // agent in standalone mode with its shipped RBAC on both, and waits until
@@ -160,6 +180,8 @@ func (f *Fleet) Join(ctx context.Context, member string) error {
 	if err != nil {
 		return err
 	}
+	// The webhook's port and certificate stay across restarts of the agent,
+	// as a Service and its Secret would.
 	webhook, err := f.agentWebhook(member)
 	if err != nil {
 		return err
@@ -168,9 +190,9 @@ func (f *Fleet) Join(ctx context.Context, member string) error {
 	if err != nil {
 		return err
 	}
-	f.run("agent "+member, func(ctx context.Context) error {
+	f.run(agentComponent(member), func(ctx context.Context) error {
 		return agent.Run(ctx, agent.Options{
-			Member: memberIdentity, Hub: hubIdentity, ClusterName: member, Identity: "agent-0",
+			Member: rest.CopyConfig(memberIdentity), Hub: rest.CopyConfig(hubIdentity), ClusterName: member, Identity: "agent-0",
 			LeaseDuration: heartbeatDuration, RenewInterval: heartbeatInterval,
 			ApplyWorks: true, Namespace: namespace, MetricsAddress: "0", HealthAddress: "0",
 			Webhook: webhook,
@@ -187,6 +209,19 @@ func (f *Fleet) Join(ctx context.Context, member string) error {
 		}
 		return accepted, err
 	})
+}
+
+// StopAgent stops a member's agent: its heartbeat stops, and the rules in
+// the member stay as they are until StartAgent runs it again.
+func (f *Fleet) StopAgent(member string) error { return f.stop(agentComponent(member)) }
+
+// StartAgent runs a member's agent again after StopAgent, with the same
+// identity, webhook port and certificate.
+func (f *Fleet) StartAgent(member string) error {
+	if !f.restart(agentComponent(member)) {
+		return fmt.Errorf("localfleet: %s has not joined", member)
+	}
+	return nil
 }
 
 // agentWebhook makes the serving certificate of a member's agent and picks
@@ -217,10 +252,13 @@ func (f *Fleet) Err() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, c := range f.components {
+		if c.running == nil {
+			continue
+		}
 		select {
-		case <-c.done:
+		case <-c.running.done:
 			if f.ctx.Err() == nil {
-				return fmt.Errorf("localfleet: %s stopped: %v (log in %s)", c.name, c.err, filepath.Join(f.WorkDir, "logs"))
+				return fmt.Errorf("localfleet: %s stopped: %v (log in %s)", c.name, c.running.err, filepath.Join(f.WorkDir, "logs"))
 			}
 		default:
 		}
@@ -237,23 +275,16 @@ func (f *Fleet) Err() error {
 // API servers. WorkDir stays.
 func (f *Fleet) Stop() error {
 	f.mu.Lock()
-	pods, components := f.pods, f.components
-	f.pods, f.components = nil, nil
+	pods := f.pods
+	f.pods = nil
 	f.mu.Unlock()
 	for _, p := range pods {
 		p.kill()
 	}
 	f.cancel()
 	var errs []error
-	for _, c := range components {
-		select {
-		case <-c.done:
-			if c.err != nil {
-				errs = append(errs, fmt.Errorf("localfleet: %s: %w", c.name, c.err))
-			}
-		case <-time.After(time.Minute):
-			errs = append(errs, fmt.Errorf("localfleet: %s did not stop within a minute", c.name))
-		}
+	for name := range f.components {
+		errs = append(errs, f.stop(name))
 	}
 	errs = append(errs, f.clusters.Stop())
 	for _, l := range f.logFiles {
@@ -265,20 +296,78 @@ func (f *Fleet) Stop() error {
 // component is the hub or an agent, running in this process.
 type component struct {
 	name string
-	done chan struct{}
+	fn   func(ctx context.Context) error
+	// running is the current run; nil while stopped.
+	running *run
+}
+
+// run is one run of a component.
+type run struct {
+	cancel context.CancelFunc
+	done   chan struct{}
 	// err is what the component returned; set before done closes.
 	err error
 }
 
+// run registers a component and runs it until Stop or stop.
 func (f *Fleet) run(name string, fn func(ctx context.Context) error) {
-	c := &component{name: name, done: make(chan struct{})}
-	go func() {
-		c.err = fn(f.ctx)
-		close(c.done)
-	}()
 	f.mu.Lock()
-	f.components = append(f.components, c)
+	defer f.mu.Unlock()
+	c := &component{name: name, fn: fn}
+	f.components[name] = c
+	f.startLocked(c)
+}
+
+func (f *Fleet) startLocked(c *component) {
+	ctx, cancel := context.WithCancel(f.ctx)
+	r := &run{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		r.err = c.fn(ctx)
+		close(r.done)
+	}()
+	c.running = r
+}
+
+// restart runs a stopped component again; it reports whether the component
+// is known. A running one is left running.
+func (f *Fleet) restart(name string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.components[name]
+	if c == nil {
+		return false
+	}
+	if c.running == nil {
+		f.startLocked(c)
+	}
+	return true
+}
+
+// stop ends a component's run and waits for it, returning its error.
+func (f *Fleet) stop(name string) error {
+	f.mu.Lock()
+	c := f.components[name]
+	var r *run
+	if c != nil {
+		r, c.running = c.running, nil
+	}
 	f.mu.Unlock()
+	if c == nil {
+		return fmt.Errorf("localfleet: %s was never started", name)
+	}
+	if r == nil {
+		return nil
+	}
+	r.cancel()
+	select {
+	case <-r.done:
+		if r.err != nil {
+			return fmt.Errorf("localfleet: %s: %w", name, r.err)
+		}
+		return nil
+	case <-time.After(time.Minute):
+		return fmt.Errorf("localfleet: %s did not stop within a minute", name)
+	}
 }
 
 // logger logs to <WorkDir>/logs/<name>.log.

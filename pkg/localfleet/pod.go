@@ -32,6 +32,14 @@ type PodSpec struct {
 	// RulesName names the ShardRoute the pod's proxy enforces: that of the
 	// ShardingConfig selecting the pod.
 	RulesName string
+	// ObjectsOnHub points the operator, through its proxy, at the hub's API
+	// server instead of its member's (Fleet scope over the hub's objects).
+	// The proxy still takes its rules from the member and keeps the shard
+	// locks there, where the member's agent reports the shard leaders.
+	ObjectsOnHub bool
+	// OperatorArgs are added to the demo operator's flags, such as
+	// --record-file or --reconcile-delay.
+	OperatorArgs []string
 }
 
 // Pod is an operator pod: a ready Pod object in its member, and its proxy
@@ -74,10 +82,14 @@ func (f *Fleet) StartPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 	}
 	logPrefix := filepath.Join(f.WorkDir, "logs", spec.Cluster+"-"+spec.Name)
 	operatorKubeconfig := logPrefix + "-operator.kubeconfig"
-	proxy, err := startProcess(spec.Name+" proxy", logPrefix+"-proxy.log", filepath.Join(f.binDir, proxyBinary),
-		"--pod-name="+spec.Name, "--pod-namespace="+spec.Namespace, "--rules-name="+spec.RulesName,
-		"--upstream-kubeconfig="+m.KubeconfigPath, fmt.Sprintf("--listen-address=127.0.0.1:%d", port),
-		"--health-address=", "--operator-kubeconfig="+operatorKubeconfig)
+	upstream, rulesFrom := m.KubeconfigPath, ""
+	if spec.ObjectsOnHub {
+		upstream, rulesFrom = f.Hub.KubeconfigPath, m.KubeconfigPath
+	}
+	proxyArgs := []string{"--pod-name=" + spec.Name, "--pod-namespace=" + spec.Namespace, "--rules-name=" + spec.RulesName,
+		"--upstream-kubeconfig=" + upstream, "--rules-kubeconfig=" + rulesFrom, fmt.Sprintf("--listen-address=127.0.0.1:%d", port),
+		"--health-address=", "--operator-kubeconfig=" + operatorKubeconfig}
+	proxy, err := startProcess(spec.Name+" proxy", logPrefix+"-proxy.log", filepath.Join(f.binDir, proxyBinary), proxyArgs...)
 	if err != nil {
 		return nil, err
 	}
@@ -91,6 +103,7 @@ func (f *Fleet) StartPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 	}
 	args := append([]string{"--kubeconfig=" + operatorKubeconfig, "--pod-name=" + spec.Name, "--leader-election-namespace=" + spec.Namespace,
 		"--webhook-port=0", "--health-addr=0", "--metrics-addr=0"}, operatorLeaderElectionFlags...)
+	args = append(args, spec.OperatorArgs...)
 	operator, err := startProcess(spec.Name+" operator", logPrefix+"-operator.log", filepath.Join(f.binDir, operatorBinary), args...)
 	if err != nil {
 		return nil, err
@@ -98,6 +111,10 @@ func (f *Fleet) StartPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 	f.setProcesses(p, proxy, operator)
 	return p, nil
 }
+
+// OperatorPID is the process ID of the pod's demo operator, for reading its
+// memory use.
+func (p *Pod) OperatorPID() int { return p.operator.cmd.Process.Pid }
 
 // setProcesses records the pod's processes, which Err reads.
 func (f *Fleet) setProcesses(p *Pod, proxy, operator *process) {
