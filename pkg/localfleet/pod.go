@@ -19,9 +19,20 @@ const (
 	operatorBinary = "demo-operator"
 )
 
-// Leader election of the demo operators: short, so that a killed pod's
-// shard lease expires, and its buckets move, within seconds.
-var operatorLeaderElectionFlags = []string{"--lease-duration=4s", "--renew-deadline=3s", "--retry-period=500ms"}
+// OperatorLeaseDuration is the demo operators' leader-election lease:
+// short, so that a killed pod's shard lease expires, and its buckets move,
+// within seconds; long enough that a renewal (each attempt may take half
+// the renew deadline) survives a loaded 2-core machine, where a 3 s renew
+// deadline once did not.
+const OperatorLeaseDuration = 8 * time.Second
+
+const (
+	operatorRenewDeadline = 6 * time.Second
+	operatorRetryPeriod   = time.Second
+)
+
+var operatorLeaderElectionFlags = []string{"--lease-duration=" + OperatorLeaseDuration.String(),
+	"--renew-deadline=" + operatorRenewDeadline.String(), "--retry-period=" + operatorRetryPeriod.String()}
 
 // PodSpec describes an operator pod.
 type PodSpec struct {

@@ -1,0 +1,104 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet"
+	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet/clusters"
+	"github.com/ctrlmesh/ctrlmesh/scenarios/demo-operator/operator"
+)
+
+// TestFleetScope shards an operator whose objects live on the hub across
+// its pods in two members (Fleet scope, range mode: the hub's API server
+// has KEP-5866): every hub object is reconciled by the pod the hub's status
+// gives it to. Then member2 is lost — its agent stops, so its heartbeat
+// expires — and its buckets move to member1's pods, which then reconcile
+// every object; no object is ever reconciled by two pods at once.
+//
+// member2's pods are killed with its agent: a proxy keeps the last rules
+// it got while its agent is away, so pods still running in a member whose
+// heartbeat expired would keep serving their old buckets (a documented
+// limit of Fleet scope).
+func TestFleetScope(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts API servers and operator processes")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := startFleet(t, ctx, localfleet.Options{Members: []string{member1, member2},
+		HubFeatureGates: []string{clusters.FeatureShardedListAndWatch}})
+	lost := []string{member2 + "-0", member2 + "-1"}
+	for _, m := range []string{member1, member2} {
+		for i := range 2 {
+			f.startPod(m, fmt.Sprintf("%s-%d", m, i), true, nil)
+		}
+	}
+	objects := []clusterObjects{{cluster: localfleet.HubName, client: f.Hub.Client, keys: managedObjects(t, ctx, f.Hub.Client)}}
+	fleetDomain := func(string) string { return "fleet" }
+
+	sc := &ctrlmeshv1alpha1.ShardingConfig{
+		ObjectMeta: metav1.ObjectMeta{Namespace: opNamespace, Name: opName},
+		Spec: ctrlmeshv1alpha1.ShardingConfigSpec{
+			Selector:   metav1.LabelSelector{MatchLabels: map[string]string{"app": opName}},
+			Controller: &ctrlmeshv1alpha1.ControllerConfig{LeaderElectionName: operator.DefaultLeaderElectionID},
+			Limits: ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{
+				APIGroups: []string{""}, Resources: []string{"configmaps"},
+			}}}},
+			Clusters: ctrlmeshv1alpha1.ClusterSelection{Names: []string{member1, member2}},
+			Scope:    ctrlmeshv1alpha1.ScopeFleet,
+		},
+	}
+	mustCreate(t, ctx, f.Hub.Client, sc)
+	w := &waiter{f: f, key: client.ObjectKeyFromObject(sc)}
+	// Ready may come before the second member's agent reported its pods;
+	// the placement then spreads over both.
+	got := w.ready("initial placement", time.Now(), 90*time.Second, func(sc *ctrlmeshv1alpha1.ShardingConfig) bool {
+		return servesIn(sc, member1) && servesIn(sc, member2)
+	})
+	f.checkReconciledBy("initial placement", got, objects, fleetDomain)
+
+	touching := startTouching(ctx, objects)
+	defer touching.stop()
+	phases := []phase{{"steady", time.Now()}}
+	time.Sleep(2 * time.Second)
+
+	t0 := time.Now()
+	phases = append(phases, phase{"member2 lost", t0})
+	if err := f.StopAgent(member2); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range lost {
+		f.killPod(p)
+	}
+	moved := w.served("member2 lost", t0, func(sc *ctrlmeshv1alpha1.ShardingConfig) bool {
+		return !servesIn(sc, member2)
+	})
+	f.checkReconciledBy("member2 lost", moved, objects, fleetDomain)
+
+	time.Sleep(2 * time.Second)
+	touches := touching.stop()
+	phases = append(phases, phase{"end", time.Now()})
+	if err := f.Err(); err != nil {
+		t.Error(err)
+	}
+	f.stop()
+	t.Logf("writer touches: %d", touches)
+	f.checkRecords(phases, fleetDomain)
+}
+
+// servesIn tells whether a serving shard is placed in cluster.
+func servesIn(sc *ctrlmeshv1alpha1.ShardingConfig, cluster string) bool {
+	for _, p := range sc.Status.Placement {
+		if p.Cluster == cluster && p.State == ctrlmeshv1alpha1.ShardServing && len(p.Pods) > 0 {
+			return true
+		}
+	}
+	return false
+}
