@@ -48,6 +48,12 @@ const (
 	// servedWithin the wait until every bucket is served again.
 	readyWithin  = 45 * time.Second
 	servedWithin = 30 * time.Second
+	// failoverBound bounds the time from a pod's crash until its buckets
+	// are served by other pods (Ready: every shard's pods enforce the rules
+	// and one of them leads it): its shard lease must expire first, then
+	// the agent reports it, the hub publishes and the proxies apply.
+	// make bench-fleet measures it against the goal of lease + 3 s.
+	failoverBound = localfleet.OperatorLeaseDuration + 5*time.Second
 
 	// reconcileDelay makes every reconcile last a little, so that two at
 	// once would intersect in the records.

@@ -118,12 +118,12 @@ func testNoDoubleReconcile(t *testing.T, gates []string, canarySteps []ctrlmeshv
 	})
 
 	// (2) Pod kill in member2: its buckets move to the other pod there once
-	// its lease expires.
+	// its lease expires, within the failover bound.
 	victim := member2 + "-0"
 	t0 = time.Now()
 	phases = append(phases, phase{"pod kill", t0})
 	f.killPod(victim)
-	w.ready("pod kill", t0, readyWithin, func(sc *ctrlmeshv1alpha1.ShardingConfig) bool {
+	w.ready("pod kill", t0, failoverBound, func(sc *ctrlmeshv1alpha1.ShardingConfig) bool {
 		return !placed(sc, victim)
 	})
 
