@@ -212,6 +212,23 @@ func (f *testFleet) killPod(name string) {
 	}
 }
 
+// shardingConfig shards the demo operator's pods in both members: its
+// ConfigMaps by namespace, its leader-election lock per shard.
+func shardingConfig(scope ctrlmeshv1alpha1.ShardingScope) *ctrlmeshv1alpha1.ShardingConfig {
+	return &ctrlmeshv1alpha1.ShardingConfig{
+		ObjectMeta: metav1.ObjectMeta{Namespace: opNamespace, Name: opName},
+		Spec: ctrlmeshv1alpha1.ShardingConfigSpec{
+			Selector:   metav1.LabelSelector{MatchLabels: map[string]string{"app": opName}},
+			Controller: &ctrlmeshv1alpha1.ControllerConfig{LeaderElectionName: operator.DefaultLeaderElectionID},
+			Limits: ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{
+				APIGroups: []string{""}, Resources: []string{"configmaps"},
+			}}}},
+			Clusters: ctrlmeshv1alpha1.ClusterSelection{Names: []string{member1, member2}},
+			Scope:    scope,
+		},
+	}
+}
+
 // managedObjects creates perNamespace managed ConfigMaps in each of the
 // spread namespaces of c and returns them.
 func managedObjects(t *testing.T, ctx context.Context, c client.Client) []client.ObjectKey {
@@ -314,11 +331,27 @@ type phase struct {
 	start time.Time
 }
 
+// finish lets the pods work 2 s more, stops the touching, stops the fleet
+// and checks the records (checkRecords).
+func (f *testFleet) finish(touching *toucher, phases []phase, objectsCluster func(podCluster string) string) {
+	f.t.Helper()
+	time.Sleep(2 * time.Second)
+	touches := touching.stop()
+	phases = append(phases, phase{"end", time.Now()})
+	if err := f.Err(); err != nil {
+		f.t.Error(err)
+	}
+	// Every process ends before the records are read.
+	f.stop()
+	f.t.Logf("writer touches: %d", touches)
+	f.checkRecords(phases, objectsCluster)
+}
+
 // checkRecords reads the pods' records once every process has ended and
 // checks them: no two pods reconciled one object of one cluster at once,
 // and in every phase some reconcile found its object. It logs the counts.
 // objectsCluster maps a pod's cluster to the cluster its objects live in
-// (the hub, in Fleet scope); nil: the pod's own.
+// (itself, or the hub in Fleet scope).
 func (f *testFleet) checkRecords(phases []phase, objectsCluster func(podCluster string) string) {
 	t := f.t
 	t.Helper()
@@ -331,10 +364,7 @@ func (f *testFleet) checkRecords(phases []phase, objectsCluster func(podCluster 
 	perPod := map[string]int{}
 	for _, file := range files {
 		podCluster, _, _ := strings.Cut(filepath.Base(file), "--")
-		cluster := podCluster
-		if objectsCluster != nil {
-			cluster = objectsCluster(podCluster)
-		}
+		cluster := objectsCluster(podCluster)
 		rs, err := operator.ReadRecordFile(file)
 		if err != nil {
 			t.Fatal(err)

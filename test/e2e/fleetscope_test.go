@@ -6,13 +6,11 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet"
 	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet/clusters"
-	"github.com/ctrlmesh/ctrlmesh/scenarios/demo-operator/operator"
 )
 
 // TestFleetScope shards an operator whose objects live on the hub across
@@ -43,18 +41,7 @@ func TestFleetScope(t *testing.T) {
 	objects := []clusterObjects{{cluster: localfleet.HubName, client: f.Hub.Client, keys: managedObjects(t, ctx, f.Hub.Client)}}
 	fleetDomain := func(string) string { return "fleet" }
 
-	sc := &ctrlmeshv1alpha1.ShardingConfig{
-		ObjectMeta: metav1.ObjectMeta{Namespace: opNamespace, Name: opName},
-		Spec: ctrlmeshv1alpha1.ShardingConfigSpec{
-			Selector:   metav1.LabelSelector{MatchLabels: map[string]string{"app": opName}},
-			Controller: &ctrlmeshv1alpha1.ControllerConfig{LeaderElectionName: operator.DefaultLeaderElectionID},
-			Limits: ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{
-				APIGroups: []string{""}, Resources: []string{"configmaps"},
-			}}}},
-			Clusters: ctrlmeshv1alpha1.ClusterSelection{Names: []string{member1, member2}},
-			Scope:    ctrlmeshv1alpha1.ScopeFleet,
-		},
-	}
+	sc := shardingConfig(ctrlmeshv1alpha1.ScopeFleet)
 	mustCreate(t, ctx, f.Hub.Client, sc)
 	w := &waiter{f: f, key: client.ObjectKeyFromObject(sc)}
 	// Ready may come before the second member's agent reported its pods;
@@ -82,15 +69,7 @@ func TestFleetScope(t *testing.T) {
 	})
 	f.checkReconciledBy("member2 lost", moved, objects, fleetDomain)
 
-	time.Sleep(2 * time.Second)
-	touches := touching.stop()
-	phases = append(phases, phase{"end", time.Now()})
-	if err := f.Err(); err != nil {
-		t.Error(err)
-	}
-	f.stop()
-	t.Logf("writer touches: %d", touches)
-	f.checkRecords(phases, fleetDomain)
+	f.finish(touching, phases, fleetDomain)
 }
 
 // servesIn tells whether a serving shard is placed in cluster.

@@ -13,7 +13,6 @@ import (
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet"
 	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet/clusters"
-	"github.com/ctrlmesh/ctrlmesh/scenarios/demo-operator/operator"
 )
 
 // The members of TestNoDoubleReconcile; the disruptions hit member1 except
@@ -76,22 +75,11 @@ func testNoDoubleReconcile(t *testing.T, gates []string, canarySteps []ctrlmeshv
 	ownDomain := func(cluster string) string { return cluster }
 
 	// (user step 3) apply a ShardingConfig over both members.
-	sc := &ctrlmeshv1alpha1.ShardingConfig{
-		ObjectMeta: metav1.ObjectMeta{Namespace: opNamespace, Name: opName},
-		Spec: ctrlmeshv1alpha1.ShardingConfigSpec{
-			Selector:   metav1.LabelSelector{MatchLabels: map[string]string{"app": opName}},
-			Controller: &ctrlmeshv1alpha1.ControllerConfig{LeaderElectionName: operator.DefaultLeaderElectionID},
-			Limits: ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{
-				APIGroups: []string{""}, Resources: []string{"configmaps"},
-			}}}},
-			Clusters: ctrlmeshv1alpha1.ClusterSelection{Names: []string{member1, member2}},
-			Scope:    ctrlmeshv1alpha1.ScopePerCluster,
-			Canary: &ctrlmeshv1alpha1.CanarySpec{
-				Selector:          metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}},
-				Steps:             canarySteps,
-				MinHealthySeconds: 2,
-			},
-		},
+	sc := shardingConfig(ctrlmeshv1alpha1.ScopePerCluster)
+	sc.Spec.Canary = &ctrlmeshv1alpha1.CanarySpec{
+		Selector:          metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}},
+		Steps:             canarySteps,
+		MinHealthySeconds: 2,
 	}
 	mustCreate(t, ctx, f.Hub.Client, sc)
 	w := &waiter{f: f, key: client.ObjectKeyFromObject(sc)}
@@ -179,14 +167,5 @@ func testNoDoubleReconcile(t *testing.T, gates []string, canarySteps []ctrlmeshv
 	}
 	f.checkReconciledBy("the end", final, objects, ownDomain)
 
-	time.Sleep(2 * time.Second)
-	touches := touching.stop()
-	phases = append(phases, phase{"end", time.Now()})
-	if err := f.Err(); err != nil {
-		t.Error(err)
-	}
-	// Every process ends before the records are read.
-	f.stop()
-	t.Logf("writer touches: %d", touches)
-	f.checkRecords(phases, nil)
+	f.finish(touching, phases, ownDomain)
 }
