@@ -34,6 +34,7 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/agent/join"
 	"github.com/ctrlmesh/ctrlmesh/agent/proxy"
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 	"github.com/ctrlmesh/ctrlmesh/test/certs"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
@@ -92,22 +93,9 @@ func startFleet(t *testing.T, ctx context.Context) *testFleet {
 		}
 	})
 	f := &testFleet{hub: fleet.Cluster("hub"), member: fleet.Cluster(cluster), execNS: names.GenerateExecutionSpaceName(cluster)}
-	for _, ns := range []string{f.execNS, join.AgentNamespace} {
-		mustCreate(t, ctx, f.hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-	}
-	for _, obj := range join.AgentHubRBAC(cluster) {
-		mustCreate(t, ctx, f.hub.Client, obj)
-	}
-	for _, ns := range []string{agentNamespace, opsNamespace} {
-		mustCreate(t, ctx, f.member.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-	}
-	for _, obj := range agent.MemberRBAC(agentNamespace) {
-		mustCreate(t, ctx, f.member.Client, obj)
-	}
-	if f.agentHub, err = f.hub.AddUser(join.AgentUserName(cluster)); err != nil {
-		t.Fatal(err)
-	}
-	if f.agentMember, err = f.member.AddUser("system:serviceaccount:" + agentNamespace + ":" + agent.ServiceAccount); err != nil {
+	mustCreate(t, ctx, f.hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: join.AgentNamespace}})
+	mustCreate(t, ctx, f.member.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opsNamespace}})
+	if f.agentHub, f.agentMember, err = localfleet.PrepareAgent(ctx, f.hub, f.member, cluster, agentNamespace); err != nil {
 		t.Fatal(err)
 	}
 	return f

@@ -35,6 +35,7 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/agent/proxy"
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/hub"
+	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 	"github.com/ctrlmesh/ctrlmesh/scenarios/demo-operator/operator"
 	"github.com/ctrlmesh/ctrlmesh/test/certs"
@@ -102,28 +103,13 @@ func startFleet(t *testing.T, ctx context.Context, memberGates ...string) *testF
 	})
 	f := &testFleet{hub: fleet.Cluster("hub"), members: map[string]*env.Cluster{},
 		agentHub: map[string]*rest.Config{}, agentMember: map[string]*rest.Config{}}
-	mustCreate(t, ctx, f.hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: join.AgentNamespace}})
-	for _, obj := range hub.RBAC(join.AgentNamespace, true) {
-		mustCreate(t, ctx, f.hub.Client, obj)
-	}
-	if f.hubIdentity, err = f.hub.AddUser("system:serviceaccount:" + join.AgentNamespace + ":" + hub.ServiceAccount); err != nil {
+	if f.hubIdentity, err = localfleet.PrepareHub(ctx, f.hub, join.AgentNamespace); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range members {
 		m := fleet.Cluster(name)
 		f.members[name] = m
-		mustCreate(t, ctx, f.hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: names.GenerateExecutionSpaceName(name)}})
-		for _, obj := range join.AgentHubRBAC(name) {
-			mustCreate(t, ctx, f.hub.Client, obj)
-		}
-		mustCreate(t, ctx, m.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ctrlmesh"}})
-		for _, obj := range agent.MemberRBAC("ctrlmesh") {
-			mustCreate(t, ctx, m.Client, obj)
-		}
-		if f.agentHub[name], err = f.hub.AddUser(join.AgentUserName(name)); err != nil {
-			t.Fatal(err)
-		}
-		if f.agentMember[name], err = m.AddUser("system:serviceaccount:ctrlmesh:" + agent.ServiceAccount); err != nil {
+		if f.agentHub[name], f.agentMember[name], err = localfleet.PrepareAgent(ctx, f.hub, m, name, "ctrlmesh"); err != nil {
 			t.Fatal(err)
 		}
 	}

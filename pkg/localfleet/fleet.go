@@ -130,11 +130,7 @@ func (f *Fleet) StartHub(ctx context.Context) error {
 	if f.restart(hubComponent) {
 		return nil
 	}
-	objs := append([]client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}}, hub.RBAC(namespace, true)...)
-	if err := create(ctx, f.Hub.Client, objs...); err != nil {
-		return fmt.Errorf("localfleet: preparing the hub: %w", err)
-	}
-	identity, err := f.Hub.AddUser("system:serviceaccount:" + namespace + ":" + hub.ServiceAccount)
+	identity, err := PrepareHub(ctx, f.Hub, namespace)
 	if err != nil {
 		return err
 	}
@@ -146,6 +142,39 @@ func (f *Fleet) StartHub(ctx context.Context) error {
 		return hub.Run(ctx, hub.Options{Config: identity, AutoAccept: true, MetricsAddress: "0", HealthAddress: "0", Log: log})
 	})
 	return nil
+}
+
+// PrepareHub creates the hub's namespace and RBAC (hub.RBAC) in the hub
+// cluster and returns credentials with exactly that RBAC: those of the
+// hub's ServiceAccount.
+func PrepareHub(ctx context.Context, hubCluster *clusters.Cluster, namespace string) (*rest.Config, error) {
+	objs := append([]client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}}, hub.RBAC(namespace, true)...)
+	if err := create(ctx, hubCluster.Client, objs...); err != nil {
+		return nil, fmt.Errorf("localfleet: preparing the hub: %w", err)
+	}
+	return hubCluster.AddUser("system:serviceaccount:" + namespace + ":" + hub.ServiceAccount)
+}
+
+// PrepareAgent creates what a member's agent needs, as joining does: its
+// execution namespace and RBAC on the hub (join.AgentHubRBAC), its
+// namespace and RBAC in the member (agent.MemberRBAC). It returns the
+// agent's credentials on each, with exactly that RBAC.
+func PrepareAgent(ctx context.Context, hubCluster, memberCluster *clusters.Cluster, member, namespace string) (hubIdentity, memberIdentity *rest.Config, err error) {
+	hubObjs := append([]client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: names.GenerateExecutionSpaceName(member)}}}, join.AgentHubRBAC(member)...)
+	if err := create(ctx, hubCluster.Client, hubObjs...); err != nil {
+		return nil, nil, fmt.Errorf("localfleet: preparing the hub for %s: %w", member, err)
+	}
+	memberObjs := append([]client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}}, agent.MemberRBAC(namespace)...)
+	if err := create(ctx, memberCluster.Client, memberObjs...); err != nil {
+		return nil, nil, fmt.Errorf("localfleet: preparing %s for its agent: %w", member, err)
+	}
+	if hubIdentity, err = hubCluster.AddUser(join.AgentUserName(member)); err != nil {
+		return nil, nil, err
+	}
+	if memberIdentity, err = memberCluster.AddUser("system:serviceaccount:" + namespace + ":" + agent.ServiceAccount); err != nil {
+		return nil, nil, err
+	}
+	return hubIdentity, memberIdentity, nil
 }
 
 // StopHub stops the hub, as a crash of its pod would before a new one
@@ -164,19 +193,7 @@ func (f *Fleet) Join(ctx context.Context, member string) error {
 	if m == nil {
 		return fmt.Errorf("localfleet: no member %q", member)
 	}
-	hubObjs := append([]client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: names.GenerateExecutionSpaceName(member)}}}, join.AgentHubRBAC(member)...)
-	if err := create(ctx, f.Hub.Client, hubObjs...); err != nil {
-		return fmt.Errorf("localfleet: preparing the hub for %s: %w", member, err)
-	}
-	memberObjs := append([]client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}}, agent.MemberRBAC(namespace)...)
-	if err := create(ctx, m.Client, memberObjs...); err != nil {
-		return fmt.Errorf("localfleet: preparing %s for its agent: %w", member, err)
-	}
-	hubIdentity, err := f.Hub.AddUser(join.AgentUserName(member))
-	if err != nil {
-		return err
-	}
-	memberIdentity, err := m.AddUser("system:serviceaccount:" + namespace + ":" + agent.ServiceAccount)
+	hubIdentity, memberIdentity, err := PrepareAgent(ctx, f.Hub, m, member, namespace)
 	if err != nil {
 		return err
 	}
