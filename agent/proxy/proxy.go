@@ -100,12 +100,57 @@ type Proxy struct {
 }
 
 // state is one snapshot with its selection epoch. The epoch changes only
-// when the pod's selection changes; closing expire then ends every watch
-// opened under this state.
+// when the pod's selection changes; the watches of the resources whose
+// selection changed then end (expiries), those of the others carry over.
 type state struct {
-	snap   *rules.Snapshot
-	epoch  uint64
-	expire chan string
+	snap     *rules.Snapshot
+	epoch    uint64
+	expiries *expiries
+}
+
+// expiries holds, per resource, the channel whose closing ends the sharded
+// watches of that resource opened under one state.
+type expiries struct {
+	mu     sync.Mutex
+	byGR   map[schema.GroupResource]chan string
+	sealed bool
+}
+
+func newExpiries() *expiries { return &expiries{byGR: map[schema.GroupResource]chan string{}} }
+
+// channel is the expiry channel of gr's watches. Once the state is
+// replaced (sealed), a watch that still got the old state is ended at once:
+// it would otherwise escape the next change.
+func (e *expiries) channel(gr schema.GroupResource) chan string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.sealed {
+		c := make(chan string)
+		close(c)
+		return c
+	}
+	c, ok := e.byGR[gr]
+	if !ok {
+		c = make(chan string)
+		e.byGR[gr] = c
+	}
+	return c
+}
+
+// handOver seals e for a selection change: the channels of resources whose
+// selection is unchanged move to next, the others close, ending their
+// watches with 410 Expired.
+func (e *expiries) handOver(next *expiries, unchanged func(schema.GroupResource) bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.sealed = true
+	for gr, c := range e.byGR {
+		if unchanged(gr) {
+			next.byGR[gr] = c
+		} else {
+			close(c)
+		}
+	}
 }
 
 // New builds a proxy. It serves 503 for sharded requests until SetRules.
@@ -221,22 +266,27 @@ func (p *Proxy) Rules() *rules.Snapshot {
 	return nil
 }
 
-// SetRules puts a snapshot in force. When the pod's selection changes, every
-// sharded watch opened under the old rules ends with 410 Expired, so the
-// operator's informers relist under the new selector; the snapshot counts as
-// applied once they have (see Applied).
+// SetRules puts a snapshot in force. When the pod's selection of a resource
+// changes, every sharded watch of it opened under the old rules ends with
+// 410 Expired, so the operator's informers relist under the new selector;
+// the snapshot counts as applied once they have (see Applied). Watches of
+// resources whose selection did not change (another resource's limit
+// changed) go on: a forced relist costs the operator a full list, and
+// client-go's reflector backs off longer after each one.
 func (p *Proxy) SetRules(snap *rules.Snapshot) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	old := p.state.Load()
-	next := &state{snap: snap, epoch: 1, expire: make(chan string)}
+	next := &state{snap: snap, epoch: 1, expiries: newExpiries()}
 	changed := old == nil || !old.snap.SameSelection(snap)
+	unchanged := func(schema.GroupResource) bool { return false }
 	if old != nil {
 		if changed {
 			next.epoch = old.epoch + 1
-			close(old.expire)
+			unchanged = func(gr schema.GroupResource) bool { return old.snap.SameSelectionOf(snap, gr) }
+			old.expiries.handOver(next.expiries, unchanged)
 		} else {
-			next.epoch, next.expire = old.epoch, old.expire
+			next.epoch, next.expiries = old.epoch, old.expiries
 		}
 	}
 	p.state.Store(next)
@@ -246,7 +296,7 @@ func (p *Proxy) SetRules(snap *rules.Snapshot) {
 		p.setApplied(snap)
 		return
 	}
-	settled := p.selections.beginChange(next.epoch)
+	settled := p.selections.beginChange(next.epoch, unchanged)
 	if !snap.Serving() {
 		// A pod that now serves nothing is done once its old watches have
 		// ended (above): its sharded reads get 503 and its writes 403, so
@@ -394,7 +444,7 @@ func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, inf
 		}
 		p.selections.watchOpened(key, st.epoch)
 		defer p.selections.watchClosed(key)
-		out = out.WithContext(contextWithExpire(out.Context(), st.expire))
+		out = out.WithContext(contextWithExpire(out.Context(), st.expiries.channel(gr)))
 		p.reverse.ServeHTTP(w, out)
 		return
 	}

@@ -397,3 +397,45 @@ func TestServingNothingAppliesAtOnce(t *testing.T) {
 	writeRules(t, rulesFile, revoked)
 	checkMetric(t, a.health, `ctrlmesh_proxy_rules_info{generation="2",hash="n2",mode="label",shard="0"} 1`)
 }
+
+// TestOtherResourceLimitKeepsWatches: rules that only shard one more
+// resource leave the operator's ConfigMap watch alone — no forced relist —
+// and count as applied at once.
+func TestOtherResourceLimitKeepsWatches(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cluster := fleet.Cluster("range")
+	admin := kubernetes.NewForConfigOrDie(cluster.Config)
+	seed(t, ctx, admin)
+	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, rulesFile, route("o1", 1, "0-15", "16-31"))
+	a := startProxy(t, ctx, cluster.Config, "pod-a", rulesFile, rules.ModeRange)
+	view := informerView(t, ctx, a.config, "application/json")
+	checkMetric(t, a.health, `ctrlmesh_proxy_rules_info{generation="1",hash="o1",mode="range",shard="0"} 1`)
+
+	wider := route("o2", 2, "0-15", "16-31")
+	wider.Spec.Limits[0].RelateResources[0].Resources = []string{"configmaps", "secrets"}
+	writeRules(t, rulesFile, wider)
+	checkMetric(t, a.health, `ctrlmesh_proxy_rules_info{generation="2",hash="o2",mode="range",shard="0"} 1`)
+	if body := scrape(t, a.health); strings.Contains(body, `ctrlmesh_proxy_relists_forced_total{reason="rules-changed"}`) {
+		t.Fatal("adding a limit on secrets ended the ConfigMap watch")
+	}
+	// The watch still delivers: a new ConfigMap in the pod's shard shows up.
+	// It is deleted afterwards: other tests compare what their informers
+	// see in these namespaces.
+	ns, name := owned("0-15")[0], fmt.Sprintf("after-o2-%d", time.Now().UnixNano())
+	want := append(view(), ns)
+	sort.Strings(want)
+	if _, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "demo"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := admin.CoreV1().ConfigMaps(ns).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+			t.Error(err)
+		}
+	})
+	eventually(t, "the ConfigMap created under o2 reaches the informer", func() (bool, string) {
+		got := view()
+		return slices.Equal(got, want), fmt.Sprintf("pod-a sees %v, want %v", got, want)
+	})
+}

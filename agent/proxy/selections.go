@@ -79,11 +79,14 @@ func (s *selections) watchClosed(key selectionKey) {
 	s.lastClosed[key] = s.now()
 }
 
-// beginChange starts waiting for every key with an open watch to be served
-// under epoch; the returned channel closes when they all have (at once when
-// none is open), or when a newer change supersedes this one — the waiter
-// then finds its rules are no longer the current ones.
-func (s *selections) beginChange(epoch uint64) <-chan struct{} {
+// beginChange starts waiting for every key of a changed resource with an
+// open watch to be served under epoch; the returned channel closes when
+// they all have (at once when none is open), or when a newer change
+// supersedes this one — the waiter then finds its rules are no longer the
+// current ones. Keys of resources whose selection is unchanged and that
+// were served under the previous epoch count as served under epoch: their
+// watches go on.
+func (s *selections) beginChange(epoch uint64, unchanged func(schema.GroupResource) bool) <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.settled != nil {
@@ -91,12 +94,23 @@ func (s *selections) beginChange(epoch uint64) <-chan struct{} {
 	}
 	s.target = epoch
 	s.waiting = map[selectionKey]bool{}
+	carried := map[selectionKey]bool{}
+	for key, served := range s.served {
+		if served == epoch-1 && unchanged(key.gr) {
+			s.served[key] = epoch
+			carried[key] = true
+		}
+	}
 	for key := range s.open {
-		s.waiting[key] = true
+		if !carried[key] {
+			s.waiting[key] = true
+		}
 	}
 	for key, closed := range s.lastClosed {
 		if s.now().Sub(closed) < recentWatch {
-			s.waiting[key] = true
+			if !carried[key] {
+				s.waiting[key] = true
+			}
 		} else if s.open[key] == 0 {
 			delete(s.lastClosed, key)
 		}

@@ -19,11 +19,12 @@ func TestSelectionsSettle(t *testing.T) {
 			return false
 		}
 	}
+	allChanged := func(schema.GroupResource) bool { return false }
 	now := time.Unix(1000, 0)
 	s := newSelections()
 	s.now = func() time.Time { return now }
 
-	if !settled(s.beginChange(1)) {
+	if !settled(s.beginChange(1, allChanged)) {
 		t.Fatal("a change with no informer did not settle at once")
 	}
 
@@ -35,7 +36,7 @@ func TestSelectionsSettle(t *testing.T) {
 	s.watchOpened(cms, 1)
 	s.markServed(secrets, 1)
 	s.watchOpened(secrets, 1)
-	ch := s.beginChange(2)
+	ch := s.beginChange(2, allChanged)
 	if settled(ch) {
 		t.Fatal("settled while watches of the old epoch are open")
 	}
@@ -66,13 +67,13 @@ func TestSelectionsSettle(t *testing.T) {
 	// is waited for too.
 	s.watchClosed(cms)
 	now = now.Add(time.Second)
-	ch = s.beginChange(3)
+	ch = s.beginChange(3, allChanged)
 	if settled(ch) {
 		t.Fatal("settled without the informer that was between watches")
 	}
 
 	// A newer change supersedes: the older waiter is released.
-	newer := s.beginChange(4)
+	newer := s.beginChange(4, allChanged)
 	if !settled(ch) {
 		t.Fatal("the superseded change's waiter was not released")
 	}
@@ -84,5 +85,35 @@ func TestSelectionsSettle(t *testing.T) {
 	s.watchOpened(secrets, 4)
 	if !settled(newer) {
 		t.Fatalf("change to 4 not settled; pending %v", s.pending())
+	}
+}
+
+// TestSelectionsCarryUnchangedResources: a change that leaves a resource's
+// selection alone waits only for the others; the unchanged stream counts as
+// served under the new epoch, so its watch may resume.
+func TestSelectionsCarryUnchangedResources(t *testing.T) {
+	cms := selectionKey{gr: schema.GroupResource{Resource: "configmaps"}}
+	secrets := selectionKey{gr: schema.GroupResource{Resource: "secrets"}}
+	stale := selectionKey{gr: schema.GroupResource{Resource: "configmaps"}, namespace: "ns"}
+	onlySecretsChanged := func(gr schema.GroupResource) bool { return gr.Resource != "secrets" }
+	s := newSelections()
+	s.watchOpened(cms, 1)
+	s.watchOpened(secrets, 1)
+	// A configmaps stream last served under an older epoch is not carried.
+	s.markServed(stale, 0)
+
+	ch := s.beginChange(2, onlySecretsChanged)
+	if got := s.pending(); len(got) != 1 || s.servedEpoch(cms) != 2 {
+		t.Fatalf("pending = %v, configmaps served under %d; want only secrets pending, configmaps carried to 2", got, s.servedEpoch(cms))
+	}
+	if s.servedEpoch(stale) != 0 {
+		t.Fatalf("a stream served under epoch 0 was carried to %d", s.servedEpoch(stale))
+	}
+	s.watchClosed(secrets)
+	s.watchOpened(secrets, 2)
+	select {
+	case <-ch:
+	default:
+		t.Fatalf("not settled once secrets re-watched; pending %v", s.pending())
 	}
 }

@@ -114,6 +114,26 @@ func (s *Snapshot) OwnerOf(namespace string) *ctrlmeshv1alpha1.RouteShard {
 	return s.bucketOwner[s.scheme.Bucket(namespace)]
 }
 
+// SameSelectionOf reports whether both snapshots select the same objects of
+// one resource for this pod: same mode, shard and ownership, and the
+// resource either unsharded in both or sharded by limits with the same
+// selector. Watches of the resource opened under one stay right under the
+// other, even when the limits of other resources changed.
+func (s *Snapshot) SameSelectionOf(other *Snapshot, gr schema.GroupResource) bool {
+	if s == nil || other == nil {
+		return s == other
+	}
+	if s.Mode != other.Mode || s.Shard != other.Shard || !s.Ownership.Equal(other.Ownership) {
+		return false
+	}
+	a, aSharded := s.LimitFor(gr)
+	b, bSharded := other.LimitFor(gr)
+	if aSharded != bSharded {
+		return false
+	}
+	return !aSharded || a.Requirements.String() == b.Requirements.String()
+}
+
 // SameSelection reports whether both snapshots select the same objects for
 // this pod: same mode, shard ownership and limits. Watches opened under one
 // stay right under the other.
