@@ -1,0 +1,295 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet"
+	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet/clusters"
+	ctrlmeshscheme "github.com/ctrlmesh/ctrlmesh/pkg/scheme"
+	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
+	"github.com/ctrlmesh/ctrlmesh/scenarios/demo-operator/operator"
+)
+
+// The operator's pods run in opNamespace, sharded by the ShardingConfig
+// opName, whose leader-election lock is the demo operator's default.
+const (
+	opNamespace = "operators"
+	opName      = "demo-operator"
+	appLabel    = "app"
+	// buckets is the ShardingConfig's bucket count (the default).
+	buckets = 32
+	// readyWithin bounds every untimed wait for the fleet to settle.
+	readyWithin = 3 * time.Minute
+)
+
+var scheme = sharding.MustScheme(buckets)
+
+// bench is one run.
+type bench struct {
+	opts     options
+	progress io.Writer
+	start    time.Time
+	binDir   string
+	crdDirs  []string
+	workDir  string
+	scheme   *runtime.Scheme
+}
+
+// step prints a progress line with the seconds since the start.
+func (b *bench) step(format string, args ...any) {
+	_, _ = fmt.Fprintf(b.progress, "==> [%6.1fs] %s\n", time.Since(b.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// results of the phases that ran; nil for those that did not.
+type results struct {
+	memory   *memoryResult
+	edit     *editResult
+	failover *failoverResult
+	// apiserver is the members' kube-apiserver version.
+	apiserver string
+}
+
+func run(ctx context.Context, opts options, out, progress io.Writer) (err error) {
+	b := &bench{opts: opts, progress: progress, start: time.Now()}
+	root, err := clusters.RepoRoot()
+	if err != nil {
+		return fmt.Errorf("%w: run fleetbench from the ctrlmesh checkout (make bench-fleet)", err)
+	}
+	b.binDir = opts.binDir
+	if b.binDir == "" {
+		b.binDir = filepath.Join(root, "bin")
+	}
+	if b.binDir, err = filepath.Abs(b.binDir); err != nil {
+		return err
+	}
+	b.crdDirs = clusters.CRDDirs(root)
+	if b.scheme, err = ctrlmeshscheme.New(); err != nil {
+		return err
+	}
+	// The hub and the agents log to files in the work directory; what
+	// controller-runtime and client-go log globally is dropped.
+	ctrllog.SetLogger(logr.Discard())
+	klog.SetLogger(logr.Discard())
+
+	if b.workDir, err = os.MkdirTemp("", "ctrlmesh-fleetbench-"); err != nil {
+		return fmt.Errorf("creating the work directory: %w", err)
+	}
+	defer func() {
+		if err != nil || opts.keep {
+			b.step("work directory (kubeconfigs, logs, reconcile records) kept in %s", b.workDir)
+			return
+		}
+		err = errors.Join(err, os.RemoveAll(b.workDir))
+	}()
+	ctx, cancel := context.WithTimeout(ctx, opts.timeout)
+	defer cancel()
+
+	res := &results{}
+	if opts.runs("memory") {
+		if res.memory, err = b.memory(ctx, res); err != nil {
+			return fmt.Errorf("memory phase: %w", err)
+		}
+	}
+	if opts.runs("edit") || opts.runs("failover") {
+		if res.edit, res.failover, err = b.latency(ctx, res); err != nil {
+			return fmt.Errorf("edit/failover phase: %w", err)
+		}
+	}
+	b.step("all phases done")
+	report(out, opts, res)
+	return nil
+}
+
+// startFleet starts a fleet of members in range mode under dir, runs the
+// hub, joins every member, and creates opNamespace on the hub and the
+// members. The caller stops it.
+func (b *bench) startFleet(ctx context.Context, dir string, members []string) (*localfleet.Fleet, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	b.step("starting %d API servers (kube-apiserver + etcd each): %s and %v, range mode (ShardedListAndWatch)", 1+len(members), localfleet.HubName, members)
+	f, err := localfleet.Start(ctx, localfleet.Options{
+		BinDir: b.binDir, CRDDirs: b.crdDirs, WorkDir: dir, Members: members,
+		MemberFeatureGates: []string{clusters.FeatureShardedListAndWatch},
+	})
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = f.Stop()
+		}
+	}()
+	b.step("hub, and joining %v (agents in standalone mode)", members)
+	if err := f.StartHub(ctx); err != nil {
+		return nil, err
+	}
+	for _, m := range members {
+		if err := f.Join(ctx, m); err != nil {
+			return nil, err
+		}
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opNamespace}}
+	if err := f.Hub.Client.Create(ctx, ns.DeepCopy()); err != nil {
+		return nil, fmt.Errorf("creating namespace %s on the hub: %w", opNamespace, err)
+	}
+	for _, m := range members {
+		if err := f.Members[m].Client.Create(ctx, ns.DeepCopy()); err != nil {
+			return nil, fmt.Errorf("creating namespace %s in %s: %w", opNamespace, m, err)
+		}
+	}
+	ok = true
+	return f, nil
+}
+
+// stopFleet stops f, reporting how long it took.
+func (b *bench) stopFleet(f *localfleet.Fleet) error {
+	b.step("stopping the fleet")
+	return f.Stop()
+}
+
+// newShardingConfig shards the demo operator's ConfigMaps per cluster over
+// members, for the pods labelled app=demo-operator.
+func newShardingConfig(members []string) *ctrlmeshv1alpha1.ShardingConfig {
+	return &ctrlmeshv1alpha1.ShardingConfig{
+		ObjectMeta: metav1.ObjectMeta{Namespace: opNamespace, Name: opName},
+		Spec: ctrlmeshv1alpha1.ShardingConfigSpec{
+			Selector:   metav1.LabelSelector{MatchLabels: map[string]string{appLabel: opName}},
+			Controller: &ctrlmeshv1alpha1.ControllerConfig{LeaderElectionName: operator.DefaultLeaderElectionID},
+			Limits: ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{
+				APIGroups: []string{""}, Resources: []string{"configmaps"},
+			}}}},
+			Clusters: ctrlmeshv1alpha1.ClusterSelection{Names: members},
+			Scope:    ctrlmeshv1alpha1.ScopePerCluster,
+		},
+	}
+}
+
+// startPod starts an operator pod labelled for the ShardingConfig, its
+// client limited to b.opts.operatorQPS requests/s (burst twice that).
+func (b *bench) startPod(ctx context.Context, f *localfleet.Fleet, member, name string, operatorArgs ...string) (*localfleet.Pod, error) {
+	args := append([]string{fmt.Sprintf("--kube-api-qps=%d", b.opts.operatorQPS), fmt.Sprintf("--kube-api-burst=%d", b.opts.operatorBurst())}, operatorArgs...)
+	return f.StartPod(ctx, localfleet.PodSpec{Cluster: member, Namespace: opNamespace, Name: name,
+		Labels: map[string]string{appLabel: opName}, RulesName: opName, OperatorArgs: args})
+}
+
+// waitReady polls the ShardingConfig until it is Ready for its generation
+// with every shard ready, every placed shard Serving, and matches holds.
+// It returns the ShardingConfig then.
+func waitReady(ctx context.Context, f *localfleet.Fleet, what string, matches func(*ctrlmeshv1alpha1.ShardingConfig) bool) (*ctrlmeshv1alpha1.ShardingConfig, error) {
+	deadline := time.Now().Add(readyWithin)
+	key := client.ObjectKey{Namespace: opNamespace, Name: opName}
+	for {
+		var sc ctrlmeshv1alpha1.ShardingConfig
+		if err := f.Hub.Client.Get(ctx, key, &sc); err != nil {
+			return nil, fmt.Errorf("reading the ShardingConfig: %w", err)
+		}
+		st := &sc.Status
+		if st.ObservedGeneration == sc.Generation && meta.IsStatusConditionTrue(st.Conditions, ctrlmeshv1alpha1.ConditionReady) &&
+			st.ReadyShards == st.Shards && !slices.ContainsFunc(st.Placement, func(p ctrlmeshv1alpha1.ShardPlacement) bool {
+			return p.State != ctrlmeshv1alpha1.ShardServing
+		}) && matches(&sc) {
+			return &sc, nil
+		}
+		if err := f.Err(); err != nil {
+			return nil, err
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("ShardingConfig not %s within %v; status: %s", what, readyWithin, placementText(&sc))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for the ShardingConfig to be %s: %w", what, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// placementText prints the placement, one shard after the other.
+func placementText(sc *ctrlmeshv1alpha1.ShardingConfig) string {
+	var s string
+	for i, p := range sc.Status.Placement {
+		if i > 0 {
+			s += "; "
+		}
+		s += fmt.Sprintf("%s/%s %v buckets=%q %s/%s", p.Cluster, p.Shard, p.Pods, p.Buckets, p.State, p.Health)
+	}
+	if s == "" {
+		s = "no placement"
+	}
+	return fmt.Sprintf("generation %d observed %d, shards %d ready %d: %s", sc.Generation, sc.Status.ObservedGeneration, sc.Status.Shards, sc.Status.ReadyShards, s)
+}
+
+// podBuckets is the union of the buckets of the placed shards pod serves in
+// cluster.
+func podBuckets(sc *ctrlmeshv1alpha1.ShardingConfig, cluster, pod string) (sharding.Set, error) {
+	set := scheme.AllBuckets()
+	var parts []sharding.Set
+	for _, p := range sc.Status.Placement {
+		if p.Cluster != cluster || !slices.Contains(p.Pods, pod) {
+			continue
+		}
+		s, err := scheme.ParseSet(p.Buckets)
+		if err != nil {
+			return set, fmt.Errorf("placement of shard %s: %w", p.Shard, err)
+		}
+		parts = append(parts, s)
+	}
+	return union(parts...), nil
+}
+
+// union of bucket sets; the empty set for none.
+func union(sets ...sharding.Set) sharding.Set {
+	var have []int
+	for b := range buckets {
+		for _, s := range sets {
+			if s.Has(b) {
+				have = append(have, b)
+				break
+			}
+		}
+	}
+	out, _ := scheme.NewSet(have...)
+	return out
+}
+
+// procMemory reads VmRSS and VmHWM of a process, in bytes.
+func procMemory(pid int) (rss, hwm int64, err error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading the memory of process %d: %w (fleetbench reads /proc: Linux only)", pid, err)
+	}
+	rss, hwm = -1, -1
+	for _, line := range strings.Split(string(data), "\n") {
+		var kb int64
+		if n, _ := fmt.Sscanf(line, "VmRSS: %d kB", &kb); n == 1 {
+			rss = kb * 1024
+		}
+		if n, _ := fmt.Sscanf(line, "VmHWM: %d kB", &kb); n == 1 {
+			hwm = kb * 1024
+		}
+	}
+	if rss < 0 || hwm < 0 {
+		return 0, 0, fmt.Errorf("no VmRSS/VmHWM in /proc/%d/status", pid)
+	}
+	return rss, hwm, nil
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet"
+)
+
+// Goals, as the issue states them.
+const (
+	goalMemoryRatio = 0.35
+	goalEditP99     = time.Second
+	goalFailover    = localfleet.OperatorLeaseDuration + 3*time.Second
+)
+
+func report(w io.Writer, o options, res *results) {
+	p := func(format string, args ...any) { _, _ = fmt.Fprintf(w, format+"\n", args...) }
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(cells ...string) { _, _ = io.WriteString(tw, strings.Join(cells, "\t")+"\t\n") }
+
+	p("")
+	p("ctrlmesh on a local fleet: one run, measured (nothing hard-coded)")
+	p("machine:  %s/%s, NumCPU=%d, %s; every API server, etcd, hub, agent, proxy and operator shares these CPUs", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())
+	if res.apiserver != "" {
+		p("clusters: kube-apiserver %s + etcd per cluster, members in range mode (ShardedListAndWatch); hub and agents in this process", res.apiserver)
+	}
+	p("operator: demo-operator behind ctrlmesh-proxy, leader election lease %s, as localfleet starts it; client limit --kube-api-qps=%d --kube-api-burst=%d (-operator-qps)",
+		localfleet.OperatorLeaseDuration, o.operatorQPS, o.operatorBurst())
+	var goals [][]string
+
+	if m := res.memory; m != nil {
+		p("")
+		p("MEMORY: demo operator, 1 member, %d managed ConfigMaps over %d namespaces (%d-%d namespaces per bucket), %d-byte data payload each",
+			m.objects, m.namespaces, m.minPerBucket, m.maxPerBucket, m.payload)
+		p("created in %.1fs by %d writers; memory read from /proc/<pid>/status once the pod had reconciled every object of its buckets and recorded nothing for %s",
+			m.createTime.Seconds(), o.workers, o.settle)
+		row("POD", "BUCKETS", "OBJECTS", "RSS", "PEAK RSS (VmHWM)", "RSS / SINGLE", "SHARE RECONCILED AFTER")
+		row(m.idle.pod+" (idle: no ConfigMap yet)", m.idle.buckets, "0", mib(m.idle.rss), mib(m.idle.hwm), fmt.Sprintf("%.2fx", ratio(m.idle.rss, m.single.rss)), "-")
+		row(m.single.pod, m.single.buckets, fmt.Sprint(m.single.objects), mib(m.single.rss), mib(m.single.hwm), "1.00x", fmt.Sprintf("%.1fs", m.single.reconciled.Seconds()))
+		for _, s := range m.sharded {
+			r := ratio(s.rss, m.single.rss)
+			row(s.pod, s.buckets, fmt.Sprint(s.objects), mib(s.rss), mib(s.hwm), fmt.Sprintf("%.2fx", r), fmt.Sprintf("%.1fs", s.reconciled.Seconds()))
+		}
+		_ = tw.Flush()
+		p("SHARE RECONCILED AFTER: from the pod's start until every object of its buckets had a reconcile record with outcome written or unchanged.")
+		p("The ConfigMaps were created without the operator's annotations: the single pod wrote its reconciled-by and data-hash annotations on all %d (%.0f objects/s from its start),",
+			m.single.objects, rate(m.single.objects, m.single.reconciled))
+		p("and each of the %d pods rewrote the reconciled-by annotation, which named the single pod, of every object of its buckets.", len(m.sharded))
+		if m.single.rss > m.idle.rss {
+			p("Beyond the idle pod: single +%s; sharded %s.", mib(m.single.rss-m.idle.rss), sharedAbove(m))
+		}
+		for _, s := range m.sharded {
+			r := ratio(s.rss, m.single.rss)
+			goals = append(goals, []string{"memory " + s.pod + " / single pod", fmt.Sprintf("<= %.2fx", goalMemoryRatio), fmt.Sprintf("%.2fx", r), verdict(r <= goalMemoryRatio)})
+		}
+	}
+
+	if e := res.edit; e != nil {
+		p("")
+		p("EDIT -> ENFORCED: %d ShardingConfig edits (add/remove secrets in limits[0].relateResources; no bucket moves), 2 members x %d pods, PerCluster",
+			len(e.samples), e.podsPerMember)
+		p("time from just before the Update to the ShardRoute watch event in which the last proxy of both members reports the new route's rules hash")
+		var parts []string
+		for _, s := range e.samples {
+			parts = append(parts, fmtMs(s))
+		}
+		p("samples, in edit order:  %s", strings.Join(parts, " "))
+		parts = parts[:0]
+		for _, s := range e.published {
+			parts = append(parts, fmtMs(s))
+		}
+		p("of which the hub's new route reached both members after: %s (p50 %s)", strings.Join(parts, " "), fmtMs(percentile(e.published, 0.5)))
+		p50, p99 := percentile(e.samples, 0.50), percentile(e.samples, 0.99)
+		row("N", "MIN", "p50", "p99", "MAX", "MEAN")
+		row(fmt.Sprint(len(e.samples)), fmtMs(slices.Min(e.samples)), fmtMs(p50), fmtMs(p99), fmtMs(slices.Max(e.samples)), fmtMs(mean(e.samples)))
+		_ = tw.Flush()
+		if len(e.samples) < 100 {
+			p("(nearest-rank percentiles: with %d samples, p99 is the maximum)", len(e.samples))
+		}
+		goals = append(goals, []string{"edit -> every proxy enforcing, p99", "<= " + fmtMs(goalEditP99), fmtMs(p99), verdict(p99 <= goalEditP99)})
+	}
+
+	if f := res.failover; f != nil {
+		p("")
+		p("FAILOVER: pod killed (SIGKILL proxy, then operator; Pod object deleted), 2 members x %d pods, replacement pod started between kills", o.podsPerMember)
+		p("time from just before the kill until the route gives every bucket the pod served to a survivor (ROUTE), that survivor's proxy enforces it (RULES),")
+		p("and the survivor's operator holds the shard's lease too (SERVED, the figure against the goal)")
+		row("KILL", "POD", "BUCKETS", "ROUTE", "RULES", "SERVED")
+		var totals []time.Duration
+		for i, k := range f.kills {
+			row(fmt.Sprint(i+1), k.member+"/"+k.pod, k.buckets, fmtMs(k.reassigned), fmtMs(k.rules), fmtMs(k.total))
+			totals = append(totals, k.total)
+		}
+		_ = tw.Flush()
+		worst := slices.Max(totals)
+		goals = append(goals, []string{"failover, max of kills (lease + 3s)", "<= " + fmtMs(goalFailover), fmtMs(worst), verdict(worst <= goalFailover)})
+	}
+
+	p("")
+	row("GOAL", "TARGET", "MEASURED", "RESULT")
+	for _, g := range goals {
+		row(g...)
+	}
+	_ = tw.Flush()
+	p("(a benchmark reports; it does not gate: the exit status is 0 whatever the results)")
+}
+
+func sharedAbove(m *memoryResult) string {
+	var parts []string
+	for _, s := range m.sharded {
+		parts = append(parts, "+"+mib(s.rss-m.idle.rss))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// rate is n per second over d; 0 for no time.
+func rate(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+func ratio(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+func mean(samples []time.Duration) time.Duration {
+	var total time.Duration
+	for _, s := range samples {
+		total += s
+	}
+	return total / time.Duration(len(samples))
+}
