@@ -2,6 +2,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -19,6 +20,20 @@ import (
 )
 
 func main() {
+	cmd := newCommand(proxy.Run)
+	cmd.SetContext(ctrl.SetupSignalHandler())
+	if err := cmd.Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+
+// runFunc runs the proxy: proxy.Run, or a stand-in in tests of the command
+// line.
+type runFunc func(context.Context, proxy.Options) error
+
+// newCommand builds the command line. Flag defaults that come from the
+// environment (POD_NAME, POD_NAMESPACE) are read when it is built.
+func newCommand(run runFunc) *cobra.Command {
 	opts := proxy.Options{}
 	var upstreamKubeconfig, rulesKubeconfig, mode string
 	zapOpts := zap.Options{}
@@ -71,7 +86,7 @@ shards' leader-election locks live.`,
 			}
 			opts.Upstream = upstream
 			opts.Log = log
-			return proxy.Run(ctrl.SetupSignalHandler(), opts)
+			return run(cmd.Context(), opts)
 		},
 	}
 	f := cmd.Flags()
@@ -92,9 +107,7 @@ shards' leader-election locks live.`,
 	logFlags := flag.NewFlagSet("log", flag.ContinueOnError)
 	zapOpts.BindFlags(logFlags)
 	f.AddGoFlagSet(logFlags)
-	if err := cmd.Execute(); err != nil {
-		os.Exit(1)
-	}
+	return cmd
 }
 
 // loadKubeconfig loads the kubeconfig at path; "" uses in-cluster
