@@ -76,17 +76,16 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/ctrlmesh/ctrlmesh/test/bench/internal/benchstat"
 )
 
 // options are the command's flags.
@@ -180,20 +179,4 @@ func (o options) runs(phase string) bool { return slices.Contains(o.phases, phas
 // operatorBurst is the burst the operators' clients get: twice their QPS.
 func (o options) operatorBurst() int { return 2 * o.operatorQPS }
 
-func main() {
-	opts, err := parseFlags(os.Args[1:], os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		_, _ = fmt.Fprintln(os.Stderr, "fleetbench:", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = run(ctx, opts, os.Stdout, os.Stderr)
-	stop()
-	if err != nil {
-		_, _ = fmt.Fprintln(os.Stderr, "fleetbench:", err)
-		os.Exit(1)
-	}
-}
+func main() { benchstat.Main("fleetbench", parseFlags, run) }

@@ -4,27 +4,7 @@ import (
 	"io"
 	"slices"
 	"testing"
-	"time"
 )
-
-func TestPercentileNearestRank(t *testing.T) {
-	var samples []time.Duration
-	for i := 20; i >= 1; i-- {
-		samples = append(samples, time.Duration(i)*time.Millisecond)
-	}
-	if got := percentile(samples, 0.50); got != 10*time.Millisecond {
-		t.Errorf("p50 of 1..20 ms = %v, want 10ms", got)
-	}
-	if got := percentile(samples, 0.99); got != 20*time.Millisecond {
-		t.Errorf("p99 of 20 samples = %v, want the maximum 20ms", got)
-	}
-	if got := percentile(nil, 0.5); got != 0 {
-		t.Errorf("p50 of nothing = %v, want 0", got)
-	}
-	if samples[0] != 20*time.Millisecond {
-		t.Error("percentile reordered its input")
-	}
-}
 
 func TestSpreadNamespacesBalanced(t *testing.T) {
 	for _, n := range []int{1, 31, 32, 200} {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet"
+
+	"github.com/ctrlmesh/ctrlmesh/test/bench/internal/benchstat"
 )
 
 // Goals, as the issue states them.
@@ -57,7 +59,7 @@ func report(w io.Writer, o options, res *results) {
 		}
 		for _, s := range m.sharded {
 			r := ratio(s.rss, m.single.rss)
-			goals = append(goals, []string{"memory " + s.pod + " / single pod", fmt.Sprintf("<= %.2fx", goalMemoryRatio), fmt.Sprintf("%.2fx", r), verdict(r <= goalMemoryRatio)})
+			goals = append(goals, []string{"memory " + s.pod + " / single pod", fmt.Sprintf("<= %.2fx", goalMemoryRatio), fmt.Sprintf("%.2fx", r), benchstat.Verdict(r <= goalMemoryRatio)})
 		}
 	}
 
@@ -75,15 +77,15 @@ func report(w io.Writer, o options, res *results) {
 		for _, s := range e.published {
 			parts = append(parts, fmtMs(s))
 		}
-		p("of which the hub's new route reached both members after: %s (p50 %s)", strings.Join(parts, " "), fmtMs(percentile(e.published, 0.5)))
-		p50, p99 := percentile(e.samples, 0.50), percentile(e.samples, 0.99)
+		p("of which the hub's new route reached both members after: %s (p50 %s)", strings.Join(parts, " "), fmtMs(benchstat.Summarize(e.published).P50))
+		sum := benchstat.Summarize(e.samples)
 		row("N", "MIN", "p50", "p99", "MAX", "MEAN")
-		row(fmt.Sprint(len(e.samples)), fmtMs(slices.Min(e.samples)), fmtMs(p50), fmtMs(p99), fmtMs(slices.Max(e.samples)), fmtMs(mean(e.samples)))
+		row(fmt.Sprint(sum.N), fmtMs(sum.Min), fmtMs(sum.P50), fmtMs(sum.P99), fmtMs(sum.Max), fmtMs(sum.Mean))
 		_ = tw.Flush()
 		if len(e.samples) < 100 {
 			p("(nearest-rank percentiles: with %d samples, p99 is the maximum)", len(e.samples))
 		}
-		goals = append(goals, []string{"edit -> every proxy enforcing, p99", "<= " + fmtMs(goalEditP99), fmtMs(p99), verdict(p99 <= goalEditP99)})
+		goals = append(goals, []string{"edit -> every proxy enforcing, p99", "<= " + fmtMs(goalEditP99), fmtMs(sum.P99), benchstat.Verdict(sum.P99 <= goalEditP99)})
 	}
 
 	if f := res.failover; f != nil {
@@ -99,7 +101,7 @@ func report(w io.Writer, o options, res *results) {
 		}
 		_ = tw.Flush()
 		worst := slices.Max(totals)
-		goals = append(goals, []string{"failover, max of kills (lease + 3s)", "<= " + fmtMs(goalFailover), fmtMs(worst), verdict(worst <= goalFailover)})
+		goals = append(goals, []string{"failover, max of kills (lease + 3s)", "<= " + fmtMs(goalFailover), fmtMs(worst), benchstat.Verdict(worst <= goalFailover)})
 	}
 
 	p("")
@@ -134,10 +136,10 @@ func ratio(a, b int64) float64 {
 	return float64(a) / float64(b)
 }
 
-func mean(samples []time.Duration) time.Duration {
-	var total time.Duration
-	for _, s := range samples {
-		total += s
+// fmtMs prints a duration in milliseconds, or seconds from 10 s up.
+func fmtMs(d time.Duration) string {
+	if d >= 10*time.Second {
+		return fmt.Sprintf("%.2f s", d.Seconds())
 	}
-	return total / time.Duration(len(samples))
+	return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond))
 }

@@ -15,15 +15,13 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
+
+	"github.com/ctrlmesh/ctrlmesh/test/bench/internal/benchstat"
 )
 
 // options are the command's flags.
@@ -79,20 +77,4 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	return o, nil
 }
 
-func main() {
-	opts, err := parseFlags(os.Args[1:], os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		_, _ = fmt.Fprintln(os.Stderr, "proxybench:", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = run(ctx, opts, os.Stdout, os.Stderr)
-	stop()
-	if err != nil {
-		_, _ = fmt.Fprintln(os.Stderr, "proxybench:", err)
-		os.Exit(1)
-	}
-}
+func main() { benchstat.Main("proxybench", parseFlags, run) }

@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"text/tabwriter"
 	"time"
+
+	"github.com/ctrlmesh/ctrlmesh/test/bench/internal/benchstat"
 )
 
 // Goals of the proxy, as the design states them.
@@ -63,11 +65,11 @@ func report(w io.Writer, o options, res *results) {
 		_, _ = io.WriteString(tw, "\t\n")
 	}
 	row("REQUEST", "N", "DIRECT p50", "PROXY p50", "p50 x", "DIRECT mean", "PROXY mean", "mean x", "DIRECT p99", "PROXY p99", "ADDED p99")
-	latencyRow := func(name string, direct, proxied []time.Duration) (summary, summary) {
-		d, pr := summarize(direct), summarize(proxied)
+	latencyRow := func(name string, direct, proxied []time.Duration) (benchstat.Summary, benchstat.Summary) {
+		d, pr := benchstat.Summarize(direct), benchstat.Summarize(proxied)
 		row(name, fmt.Sprint(d.N),
-			fmtMs(d.P50), fmtMs(pr.P50), fmt.Sprintf("%.2fx", ratio(pr.P50, d.P50)),
-			fmtMs(d.Mean), fmtMs(pr.Mean), fmt.Sprintf("%.2fx", ratio(pr.Mean, d.Mean)),
+			fmtMs(d.P50), fmtMs(pr.P50), fmt.Sprintf("%.2fx", benchstat.Ratio(pr.P50, d.P50)),
+			fmtMs(d.Mean), fmtMs(pr.Mean), fmt.Sprintf("%.2fx", benchstat.Ratio(pr.Mean, d.Mean)),
 			fmtMs(d.P99), fmtMs(pr.P99), fmtSignedMs(pr.P99-d.P99))
 		return d, pr
 	}
@@ -79,32 +81,32 @@ func report(w io.Writer, o options, res *results) {
 	p("")
 
 	events := o.events
-	liveD, liveP := perSecond(events, res.watchLiveDirect), perSecond(events, res.watchLiveProx)
-	repD, repP := summarize(res.replayDirect), summarize(res.replayProxied)
+	liveD, liveP := benchstat.PerSecond(events, res.watchLiveDirect), benchstat.PerSecond(events, res.watchLiveProx)
+	repD, repP := benchstat.Summarize(res.replayDirect), benchstat.Summarize(res.replayProxied)
 	row("WATCH", "EVENTS", "DIRECT", "PROXY", "PROXY/DIRECT")
 	row("live (both at once)", fmt.Sprint(events),
 		fmt.Sprintf("%.0f ev/s (%s)", liveD, fmtMs(res.watchLiveDirect)),
 		fmt.Sprintf("%.0f ev/s (%s)", liveP, fmtMs(res.watchLiveProx)),
 		fmt.Sprintf("%.2fx", liveP/liveD))
 	row(fmt.Sprintf("replay (median of %d)", repD.N), fmt.Sprint(events),
-		fmt.Sprintf("%.0f ev/s (%s)", perSecond(events, repD.P50), fmtMs(repD.P50)),
-		fmt.Sprintf("%.0f ev/s (%s)", perSecond(events, repP.P50), fmtMs(repP.P50)),
-		fmt.Sprintf("%.2fx", ratio(repD.P50, repP.P50)))
+		fmt.Sprintf("%.0f ev/s (%s)", benchstat.PerSecond(events, repD.P50), fmtMs(repD.P50)),
+		fmt.Sprintf("%.0f ev/s (%s)", benchstat.PerSecond(events, repP.P50), fmtMs(repP.P50)),
+		fmt.Sprintf("%.2fx", benchstat.Ratio(repD.P50, repP.P50)))
 	_ = tw.Flush()
 	p("live: %d writers made the %d updates in %s (%.0f writes/s, the ceiling); time = first write to each watcher's last event.",
-		o.writers, events, fmtMs(res.watchWrite), perSecond(events, res.watchWrite))
+		o.writers, events, fmtMs(res.watchWrite), benchstat.PerSecond(events, res.watchWrite))
 	p("replay: one watcher at a time re-reads the same events from the watch cache (watch from the pre-write resourceVersion), alternating order.")
 	p("")
 
-	getRatio := ratio(getP.P50, getD.P50)
+	getRatio := benchstat.Ratio(getP.P50, getD.P50)
 	added := getP.P99 - getD.P99
 	watchRatio := liveP / liveD
-	replayRatio := ratio(repD.P50, repP.P50)
+	replayRatio := benchstat.Ratio(repD.P50, repP.P50)
 	row("GOAL", "TARGET", "MEASURED", "RESULT")
-	row("GET p50 proxy/direct", fmt.Sprintf("<= %.2fx", goalGetP50Ratio), fmt.Sprintf("%.2fx", getRatio), verdict(getRatio <= goalGetP50Ratio))
-	row("GET added p99", "<= "+fmtMs(goalAddedP99), fmtSignedMs(added), verdict(added <= goalAddedP99))
-	row("WATCH live throughput proxy/direct", fmt.Sprintf(">= %.2fx", goalWatchThruRate), fmt.Sprintf("%.2fx", watchRatio), verdict(watchRatio >= goalWatchThruRate))
-	row("WATCH replay throughput proxy/direct (capacity)", fmt.Sprintf(">= %.2fx", goalWatchThruRate), fmt.Sprintf("%.2fx", replayRatio), verdict(replayRatio >= goalWatchThruRate))
+	row("GET p50 proxy/direct", fmt.Sprintf("<= %.2fx", goalGetP50Ratio), fmt.Sprintf("%.2fx", getRatio), benchstat.Verdict(getRatio <= goalGetP50Ratio))
+	row("GET added p99", "<= "+fmtMs(goalAddedP99), fmtSignedMs(added), benchstat.Verdict(added <= goalAddedP99))
+	row("WATCH live throughput proxy/direct", fmt.Sprintf(">= %.2fx", goalWatchThruRate), fmt.Sprintf("%.2fx", watchRatio), benchstat.Verdict(watchRatio >= goalWatchThruRate))
+	row("WATCH replay throughput proxy/direct (capacity)", fmt.Sprintf(">= %.2fx", goalWatchThruRate), fmt.Sprintf("%.2fx", replayRatio), benchstat.Verdict(replayRatio >= goalWatchThruRate))
 	_ = tw.Flush()
 	p("The live watch rate is bounded by the writers, so it can hardly miss; the replay row is the same goal applied to delivery capacity.")
 	p("(a benchmark reports; it does not gate: the exit status is 0 whatever the results)")

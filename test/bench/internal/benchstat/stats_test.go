@@ -1,4 +1,4 @@
-package main
+package benchstat
 
 import (
 	"math"
@@ -18,7 +18,7 @@ func ms(v ...int) []time.Duration {
 func oneToHundred() []time.Duration {
 	v := make([]int, 100)
 	for i := range v {
-		v[i] = 100 - i // descending: summarize must sort
+		v[i] = 100 - i // descending: Summarize must sort
 	}
 	return ms(v...)
 }
@@ -49,8 +49,8 @@ func TestPercentile(t *testing.T) {
 		{"p99 of 10 samples is the maximum", ms(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 0.99, 10 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := percentile(tc.samples, tc.q); got != tc.want {
-				t.Errorf("percentile(%v, %v) = %v, want %v", tc.samples, tc.q, got, tc.want)
+			if got := Percentile(tc.samples, tc.q); got != tc.want {
+				t.Errorf("Percentile(%v, %v) = %v, want %v", tc.samples, tc.q, got, tc.want)
 			}
 		})
 	}
@@ -60,20 +60,20 @@ func TestSummarize(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		samples []time.Duration
-		want    summary
+		want    Summary
 	}{
-		{"empty", nil, summary{}},
-		{"single", ms(5), summary{N: 1, Mean: 5 * time.Millisecond, P50: 5 * time.Millisecond, P99: 5 * time.Millisecond, Min: 5 * time.Millisecond, Max: 5 * time.Millisecond}},
-		{"unsorted with an outlier", ms(3, 1, 2, 100), summary{N: 4, Mean: 26500 * time.Microsecond, P50: 2 * time.Millisecond, P99: 100 * time.Millisecond, Min: time.Millisecond, Max: 100 * time.Millisecond}},
-		{"1..100 descending", oneToHundred(), summary{N: 100, Mean: 50500 * time.Microsecond, P50: 50 * time.Millisecond, P99: 99 * time.Millisecond, Min: time.Millisecond, Max: 100 * time.Millisecond}},
+		{"empty", nil, Summary{}},
+		{"single", ms(5), Summary{N: 1, Mean: 5 * time.Millisecond, P50: 5 * time.Millisecond, P99: 5 * time.Millisecond, Min: 5 * time.Millisecond, Max: 5 * time.Millisecond}},
+		{"unsorted with an outlier", ms(3, 1, 2, 100), Summary{N: 4, Mean: 26500 * time.Microsecond, P50: 2 * time.Millisecond, P99: 100 * time.Millisecond, Min: time.Millisecond, Max: 100 * time.Millisecond}},
+		{"1..100 descending", oneToHundred(), Summary{N: 100, Mean: 50500 * time.Microsecond, P50: 50 * time.Millisecond, P99: 99 * time.Millisecond, Min: time.Millisecond, Max: 100 * time.Millisecond}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := slices.Clone(tc.samples)
-			if got := summarize(in); got != tc.want {
-				t.Errorf("summarize(%v) = %+v, want %+v", tc.samples, got, tc.want)
+			if got := Summarize(in); got != tc.want {
+				t.Errorf("Summarize(%v) = %+v, want %+v", tc.samples, got, tc.want)
 			}
 			if !slices.Equal(in, tc.samples) {
-				t.Errorf("summarize modified its input: %v, was %v", in, tc.samples)
+				t.Errorf("Summarize modified its input: %v, was %v", in, tc.samples)
 			}
 		})
 	}
@@ -85,10 +85,10 @@ func TestRatioAndRate(t *testing.T) {
 		got  float64
 		want float64 // NaN: want NaN
 	}{
-		{"ratio", ratio(3*time.Millisecond, 2*time.Millisecond), 1.5},
-		{"ratio by zero", ratio(time.Millisecond, 0), math.NaN()},
-		{"rate", perSecond(5000, 2*time.Second), 2500},
-		{"rate over zero", perSecond(10, 0), math.NaN()},
+		{"Ratio", Ratio(3*time.Millisecond, 2*time.Millisecond), 1.5},
+		{"Ratio by zero", Ratio(time.Millisecond, 0), math.NaN()},
+		{"rate", PerSecond(5000, 2*time.Second), 2500},
+		{"rate over zero", PerSecond(10, 0), math.NaN()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if math.IsNaN(tc.want) != math.IsNaN(tc.got) || (!math.IsNaN(tc.want) && math.Abs(tc.got-tc.want) > 1e-9) {
@@ -96,7 +96,7 @@ func TestRatioAndRate(t *testing.T) {
 			}
 		})
 	}
-	if verdict(true) != "PASS" || verdict(false) != "MISS" {
-		t.Errorf("verdict: got %q/%q", verdict(true), verdict(false))
+	if Verdict(true) != "PASS" || Verdict(false) != "MISS" {
+		t.Errorf("Verdict: got %q/%q", Verdict(true), Verdict(false))
 	}
 }
