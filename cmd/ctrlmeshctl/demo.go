@@ -25,7 +25,6 @@ import (
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet"
 	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet/clusters"
-	"github.com/ctrlmesh/ctrlmesh/scenarios/demo-operator/operator"
 )
 
 // The demo's fleet: two members, each running two pods of the demo
@@ -221,27 +220,15 @@ func (s *session) up(ctx context.Context) error {
 			}
 		}
 	}
-	s.sc = &ctrlmeshv1alpha1.ShardingConfig{
-		ObjectMeta: metav1.ObjectMeta{Namespace: demoNamespace, Name: demoName},
-		Spec: ctrlmeshv1alpha1.ShardingConfigSpec{
-			Selector:   metav1.LabelSelector{MatchLabels: map[string]string{"app": demoName}},
-			Controller: &ctrlmeshv1alpha1.ControllerConfig{LeaderElectionName: operator.DefaultLeaderElectionID},
-			Limits: ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{
-				APIGroups: []string{""}, Resources: []string{"configmaps"},
-			}}}},
-			Clusters: ctrlmeshv1alpha1.ClusterSelection{Names: demoMembers},
-			Scope:    ctrlmeshv1alpha1.ScopePerCluster,
-			// The canary shard appears once a pod labelled track=canary
-			// runs.
-			Canary: &ctrlmeshv1alpha1.CanarySpec{
-				Selector: metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}},
-				Steps: []ctrlmeshv1alpha1.CanaryStep{
-					{Namespaces: []string{"team-a"}},
-					{Buckets: "0-3", Namespaces: []string{"team-a"}},
-				},
-				MinHealthySeconds: canaryHealthy,
-			},
+	s.sc = localfleet.ShardingConfig(demoNamespace, demoName, demoMembers)
+	// The canary shard appears once a pod labelled track=canary runs.
+	s.sc.Spec.Canary = &ctrlmeshv1alpha1.CanarySpec{
+		Selector: metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}},
+		Steps: []ctrlmeshv1alpha1.CanaryStep{
+			{Namespaces: []string{"team-a"}},
+			{Buckets: "0-3", Namespaces: []string{"team-a"}},
 		},
+		MinHealthySeconds: canaryHealthy,
 	}
 	s.step("applying ShardingConfig %s/%s: configmaps sharded per cluster over %s; canary steps for pods labelled track=canary (none yet): namespace team-a, then team-a and buckets 0-3",
 		demoNamespace, demoName, strings.Join(demoMembers, ", "))

@@ -11,6 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/scenarios/demo-operator/operator"
 )
 
 // The binaries of a pod's two containers, in Options.BinDir.
@@ -166,4 +169,23 @@ func (p *Pod) err() error {
 		return fmt.Errorf("localfleet: pod %s/%s: %w", p.Cluster, p.Name, err)
 	}
 	return nil
+}
+
+// ShardingConfig shards the demo operator pods labelled app=<name> in
+// clusters: the ConfigMaps they reconcile by namespace, and their leader
+// election per shard. It is named name, in namespace; callers add a canary
+// or change the scope.
+func ShardingConfig(namespace, name string, clusters []string) *ctrlmeshv1alpha1.ShardingConfig {
+	return &ctrlmeshv1alpha1.ShardingConfig{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: ctrlmeshv1alpha1.ShardingConfigSpec{
+			Selector:   metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Controller: &ctrlmeshv1alpha1.ControllerConfig{LeaderElectionName: operator.DefaultLeaderElectionID},
+			Limits: ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{
+				APIGroups: []string{""}, Resources: []string{"configmaps"},
+			}}}},
+			Clusters: ctrlmeshv1alpha1.ClusterSelection{Names: clusters},
+			Scope:    ctrlmeshv1alpha1.ScopePerCluster,
+		},
+	}
 }

@@ -212,21 +212,11 @@ func (f *testFleet) killPod(name string) {
 	}
 }
 
-// shardingConfig shards the demo operator's pods in both members: its
-// ConfigMaps by namespace, its leader-election lock per shard.
+// shardingConfig shards the demo operator's pods in both members.
 func shardingConfig(scope ctrlmeshv1alpha1.ShardingScope) *ctrlmeshv1alpha1.ShardingConfig {
-	return &ctrlmeshv1alpha1.ShardingConfig{
-		ObjectMeta: metav1.ObjectMeta{Namespace: opNamespace, Name: opName},
-		Spec: ctrlmeshv1alpha1.ShardingConfigSpec{
-			Selector:   metav1.LabelSelector{MatchLabels: map[string]string{"app": opName}},
-			Controller: &ctrlmeshv1alpha1.ControllerConfig{LeaderElectionName: operator.DefaultLeaderElectionID},
-			Limits: ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{
-				APIGroups: []string{""}, Resources: []string{"configmaps"},
-			}}}},
-			Clusters: ctrlmeshv1alpha1.ClusterSelection{Names: []string{member1, member2}},
-			Scope:    scope,
-		},
-	}
+	sc := localfleet.ShardingConfig(opNamespace, opName, []string{member1, member2})
+	sc.Spec.Scope = scope
+	return sc
 }
 
 // managedObjects creates perNamespace managed ConfigMaps in each of the

@@ -25,7 +25,6 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet/clusters"
 	ctrlmeshscheme "github.com/ctrlmesh/ctrlmesh/pkg/scheme"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
-	"github.com/ctrlmesh/ctrlmesh/scenarios/demo-operator/operator"
 )
 
 // The operator's pods run in opNamespace, sharded by the ShardingConfig
@@ -165,23 +164,6 @@ func (b *bench) startFleet(ctx context.Context, dir string, members []string) (*
 func (b *bench) stopFleet(f *localfleet.Fleet) error {
 	b.step("stopping the fleet")
 	return f.Stop()
-}
-
-// newShardingConfig shards the demo operator's ConfigMaps per cluster over
-// members, for the pods labelled app=demo-operator.
-func newShardingConfig(members []string) *ctrlmeshv1alpha1.ShardingConfig {
-	return &ctrlmeshv1alpha1.ShardingConfig{
-		ObjectMeta: metav1.ObjectMeta{Namespace: opNamespace, Name: opName},
-		Spec: ctrlmeshv1alpha1.ShardingConfigSpec{
-			Selector:   metav1.LabelSelector{MatchLabels: map[string]string{appLabel: opName}},
-			Controller: &ctrlmeshv1alpha1.ControllerConfig{LeaderElectionName: operator.DefaultLeaderElectionID},
-			Limits: ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{
-				APIGroups: []string{""}, Resources: []string{"configmaps"},
-			}}}},
-			Clusters: ctrlmeshv1alpha1.ClusterSelection{Names: members},
-			Scope:    ctrlmeshv1alpha1.ScopePerCluster,
-		},
-	}
 }
 
 // startPod starts an operator pod labelled for the ShardingConfig, its

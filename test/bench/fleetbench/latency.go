@@ -94,7 +94,7 @@ func (b *bench) latency(ctx context.Context, res *results) (_ *editResult, _ *fa
 		}
 	}
 	b.step("ShardingConfig over %v, PerCluster; waiting until every pod serves and enforces", latencyMembers)
-	if err := f.Hub.Client.Create(ctx, newShardingConfig(latencyMembers)); err != nil {
+	if err := f.Hub.Client.Create(ctx, localfleet.ShardingConfig(opNamespace, opName, latencyMembers)); err != nil {
 		return nil, nil, fmt.Errorf("creating the ShardingConfig: %w", err)
 	}
 	if err := b.settle(ctx, lf); err != nil {

@@ -80,7 +80,7 @@ func (b *bench) memory(ctx context.Context, res *results) (_ *memoryResult, err 
 	}
 
 	// 1. Idle: one pod serving every bucket, no ConfigMap yet.
-	sc := newShardingConfig([]string{memoryMember})
+	sc := localfleet.ShardingConfig(opNamespace, opName, []string{memoryMember})
 	b.step("ShardingConfig over %s; idle pod %s-idle serving all %d buckets, no managed ConfigMap yet", memoryMember, opName, buckets)
 	if err := f.Hub.Client.Create(ctx, sc); err != nil {
 		return nil, fmt.Errorf("creating the ShardingConfig: %w", err)
