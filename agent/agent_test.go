@@ -1,14 +1,12 @@
 package agent_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -38,6 +36,7 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 	"github.com/ctrlmesh/ctrlmesh/test/certs"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
+	"github.com/ctrlmesh/ctrlmesh/test/golden"
 )
 
 var update = flag.Bool("update", false, "rewrite deploy/rbac/agent-member.yaml from agent.MemberRBAC")
@@ -45,23 +44,12 @@ var update = flag.Bool("update", false, "rewrite deploy/rbac/agent-member.yaml f
 // The static file is the rendering of MemberRBAC for the namespace
 // "ctrlmesh", so the two never drift apart.
 func TestMemberRBACFile(t *testing.T) {
-	path := filepath.Join("..", "deploy", "rbac", "agent-member.yaml")
 	want, err := agent.RenderMemberRBAC("ctrlmesh")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *update {
-		if err := os.WriteFile(path, want, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from RenderMemberRBAC(\"ctrlmesh\"); run 'go test ./agent -run TestMemberRBACFile -update'", path)
-	}
+	golden.Check(t, filepath.Join("..", "deploy", "rbac", "agent-member.yaml"), want, *update,
+		`RenderMemberRBAC("ctrlmesh")`, "go test ./agent -run TestMemberRBACFile -update")
 }
 
 const (

@@ -1,7 +1,6 @@
 package hub_test
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -40,6 +39,7 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/scenarios/demo-operator/operator"
 	"github.com/ctrlmesh/ctrlmesh/test/certs"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
+	"github.com/ctrlmesh/ctrlmesh/test/golden"
 )
 
 var members = []string{"member1", "member2"}
@@ -48,23 +48,12 @@ var update = flag.Bool("update", false, "rewrite deploy/rbac/hub.yaml from hub.R
 
 // The static file is the rendering of RBAC for the namespace "ctrlmesh".
 func TestRBACFile(t *testing.T) {
-	path := filepath.Join("..", "deploy", "rbac", "hub.yaml")
 	want, err := hub.RenderRBAC("ctrlmesh")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *update {
-		if err := os.WriteFile(path, want, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from RenderRBAC(\"ctrlmesh\"); run 'go test ./hub -run TestRBACFile -update'", path)
-	}
+	golden.Check(t, filepath.Join("..", "deploy", "rbac", "hub.yaml"), want, *update,
+		`RenderRBAC("ctrlmesh")`, "go test ./hub -run TestRBACFile -update")
 }
 
 func TestMain(m *testing.M) {

@@ -1,10 +1,8 @@
 package join_test
 
 import (
-	"bytes"
 	"context"
 	"flag"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -25,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ctrlmesh/ctrlmesh/agent/join"
+	"github.com/ctrlmesh/ctrlmesh/test/golden"
 )
 
 var update = flag.Bool("update", false, "rewrite deploy/rbac/agent-hub.yaml from AgentHubRBAC")
@@ -32,23 +31,12 @@ var update = flag.Bool("update", false, "rewrite deploy/rbac/agent-hub.yaml from
 // The static file is the rendering of AgentHubRBAC for "example", so the two
 // never drift apart.
 func TestAgentHubRBACFile(t *testing.T) {
-	path := filepath.Join("..", "..", "deploy", "rbac", "agent-hub.yaml")
 	want, err := join.RenderAgentHubRBAC("example")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *update {
-		if err := os.WriteFile(path, want, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from RenderAgentHubRBAC(\"example\"); run 'go test ./agent/join -run TestAgentHubRBACFile -update'\n--- file\n%s\n--- function\n%s", path, got, want)
-	}
+	golden.Check(t, filepath.Join("..", "..", "deploy", "rbac", "agent-hub.yaml"), want, *update,
+		`RenderAgentHubRBAC("example")`, "go test ./agent/join -run TestAgentHubRBACFile -update")
 }
 
 func work(ns, name string) *workv1alpha1.Work {
