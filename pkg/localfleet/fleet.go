@@ -294,13 +294,17 @@ func (f *Fleet) Stop() error {
 	f.mu.Lock()
 	pods := f.pods
 	f.pods = nil
+	components := make([]string, 0, len(f.components))
+	for name := range f.components {
+		components = append(components, name)
+	}
 	f.mu.Unlock()
 	for _, p := range pods {
 		p.kill()
 	}
 	f.cancel()
 	var errs []error
-	for name := range f.components {
+	for _, name := range components {
 		errs = append(errs, f.stop(name))
 	}
 	errs = append(errs, f.clusters.Stop())
