@@ -81,8 +81,8 @@ func startFleet(t *testing.T, ctx context.Context) *testFleet {
 		}
 	})
 	f := &testFleet{hub: fleet.Cluster("hub"), member: fleet.Cluster(cluster), execNS: names.GenerateExecutionSpaceName(cluster)}
-	mustCreate(t, ctx, f.hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: join.AgentNamespace}})
-	mustCreate(t, ctx, f.member.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opsNamespace}})
+	env.Create(t, ctx, f.hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: join.AgentNamespace}})
+	env.Create(t, ctx, f.member.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opsNamespace}})
 	if f.agentHub, f.agentMember, err = localfleet.PrepareAgent(ctx, f.hub, f.member, cluster, agentNamespace); err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestStandaloneAgent(t *testing.T) {
 	stopAgent := f.startAgent(t, ctx, true)
 
 	// Join and heartbeat.
-	eventually(t, "the heartbeat Lease is renewed", func() error {
+	env.Eventually(t, 30*time.Second, "the heartbeat Lease is renewed", func() error {
 		first := f.renewTime(ctx)
 		if first.IsZero() {
 			return errors.New("no heartbeat Lease yet")
@@ -176,7 +176,7 @@ func TestStandaloneAgent(t *testing.T) {
 			RawExtension: runtime.RawExtension{Raw: mustJSON(t, route())},
 		}}}},
 	}
-	mustCreate(t, ctx, f.hub.Client, work)
+	env.Create(t, ctx, f.hub.Client, work)
 	time.Sleep(3 * time.Second)
 	if err := f.member.Client.Get(ctx, client.ObjectKey{Namespace: opsNamespace, Name: "demo-op"}, &ctrlmeshv1alpha1.ShardRoute{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the rules reached the member before the hub accepted it: %v", err)
@@ -187,7 +187,7 @@ func TestStandaloneAgent(t *testing.T) {
 	if err := f.hub.Client.Update(ctx, &mc); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the Work's ShardRoute is applied in the member", func() error {
+	env.Eventually(t, 30*time.Second, "the Work's ShardRoute is applied in the member", func() error {
 		var r ctrlmeshv1alpha1.ShardRoute
 		return f.member.Client.Get(ctx, client.ObjectKey{Namespace: opsNamespace, Name: "demo-op"}, &r)
 	})
@@ -199,7 +199,7 @@ func TestStandaloneAgent(t *testing.T) {
 		}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "operator", Image: "example.com/demo-op"}}},
 	}
-	eventually(t, "a labelled pod is created with the proxy injected", func() error {
+	env.Eventually(t, 30*time.Second, "a labelled pod is created with the proxy injected", func() error {
 		p := pod.DeepCopy()
 		if err := f.member.Client.Create(ctx, p); err != nil {
 			return err
@@ -220,18 +220,18 @@ func TestStandaloneAgent(t *testing.T) {
 
 	// The status shows the pod, and flows into the Work: unhealthy until
 	// the pod's proxy reports the rules hash, healthy after.
-	eventually(t, "the Work reports the pod, its proxy pending", func() error {
+	env.Eventually(t, 30*time.Second, "the Work reports the pod, its proxy pending", func() error {
 		return f.workHealth(ctx, workv1alpha1.ResourceUnhealthy, "demo-op-0")
 	})
 	reportHash(t, ctx, f.member.Client, "demo-op-0", "hash-1")
-	eventually(t, "the Work reports the route healthy", func() error {
+	env.Eventually(t, 30*time.Second, "the Work reports the route healthy", func() error {
 		return f.workHealth(ctx, workv1alpha1.ResourceHealthy, "demo-op-0")
 	})
 
 	// Label mode (the member has no KEP-5866): the labelling webhook labels
 	// new ConfigMaps.
-	mustCreate(t, ctx, f.member.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}})
-	eventually(t, "a new ConfigMap is labelled by the webhook", func() error {
+	env.Create(t, ctx, f.member.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}})
+	env.Eventually(t, 30*time.Second, "a new ConfigMap is labelled by the webhook", func() error {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", GenerateName: "cm-"}}
 		if err := f.member.Client.Create(ctx, cm); err != nil {
 			return err
@@ -250,7 +250,7 @@ func TestStandaloneAgent(t *testing.T) {
 	if err := f.hub.Client.Delete(ctx, work); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the ShardRoute is deleted with its Work", func() error {
+	env.Eventually(t, 30*time.Second, "the ShardRoute is deleted with its Work", func() error {
 		err := f.member.Client.Get(ctx, client.ObjectKey{Namespace: opsNamespace, Name: "demo-op"}, &ctrlmeshv1alpha1.ShardRoute{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -273,10 +273,10 @@ func TestKarmadaModeAgent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	f := startFleet(t, ctx)
-	mustCreate(t, ctx, f.hub.Client, &clusterv1.ManagedCluster{
+	env.Create(t, ctx, f.hub.Client, &clusterv1.ManagedCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: cluster}, Spec: clusterv1.ManagedClusterSpec{HubAcceptsClient: true},
 	})
-	mustCreate(t, ctx, f.hub.Client, &workv1alpha1.Work{
+	env.Create(t, ctx, f.hub.Client, &workv1alpha1.Work{
 		ObjectMeta: metav1.ObjectMeta{Namespace: f.execNS, Name: "other-op"},
 		Spec: workv1alpha1.WorkSpec{Workload: workv1alpha1.WorkloadTemplate{Manifests: []workv1alpha1.Manifest{{
 			RawExtension: runtime.RawExtension{Raw: mustJSON(t, func() *ctrlmeshv1alpha1.ShardRoute { r := route(); r.Name = "other-op"; return r }())},
@@ -284,8 +284,8 @@ func TestKarmadaModeAgent(t *testing.T) {
 	})
 	f.startAgent(t, ctx, false)
 	// Karmada's execution controller applied this one.
-	mustCreate(t, ctx, f.member.Client, route())
-	eventually(t, "the agent reports the route's status", func() error {
+	env.Create(t, ctx, f.member.Client, route())
+	env.Eventually(t, 30*time.Second, "the agent reports the route's status", func() error {
 		var r ctrlmeshv1alpha1.ShardRoute
 		if err := f.member.Client.Get(ctx, client.ObjectKey{Namespace: opsNamespace, Name: "demo-op"}, &r); err != nil {
 			return err
@@ -368,13 +368,6 @@ func (f *testFleet) renewTime(ctx context.Context) time.Time {
 	return lease.Spec.RenewTime.Time
 }
 
-func mustCreate(t *testing.T, ctx context.Context, c client.Client, obj client.Object) {
-	t.Helper()
-	if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
-	}
-}
-
 func mustJSON(t *testing.T, v any) []byte {
 	t.Helper()
 	data, err := json.Marshal(v)
@@ -392,20 +385,4 @@ func freePort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
-}
-
-// eventually retries check for up to 30 seconds.
-func eventually(t *testing.T, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }

@@ -211,7 +211,7 @@ func (f *testFleet) startPod(t *testing.T, ctx context.Context, cluster, namespa
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: labels},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "operator", Image: "example.com/" + app}}},
 	}
-	mustCreate(t, ctx, m.Client, pod)
+	env.Create(t, ctx, m.Client, pod)
 	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1",
 		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
 	if err := m.Client.Status().Update(ctx, pod); err != nil {
@@ -275,7 +275,7 @@ func shardingConfig(namespace, name string, scope ctrlmeshv1alpha1.ShardingScope
 func (f *testFleet) waitReady(t *testing.T, ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, shards int32, within time.Duration) map[string]map[string]sharding.Set {
 	t.Helper()
 	var got ctrlmeshv1alpha1.ShardingConfig
-	eventuallyWithin(t, within, fmt.Sprintf("ShardingConfig %s Ready with %d shards", sc.Name, shards), func() error {
+	env.Eventually(t, within, fmt.Sprintf("ShardingConfig %s Ready with %d shards", sc.Name, shards), func() error {
 		if err := f.hub.Client.Get(ctx, client.ObjectKeyFromObject(sc), &got); err != nil {
 			return err
 		}
@@ -347,10 +347,10 @@ func TestPerClusterPlacement(t *testing.T) {
 	defer cancel()
 	f := startFleet(t, ctx)
 	for _, m := range members {
-		mustCreate(t, ctx, f.members[m].Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ops"}})
+		env.Create(t, ctx, f.members[m].Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ops"}})
 		f.startAgent(t, ctx, m)
 	}
-	mustCreate(t, ctx, f.hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ops"}})
+	env.Create(t, ctx, f.hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ops"}})
 	hubRun := f.startHub(t, ctx)
 	pods := map[string]*operatorPod{}
 	for _, m := range members {
@@ -361,7 +361,7 @@ func TestPerClusterPlacement(t *testing.T) {
 	}
 	sc := shardingConfig("ops", "demo-op", ctrlmeshv1alpha1.ScopePerCluster)
 	sc.Spec.Controller = &ctrlmeshv1alpha1.ControllerConfig{LeaderElectionName: operator.DefaultLeaderElectionID}
-	mustCreate(t, ctx, f.hub.Client, sc)
+	env.Create(t, ctx, f.hub.Client, sc)
 	before := f.waitReady(t, ctx, sc, 4, 90*time.Second)
 	for _, m := range members {
 		checkPartition(t, before[m], 32)
@@ -493,9 +493,9 @@ func TestCanarySteps(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	f := startFleet(t, ctx, env.FeatureShardedListAndWatch)
-	mustCreate(t, ctx, f.members["member1"].Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "canary-ops"}})
+	env.Create(t, ctx, f.members["member1"].Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "canary-ops"}})
 	f.startAgent(t, ctx, "member1")
-	mustCreate(t, ctx, f.hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "canary-ops"}})
+	env.Create(t, ctx, f.hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "canary-ops"}})
 	f.startHub(t, ctx)
 	f.startPod(t, ctx, "member1", "canary-ops", "canary-op", "canary-op-0")
 	f.startPod(t, ctx, "member1", "canary-ops", "canary-op", "canary-op-1")
@@ -507,10 +507,10 @@ func TestCanarySteps(t *testing.T) {
 		Steps:             []ctrlmeshv1alpha1.CanaryStep{{Buckets: "0-3"}, {Buckets: "0-7", Namespaces: []string{"team-x"}}},
 		MinHealthySeconds: 2,
 	}
-	mustCreate(t, ctx, f.hub.Client, sc)
+	env.Create(t, ctx, f.hub.Client, sc)
 
 	var got ctrlmeshv1alpha1.ShardingConfig
-	eventuallyWithin(t, 90*time.Second, "the canary reaches its last step, Ready", func() error {
+	env.Eventually(t, 90*time.Second, "the canary reaches its last step, Ready", func() error {
 		if err := f.hub.Client.Get(ctx, client.ObjectKeyFromObject(sc), &got); err != nil {
 			return err
 		}
@@ -544,7 +544,7 @@ func TestCanarySteps(t *testing.T) {
 	if err := f.hub.Client.Delete(ctx, sc); err != nil {
 		t.Fatal(err)
 	}
-	eventuallyWithin(t, 30*time.Second, "the ShardingConfig, its Work and its ShardRoute are gone", func() error {
+	env.Eventually(t, 30*time.Second, "the ShardingConfig, its Work and its ShardRoute are gone", func() error {
 		if err := f.hub.Client.Get(ctx, client.ObjectKeyFromObject(sc), &ctrlmeshv1alpha1.ShardingConfig{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("ShardingConfig: %v", err)
 		}
@@ -572,14 +572,14 @@ func TestFleetFailover(t *testing.T) {
 	f := startFleet(t, ctx)
 	agents := map[string]*stopper{}
 	for _, m := range members {
-		mustCreate(t, ctx, f.members[m].Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fleet-ops"}})
+		env.Create(t, ctx, f.members[m].Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fleet-ops"}})
 		agents[m] = f.startAgent(t, ctx, m)
 		f.startPod(t, ctx, m, "fleet-ops", "fleet-op", "fleet-op-0")
 	}
-	mustCreate(t, ctx, f.hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fleet-ops"}})
+	env.Create(t, ctx, f.hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fleet-ops"}})
 	f.startHub(t, ctx)
 	sc := shardingConfig("fleet-ops", "fleet-op", ctrlmeshv1alpha1.ScopeFleet)
-	mustCreate(t, ctx, f.hub.Client, sc)
+	env.Create(t, ctx, f.hub.Client, sc)
 	before := f.waitReady(t, ctx, sc, 2, 90*time.Second)
 	all := map[string]sharding.Set{}
 	for _, m := range members {
@@ -595,7 +595,7 @@ func TestFleetFailover(t *testing.T) {
 	start := time.Now()
 	agents["member2"].Stop()
 	var got ctrlmeshv1alpha1.ShardingConfig
-	eventuallyWithin(t, 30*time.Second, "member1 serves every bucket", func() error {
+	env.Eventually(t, 30*time.Second, "member1 serves every bucket", func() error {
 		if err := f.hub.Client.Get(ctx, client.ObjectKeyFromObject(sc), &got); err != nil {
 			return err
 		}
@@ -679,13 +679,6 @@ func checkRevokedBeforeGranted(t *testing.T, versions []routeVersion, pod string
 	t.Errorf("no rule version had %s pending for %s before granting them (%d versions)", granted, pod, len(versions))
 }
 
-func mustCreate(t *testing.T, ctx context.Context, c client.Client, obj client.Object) {
-	t.Helper()
-	if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
-	}
-}
-
 func freePort(t *testing.T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -694,17 +687,4 @@ func freePort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
-}
-
-func eventuallyWithin(t *testing.T, within time.Duration, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = check(); err == nil {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("%s: not within %v: %v", what, within, err)
 }

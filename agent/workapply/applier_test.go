@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
 // TestApplyLifecycle follows one Work: applied, edited, its route's status
@@ -33,7 +34,7 @@ func TestApplyLifecycle(t *testing.T) {
 	if err := hub.Client.Create(ctx, work); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the ShardRoute is applied with Karmada's label and annotations", func() error {
+	env.Eventually(t, 30*time.Second, "the ShardRoute is applied with Karmada's label and annotations", func() error {
 		r, err := getRoute(ctx, a.memberNS, "op")
 		if err != nil {
 			return err
@@ -45,7 +46,7 @@ func TestApplyLifecycle(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, "the Work reports the route applied, with no status yet", func() error {
+	env.Eventually(t, 30*time.Second, "the Work reports the route applied, with no status yet", func() error {
 		w, err := getWork(ctx, a.execNS, "rules")
 		if err != nil {
 			return err
@@ -69,7 +70,7 @@ func TestApplyLifecycle(t *testing.T) {
 		w.Spec.Workload.Manifests[0].Raw = mustJSON(t, route(a.memberNS, "op", "hash-2"))
 	})
 	var applied *ctrlmeshv1alpha1.ShardRoute
-	eventually(t, "the edit reaches the member", func() error {
+	env.Eventually(t, 30*time.Second, "the edit reaches the member", func() error {
 		var err error
 		applied, err = getRoute(ctx, a.memberNS, "op")
 		if err != nil {
@@ -101,7 +102,7 @@ func TestApplyLifecycle(t *testing.T) {
 		if err := member.Client.Status().Update(ctx, applied); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, fmt.Sprintf("ProxiesReady %s is reflected as %s", tc.proxiesReady, tc.want), func() error {
+		env.Eventually(t, 30*time.Second, fmt.Sprintf("ProxiesReady %s is reflected as %s", tc.proxiesReady, tc.want), func() error {
 			w, err := getWork(ctx, a.execNS, "rules")
 			if err != nil {
 				return err
@@ -149,7 +150,7 @@ func TestApplyLifecycle(t *testing.T) {
 	if err := member.Client.Delete(ctx, r2); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the deleted route is recreated", func() error {
+	env.Eventually(t, 30*time.Second, "the deleted route is recreated", func() error {
 		r3, err := getRoute(ctx, a.memberNS, "op")
 		if err != nil {
 			return err
@@ -164,7 +165,7 @@ func TestApplyLifecycle(t *testing.T) {
 	if err := hub.Client.Delete(ctx, w2); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the route of the deleted Work is deleted", func() error { return notFound(ctx, a.memberNS, "op") })
+	env.Eventually(t, 30*time.Second, "the route of the deleted Work is deleted", func() error { return notFound(ctx, a.memberNS, "op") })
 }
 
 // TestDeleteWhileStopped: a Work deleted while no applier runs loses its
@@ -181,7 +182,7 @@ func TestDeleteWhileStopped(t *testing.T) {
 		}
 	}
 	var kept *ctrlmeshv1alpha1.ShardRoute
-	eventually(t, "both routes are applied", func() error {
+	env.Eventually(t, 30*time.Second, "both routes are applied", func() error {
 		if _, err := getRoute(ctx, a.memberNS, "gone"); err != nil {
 			return err
 		}
@@ -206,7 +207,7 @@ func TestDeleteWhileStopped(t *testing.T) {
 	}
 
 	a.start(t)
-	eventually(t, "the routes of missing Works are deleted", func() error {
+	env.Eventually(t, 30*time.Second, "the routes of missing Works are deleted", func() error {
 		return errors.Join(notFound(ctx, a.memberNS, "gone"), notFound(ctx, a.memberNS, "orphan"))
 	})
 	for _, name := range []string{"kept", "unmanaged"} {
@@ -258,7 +259,7 @@ func TestConflicts(t *testing.T) {
 				if err := hub.Client.Create(ctx, newWork(a.execNS, name+"-first", mustJSON(t, route(a.memberNS, name, "theirs")))); err != nil {
 					t.Fatal(err)
 				}
-				eventually(t, "the first Work is applied", func() error {
+				env.Eventually(t, 30*time.Second, "the first Work is applied", func() error {
 					_, err := getRoute(ctx, a.memberNS, name)
 					return err
 				})
@@ -280,7 +281,7 @@ func TestConflicts(t *testing.T) {
 			if err := hub.Client.Create(ctx, newWork(a.execNS, tc.name, mustJSON(t, route(a.memberNS, tc.name, "ours")))); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, "the Work reports the conflict", func() error {
+			env.Eventually(t, 30*time.Second, "the Work reports the conflict", func() error {
 				work, err := getWork(ctx, a.execNS, tc.name)
 				if err != nil {
 					return err
@@ -294,7 +295,7 @@ func TestConflicts(t *testing.T) {
 				}
 				return nil
 			})
-			eventually(t, "a Warning Event names the conflict on the member route", func() error {
+			env.Eventually(t, 30*time.Second, "a Warning Event names the conflict on the member route", func() error {
 				var events corev1.EventList
 				if err := member.Client.List(ctx, &events, client.InNamespace(a.memberNS)); err != nil {
 					return err
@@ -316,7 +317,7 @@ func TestConflicts(t *testing.T) {
 			}
 
 			tc.resolve(t, tc.name)
-			eventually(t, "once resolved, the Work is applied", func() error {
+			env.Eventually(t, 30*time.Second, "once resolved, the Work is applied", func() error {
 				r, err := getRoute(ctx, a.memberNS, tc.name)
 				if err != nil {
 					return err
@@ -378,7 +379,7 @@ func TestBadManifests(t *testing.T) {
 			if err := hub.Client.Create(ctx, newWork(a.execNS, tc.name, tc.manifests...)); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, "the Work says why it is not applied", func() error {
+			env.Eventually(t, 30*time.Second, "the Work says why it is not applied", func() error {
 				w, err := getWork(ctx, a.execNS, tc.name)
 				if err != nil {
 					return err
@@ -404,7 +405,7 @@ func TestBadManifests(t *testing.T) {
 		t.Fatal(err)
 	}
 	var good *ctrlmeshv1alpha1.ShardRoute
-	eventually(t, "the good Work is applied", func() error {
+	env.Eventually(t, 30*time.Second, "the good Work is applied", func() error {
 		var err error
 		good, err = getRoute(ctx, a.memberNS, "good")
 		return err
@@ -412,7 +413,7 @@ func TestBadManifests(t *testing.T) {
 	updateWork(t, ctx, a.execNS, "good", func(w *workv1alpha1.Work) {
 		w.Spec.Workload.Manifests = append(w.Spec.Workload.Manifests, w.Spec.Workload.Manifests[0])
 	})
-	eventually(t, "the bad edit is refused", func() error {
+	env.Eventually(t, 30*time.Second, "the bad edit is refused", func() error {
 		w, err := getWork(ctx, a.execNS, "good")
 		if err != nil {
 			return err

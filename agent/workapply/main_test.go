@@ -66,13 +66,6 @@ type agent struct {
 	memberConfig *rest.Config
 }
 
-func createIgnoringExisting(t *testing.T, ctx context.Context, c client.Client, obj client.Object) {
-	t.Helper()
-	if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
-	}
-}
-
 // newAgent sets up the hub as its admin does for a new member (namespaces,
 // ServiceAccount, AgentHubRBAC) and a member identity with the applier's
 // member RBAC.
@@ -82,11 +75,11 @@ func newAgent(t *testing.T, ctx context.Context, base string) *agent {
 	a.execNS, a.memberNS = names.GenerateExecutionSpaceName(a.cluster), a.cluster
 
 	for _, ns := range []string{a.execNS, join.AgentNamespace} {
-		createIgnoringExisting(t, ctx, hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		env.Create(t, ctx, hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	}
-	createIgnoringExisting(t, ctx, hub.Client, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: join.AgentNamespace, Name: join.AgentServiceAccount(a.cluster)}})
+	env.Create(t, ctx, hub.Client, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: join.AgentNamespace, Name: join.AgentServiceAccount(a.cluster)}})
 	for _, obj := range join.AgentHubRBAC(a.cluster) {
-		createIgnoringExisting(t, ctx, hub.Client, obj)
+		env.Create(t, ctx, hub.Client, obj)
 	}
 	var err error
 	if a.hubConfig, err = hub.AddUser(join.AgentUserName(a.cluster), "system:serviceaccounts", "system:serviceaccounts:"+join.AgentNamespace); err != nil {
@@ -94,9 +87,9 @@ func newAgent(t *testing.T, ctx context.Context, base string) *agent {
 	}
 
 	memberUser := "ctrlmesh-agent-" + a.cluster
-	createIgnoringExisting(t, ctx, member.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: a.memberNS}})
-	createIgnoringExisting(t, ctx, member.Client, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: memberUser}, Rules: workapply.MemberRBACRules()})
-	createIgnoringExisting(t, ctx, member.Client, &rbacv1.ClusterRoleBinding{
+	env.Create(t, ctx, member.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: a.memberNS}})
+	env.Create(t, ctx, member.Client, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: memberUser}, Rules: workapply.MemberRBACRules()})
+	env.Create(t, ctx, member.Client, &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: memberUser},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: memberUser},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: memberUser}},
@@ -180,22 +173,6 @@ func newWork(ns, name string, manifests ...[]byte) *workv1alpha1.Work {
 		w.Spec.Workload.Manifests = append(w.Spec.Workload.Manifests, workv1alpha1.Manifest{RawExtension: runtime.RawExtension{Raw: m}})
 	}
 	return w
-}
-
-// eventually polls check until it returns nil, failing the test after 30 s.
-func eventually(t *testing.T, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still not so after 30 s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 func getRoute(ctx context.Context, ns, name string) (*ctrlmeshv1alpha1.ShardRoute, error) {

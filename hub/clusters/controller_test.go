@@ -19,6 +19,7 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/agent/join"
 	"github.com/ctrlmesh/ctrlmesh/hub/clusters"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
+	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
 const (
@@ -56,7 +57,7 @@ func TestAutoAccept(t *testing.T) {
 	c, _ := startController(t, clusters.Options{AutoAccept: true})
 	name := unique("auto")
 	createCluster(t, ctx, name, false)
-	eventually(t, 20*time.Second, "auto-acceptance", func() error {
+	env.Eventually(t, 20*time.Second, "auto-acceptance", func() error {
 		if err := acceptedWithNamespace(ctx, c, name); err != nil {
 			return err
 		}
@@ -84,7 +85,7 @@ func TestAcceptByAdmin(t *testing.T) {
 	name := unique("manual")
 	createCluster(t, ctx, name, false)
 	// Once the controller has written the condition it has done all it does.
-	eventually(t, 20*time.Second, "the pending cluster", func() error {
+	env.Eventually(t, 20*time.Second, "the pending cluster", func() error {
 		if err := conditionIs(ctx, name, hubAccepted, metav1.ConditionFalse, clusters.ReasonNotAccepted); err != nil {
 			return err
 		}
@@ -102,7 +103,7 @@ func TestAcceptByAdmin(t *testing.T) {
 	if err := hub.Client.Update(ctx, mc); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "acceptance by the admin", func() error { return acceptedWithNamespace(ctx, c, name) })
+	env.Eventually(t, 20*time.Second, "acceptance by the admin", func() error { return acceptedWithNamespace(ctx, c, name) })
 }
 
 // runHeartbeat beats for cluster until the returned stop is called.
@@ -137,7 +138,7 @@ func TestHeartbeatAvailability(t *testing.T) {
 	c, _ := startController(t, clusters.Options{AutoAccept: true})
 	name := unique("heartbeat")
 	createCluster(t, ctx, name, true)
-	eventually(t, 20*time.Second, "the execution namespace", func() error { return acceptedWithNamespace(ctx, c, name) })
+	env.Eventually(t, 20*time.Second, "the execution namespace", func() error { return acceptedWithNamespace(ctx, c, name) })
 
 	isAvailable := func() error {
 		if err := conditionIs(ctx, name, available, metav1.ConditionTrue, clusters.ReasonAvailable); err != nil {
@@ -149,7 +150,7 @@ func TestHeartbeatAvailability(t *testing.T) {
 		return recorded(c.store, name, true, true, "")
 	}
 	stopHeartbeat := runHeartbeat(t, name, leaseDuration)
-	eventually(t, 20*time.Second, "availability with a fresh lease", isAvailable)
+	env.Eventually(t, 20*time.Second, "availability with a fresh lease", isAvailable)
 	changes := c.changesOf(name)
 	time.Sleep(leaseDuration) // renewals, each an event of the Lease
 	if got := c.changesOf(name); got != changes {
@@ -160,7 +161,7 @@ func TestHeartbeatAvailability(t *testing.T) {
 	stopHeartbeat()
 	lease := leaseOf(t, ctx, name)
 	expiry := lease.Spec.RenewTime.Add(leaseDuration)
-	eventually(t, 10*time.Second, "unavailability after the lease ran out", func() error {
+	env.Eventually(t, 10*time.Second, "unavailability after the lease ran out", func() error {
 		err := conditionIs(ctx, name, available, metav1.ConditionFalse, clusters.ReasonLeaseUpdateStopped)
 		if err == nil && time.Now().Before(expiry) {
 			t.Fatalf("unavailable at %s, before the lease's expiry %s", time.Now(), expiry)
@@ -183,7 +184,7 @@ func TestHeartbeatAvailability(t *testing.T) {
 	// The agent is back.
 	stopHeartbeat = runHeartbeat(t, name, leaseDuration)
 	defer stopHeartbeat()
-	eventually(t, 20*time.Second, "availability after renewals resumed", isAvailable)
+	env.Eventually(t, 20*time.Second, "availability after renewals resumed", isAvailable)
 }
 
 // The agent writes its claims into the status the controller writes its
@@ -194,7 +195,7 @@ func TestClaimsSurviveConditionWrites(t *testing.T) {
 	c, _ := startController(t, clusters.Options{AutoAccept: true})
 	name := unique("claims")
 	createCluster(t, ctx, name, true)
-	eventually(t, 20*time.Second, "the execution namespace", func() error { return acceptedWithNamespace(ctx, c, name) })
+	env.Eventually(t, 20*time.Second, "the execution namespace", func() error { return acceptedWithNamespace(ctx, c, name) })
 
 	const counterClaim = "counter.test.ctrlmesh.io"
 	member := hubDiscovery(t)
@@ -222,10 +223,10 @@ func TestClaimsSurviveConditionWrites(t *testing.T) {
 		if err := hb.Renew(ctx); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "available", func() error {
+		env.Eventually(t, 10*time.Second, "available", func() error {
 			return conditionIs(ctx, name, available, metav1.ConditionTrue, clusters.ReasonAvailable)
 		})
-		eventually(t, 10*time.Second, "unavailable", func() error {
+		env.Eventually(t, 10*time.Second, "unavailable", func() error {
 			return conditionIs(ctx, name, available, metav1.ConditionFalse, clusters.ReasonLeaseUpdateStopped)
 		})
 	}
@@ -265,7 +266,7 @@ func TestRestartRebuildsWithoutWrites(t *testing.T) {
 	createCluster(t, ctx, pending, false)
 	createCluster(t, ctx, noLease, true)
 	for _, name := range []string{fresh, expired, noLease} {
-		eventually(t, 20*time.Second, "the execution namespace", func() error { return acceptedWithNamespace(ctx, first, name) })
+		env.Eventually(t, 20*time.Second, "the execution namespace", func() error { return acceptedWithNamespace(ctx, first, name) })
 	}
 	if err := (&join.Heartbeat{Hub: hub.Client, ClusterName: fresh, Identity: "agent-0", LeaseDuration: 10 * time.Minute}).Renew(ctx); err != nil {
 		t.Fatal(err)
@@ -282,7 +283,7 @@ func TestRestartRebuildsWithoutWrites(t *testing.T) {
 		pending: {false, false, clusters.ReasonNoHeartbeat},
 		noLease: {true, false, clusters.ReasonNoHeartbeat},
 	}
-	eventually(t, 20*time.Second, "the first hub's state", func() error {
+	env.Eventually(t, 20*time.Second, "the first hub's state", func() error {
 		for name, w := range want {
 			if err := recorded(first.store, name, w.accepted, w.available, w.reason); err != nil {
 				return err
@@ -316,7 +317,7 @@ func TestRestartRebuildsWithoutWrites(t *testing.T) {
 	before := versions()
 
 	second, _ := startController(t, clusters.Options{})
-	eventually(t, 20*time.Second, "the second hub's state", func() error {
+	env.Eventually(t, 20*time.Second, "the second hub's state", func() error {
 		for name := range want {
 			old, _ := first.store.Snapshot().Cluster(name)
 			got, ok := second.store.Snapshot().Cluster(name)

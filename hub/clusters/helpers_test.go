@@ -28,6 +28,7 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/agent/join"
 	"github.com/ctrlmesh/ctrlmesh/hub/clusters"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
+	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
 // controller is one running hub controller, with its own manager and Store.
@@ -78,7 +79,7 @@ func controllerUser(t *testing.T, ctx context.Context, opts clusters.Options) *r
 		t.Fatal(err)
 	}
 	// RBAC reaches the authorizer through an informer: wait until it has.
-	eventually(t, 30*time.Second, "RBAC of the controller's user", func() error {
+	env.Eventually(t, 30*time.Second, "RBAC of the controller's user", func() error {
 		return c.List(ctx, &coordinationv1.LeaseList{}, client.MatchingFieldsSelector{
 			Selector: fields.OneTermEqualSelector("metadata.name", join.LeaseName)})
 	})
@@ -124,7 +125,7 @@ func installAcceptPolicy(t *testing.T, ctx context.Context) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 30*time.Second, "the accept policy", func() error {
+		env.Eventually(t, 30*time.Second, "the accept policy", func() error {
 			err := c.Create(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: "policy-probe"},
 				Spec: clusterv1.ManagedClusterSpec{HubAcceptsClient: true}}, client.DryRunAll)
 			if apierrors.IsForbidden(err) { // the writer's RBAC allows the create
@@ -193,23 +194,6 @@ func startController(t *testing.T, opts clusters.Options) (c *controller, stop f
 	}
 	t.Cleanup(stop)
 	return c, stop
-}
-
-// eventually retries check every 50 ms until it returns nil, failing the
-// test with its last error after timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %s: %v", what, timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 func getCluster(t *testing.T, ctx context.Context, name string) *clusterv1.ManagedCluster {

@@ -5,7 +5,6 @@ import (
 	"os"
 	"sync"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -37,16 +36,9 @@ var testNames env.Names
 
 func unique(base string) string { return testNames.Unique(base) }
 
-func createIgnoringExisting(t *testing.T, ctx context.Context, c client.Client, obj client.Object) {
-	t.Helper()
-	if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
-	}
-}
-
 func createNamespace(t *testing.T, ctx context.Context, c client.Client, name string) {
 	t.Helper()
-	createIgnoringExisting(t, ctx, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	env.Create(t, ctx, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
 }
 
 var (
@@ -84,20 +76,4 @@ func writerClient(t *testing.T) client.Client {
 		t.Fatalf("the writer's hub client: %v", hubWriterErr)
 	}
 	return hubWriterClient
-}
-
-// eventually polls check until it returns nil, failing the test after 30 s.
-func eventually(t *testing.T, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still not so after 30 s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }

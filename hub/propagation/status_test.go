@@ -24,6 +24,7 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/agent/join"
 	"github.com/ctrlmesh/ctrlmesh/agent/workapply"
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
 // startAgent runs member1's agent in standalone mode for cluster, as the
@@ -32,17 +33,17 @@ import (
 func startAgent(t *testing.T, ctx context.Context, cluster string) {
 	t.Helper()
 	createNamespace(t, ctx, hub.Client, join.AgentNamespace)
-	createIgnoringExisting(t, ctx, hub.Client, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: join.AgentNamespace, Name: join.AgentServiceAccount(cluster)}})
+	env.Create(t, ctx, hub.Client, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: join.AgentNamespace, Name: join.AgentServiceAccount(cluster)}})
 	for _, obj := range join.AgentHubRBAC(cluster) {
-		createIgnoringExisting(t, ctx, hub.Client, obj)
+		env.Create(t, ctx, hub.Client, obj)
 	}
 	hubConfig, err := hub.AddUser(join.AgentUserName(cluster), "system:serviceaccounts", "system:serviceaccounts:"+join.AgentNamespace)
 	if err != nil {
 		t.Fatal(err)
 	}
 	memberUser := "ctrlmesh-agent-" + cluster
-	createIgnoringExisting(t, ctx, member.Client, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: memberUser}, Rules: workapply.MemberRBACRules()})
-	createIgnoringExisting(t, ctx, member.Client, &rbacv1.ClusterRoleBinding{
+	env.Create(t, ctx, member.Client, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: memberUser}, Rules: workapply.MemberRBACRules()})
+	env.Create(t, ctx, member.Client, &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: memberUser},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: memberUser},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: memberUser}},
@@ -99,7 +100,7 @@ func TestReadStatusOfAppliedWork(t *testing.T) {
 	report := func() (Report, error) {
 		return ReadStatus(getWork(t, ctx, config, cluster))
 	}
-	eventually(t, "the Work is applied", func() error {
+	env.Eventually(t, 30*time.Second, "the Work is applied", func() error {
 		r, err := report()
 		if err != nil {
 			return err
@@ -131,7 +132,7 @@ func TestReadStatusOfAppliedWork(t *testing.T) {
 	if err := member.Client.Status().Update(ctx, &applied); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the Work reports the member's status", func() error {
+	env.Eventually(t, 30*time.Second, "the Work reports the member's status", func() error {
 		r, err := report()
 		if err != nil {
 			return err
@@ -148,7 +149,7 @@ func TestReadStatusOfAppliedWork(t *testing.T) {
 	if err := writer.Sync(ctx, config, cluster, singleShardRoute(t, config, cluster, 2)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the new rules are applied and reported", func() error {
+	env.Eventually(t, 30*time.Second, "the new rules are applied and reported", func() error {
 		r, err := report()
 		if err != nil {
 			return err

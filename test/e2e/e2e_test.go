@@ -20,7 +20,6 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
@@ -163,9 +162,9 @@ func startFleet(t *testing.T, ctx context.Context, opts localfleet.Options) *tes
 	}
 	f.logf("hub up, %s joined", strings.Join(opts.Members, ", "))
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opNamespace}}
-	mustCreate(t, ctx, f.Hub.Client, ns.DeepCopy())
+	env.Create(t, ctx, f.Hub.Client, ns.DeepCopy())
 	for _, m := range f.Members {
-		mustCreate(t, ctx, m.Client, ns.DeepCopy())
+		env.Create(t, ctx, m.Client, ns.DeepCopy())
 	}
 	return f
 }
@@ -225,14 +224,14 @@ func managedObjects(t *testing.T, ctx context.Context, c client.Client) []client
 	t.Helper()
 	var objects []client.ObjectKey
 	for _, nsName := range spreadNamespaces() {
-		mustCreate(t, ctx, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName}})
+		env.Create(t, ctx, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName}})
 		for j := range perNamespace {
 			cm := &corev1.ConfigMap{
 				ObjectMeta: metav1.ObjectMeta{Namespace: nsName, Name: fmt.Sprintf("cm-%02d", j),
 					Labels: map[string]string{operator.ManagedLabel: operator.ManagedValue}},
 				Data: map[string]string{"touch": "0"},
 			}
-			mustCreate(t, ctx, c, cm)
+			env.Create(t, ctx, c, cm)
 			objects = append(objects, client.ObjectKeyFromObject(cm))
 		}
 	}
@@ -432,7 +431,7 @@ func (w *waiter) ready(what string, since time.Time, within time.Duration, match
 	t := w.f.t
 	t.Helper()
 	var sc ctrlmeshv1alpha1.ShardingConfig
-	waitFor(t, within, what+": ShardingConfig Ready", func() error {
+	env.Eventually(t, within, what+": ShardingConfig Ready", func() error {
 		if err := w.f.Err(); err != nil {
 			return err
 		}
@@ -461,7 +460,7 @@ func (w *waiter) served(what string, since time.Time, matches func(*ctrlmeshv1al
 	t := w.f.t
 	t.Helper()
 	var sc ctrlmeshv1alpha1.ShardingConfig
-	waitFor(t, time.Until(since.Add(servedWithin)), what+": every bucket served", func() error {
+	env.Eventually(t, time.Until(since.Add(servedWithin)), what+": every bucket served", func() error {
 		if err := w.f.Hub.Client.Get(w.f.ctx, w.key, &sc); err != nil {
 			return err
 		}
@@ -563,7 +562,7 @@ func (f *testFleet) checkReconciledBy(what string, sc *ctrlmeshv1alpha1.Sharding
 	t := f.t
 	t.Helper()
 	start := time.Now()
-	waitFor(t, servedWithin, what+": objects reconciled by their owners", func() error {
+	env.Eventually(t, servedWithin, what+": objects reconciled by their owners", func() error {
 		var wrong []string
 		for _, o := range objects {
 			var list corev1.ConfigMapList
@@ -599,28 +598,4 @@ func placement(sc *ctrlmeshv1alpha1.ShardingConfig) string {
 		parts = append(parts, s)
 	}
 	return strings.Join(parts, " ")
-}
-
-func mustCreate(t *testing.T, ctx context.Context, c client.Client, obj client.Object) {
-	t.Helper()
-	if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
-	}
-}
-
-// waitFor polls check every 200 ms until it succeeds, failing the test
-// after within.
-func waitFor(t *testing.T, within time.Duration, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, within, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }

@@ -11,6 +11,7 @@ import (
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet"
 	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet/clusters"
+	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
 // TestFleetScope shards an operator whose objects live on the hub across
@@ -42,7 +43,7 @@ func TestFleetScope(t *testing.T) {
 	fleetDomain := func(string) string { return "fleet" }
 
 	sc := shardingConfig(ctrlmeshv1alpha1.ScopeFleet)
-	mustCreate(t, ctx, f.Hub.Client, sc)
+	env.Create(t, ctx, f.Hub.Client, sc)
 	w := &waiter{f: f, key: client.ObjectKeyFromObject(sc)}
 	// Ready may come before the second member's agent reported its pods;
 	// the placement then spreads over both.

@@ -13,6 +13,7 @@ import (
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet"
 	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet/clusters"
+	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
 // The members of TestNoDoubleReconcile; the disruptions hit member1 except
@@ -81,7 +82,7 @@ func testNoDoubleReconcile(t *testing.T, gates []string, canarySteps []ctrlmeshv
 		Steps:             canarySteps,
 		MinHealthySeconds: 2,
 	}
-	mustCreate(t, ctx, f.Hub.Client, sc)
+	env.Create(t, ctx, f.Hub.Client, sc)
 	w := &waiter{f: f, key: client.ObjectKeyFromObject(sc)}
 	// (user step 4) observe: two shards per member, each pod reconciling
 	// exactly the objects of its shard.
