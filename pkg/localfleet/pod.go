@@ -130,6 +130,10 @@ func (f *Fleet) StartPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 // memory use.
 func (p *Pod) OperatorPID() int { return p.operator.cmd.Process.Pid }
 
+// ProxyPID is the process ID of the pod's ctrlmesh-proxy, for reading its
+// memory use.
+func (p *Pod) ProxyPID() int { return p.proxy.cmd.Process.Pid }
+
 // setProcesses records the pod's processes, which Err reads.
 func (f *Fleet) setProcesses(p *Pod, proxy, operator *process) {
 	f.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -254,24 +255,51 @@ func union(sets ...sharding.Set) sharding.Set {
 	return out
 }
 
-// procMemory reads VmRSS and VmHWM of a process, in bytes.
-func procMemory(pid int) (rss, hwm int64, err error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+// procMemory is a process's resident memory, from /proc/<pid>/status, in
+// bytes.
+type procMemory struct {
+	// rss is VmRSS, the figure the goal is stated in; hwm is VmHWM, its
+	// peak.
+	rss, hwm int64
+	// anon is RssAnon: memory private to the process (Go heap, stacks).
+	// file is RssFile: pages mapped from files, mostly the process's own
+	// executable (one copy in memory for all the processes of one binary
+	// on one machine, but counted in the RSS of each).
+	// rss = anon + file + RssShmem.
+	anon, file int64
+}
+
+// readProcMemory reads the memory of process pid.
+func readProcMemory(pid int) (procMemory, error) {
+	path := fmt.Sprintf("/proc/%d/status", pid)
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return 0, 0, fmt.Errorf("reading the memory of process %d: %w (fleetbench reads /proc: Linux only)", pid, err)
+		return procMemory{}, fmt.Errorf("reading the memory of process %d: %w (fleetbench reads /proc: Linux only)", pid, err)
 	}
-	rss, hwm = -1, -1
+	return parseProcStatus(path, data)
+}
+
+// parseProcStatus reads the VmRSS, VmHWM, RssAnon and RssFile lines of a
+// /proc/<pid>/status file.
+func parseProcStatus(path string, data []byte) (procMemory, error) {
+	var m procMemory
+	fields := map[string]*int64{"VmRSS": &m.rss, "VmHWM": &m.hwm, "RssAnon": &m.anon, "RssFile": &m.file}
 	for _, line := range strings.Split(string(data), "\n") {
+		name, value, ok := strings.Cut(line, ":")
+		field := fields[name]
+		if !ok || field == nil {
+			continue
+		}
 		var kb int64
-		if n, _ := fmt.Sscanf(line, "VmRSS: %d kB", &kb); n == 1 {
-			rss = kb * 1024
+		if _, err := fmt.Sscanf(strings.TrimSpace(value), "%d kB", &kb); err != nil {
+			return procMemory{}, fmt.Errorf("%s: line %q: %w", path, line, err)
 		}
-		if n, _ := fmt.Sscanf(line, "VmHWM: %d kB", &kb); n == 1 {
-			hwm = kb * 1024
-		}
+		*field = kb * 1024
+		delete(fields, name)
 	}
-	if rss < 0 || hwm < 0 {
-		return 0, 0, fmt.Errorf("no VmRSS/VmHWM in /proc/%d/status", pid)
+	if len(fields) > 0 {
+		missing := slices.Sorted(maps.Keys(fields))
+		return procMemory{}, fmt.Errorf("%s: no %s line", path, strings.Join(missing, ", "))
 	}
-	return rss, hwm, nil
+	return m, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -66,5 +67,37 @@ func TestParseFlags(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"-pods-per-member=1"}, io.Discard); err == nil {
 		t.Error("one pod per member was accepted: a kill would leave no survivor")
+	}
+}
+
+func TestParseProcStatus(t *testing.T) {
+	const status = "Name:\tdemo-operator\nVmPeak:\t 1300000 kB\nVmHWM:\t   41640 kB\nVmRSS:\t   41000 kB\nRssAnon:\t   10812 kB\nRssFile:\t   30188 kB\nRssShmem:\t       0 kB\nThreads:\t12\n"
+	tests := []struct {
+		name    string
+		data    string
+		want    procMemory
+		wantErr string
+	}{
+		{name: "all fields", data: status,
+			want: procMemory{rss: 41000 * 1024, hwm: 41640 * 1024, anon: 10812 * 1024, file: 30188 * 1024}},
+		{name: "no RssAnon and RssFile (kernel before 4.5)", data: "VmHWM:\t 1 kB\nVmRSS:\t 1 kB\n", wantErr: "no RssAnon, RssFile line"},
+		{name: "not in kB", data: strings.Replace(status, "RssFile:\t   30188 kB", "RssFile:\t many", 1), wantErr: `line "RssFile:\t many"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseProcStatus("/proc/1/status", []byte(tt.data))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+		})
 	}
 }

@@ -31,10 +31,12 @@ const memoryMember = "member1"
 
 // podMemory is one operator's memory, read once it is settled.
 type podMemory struct {
-	pod      string
-	buckets  string
-	objects  int
-	rss, hwm int64
+	pod     string
+	buckets string
+	objects int
+	// operator is the demo operator's memory, the figure the goal is
+	// about; proxy is its ctrlmesh-proxy's, read at the same moment.
+	operator, proxy procMemory
 	// reconciled is how long after the pod's start every object of its
 	// share had a reconcile record with outcome written or unchanged.
 	reconciled time.Duration
@@ -97,7 +99,7 @@ func (b *bench) memory(ctx context.Context, res *results) (_ *memoryResult, err 
 		return nil, err
 	}
 	mr.idle.buckets = "0-31"
-	b.step("idle RSS %s (peak %s); killing the idle pod", mib(mr.idle.rss), mib(mr.idle.hwm))
+	b.step("idle RSS %s (peak %s); killing the idle pod", mib(mr.idle.operator.rss), mib(mr.idle.operator.hwm))
 	if err := f.KillPod(ctx, idle); err != nil {
 		return nil, err
 	}
@@ -139,7 +141,7 @@ func (b *bench) memory(ctx context.Context, res *results) (_ *memoryResult, err 
 	}
 	mr.single.buckets = "0-31"
 	b.step("single pod reconciled all %d objects after %.1fs (%.0f/s from its start); RSS %s (peak %s); killing it",
-		mr.single.objects, mr.single.reconciled.Seconds(), rate(mr.single.objects, mr.single.reconciled), mib(mr.single.rss), mib(mr.single.hwm))
+		mr.single.objects, mr.single.reconciled.Seconds(), rate(mr.single.objects, mr.single.reconciled), mib(mr.single.operator.rss), mib(mr.single.operator.hwm))
 	if err := f.KillPod(ctx, sp); err != nil {
 		return nil, err
 	}
@@ -197,7 +199,7 @@ func (b *bench) memory(ctx context.Context, res *results) (_ *memoryResult, err 
 	}
 	for i := range mems {
 		mems[i].buckets = bucketsOf[i]
-		b.step("%s: buckets %s, %d objects, RSS %s (peak %s)", mems[i].pod, mems[i].buckets, mems[i].objects, mib(mems[i].rss), mib(mems[i].hwm))
+		b.step("%s: buckets %s, %d objects, RSS %s (peak %s)", mems[i].pod, mems[i].buckets, mems[i].objects, mib(mems[i].operator.rss), mib(mems[i].operator.hwm))
 	}
 	mr.sharded = mems
 	return mr, nil
@@ -268,11 +270,15 @@ func (b *bench) settleAndReadAll(ctx context.Context, f *localfleet.Fleet, pods 
 		}
 	}
 	for i, p := range pods {
-		rss, hwm, err := procMemory(p.OperatorPID())
+		op, err := readProcMemory(p.OperatorPID())
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("operator of %s: %w", p.Name, err)
 		}
-		out[i].pod, out[i].objects, out[i].rss, out[i].hwm = p.Name, len(shares[i]), rss, hwm
+		proxy, err := readProcMemory(p.ProxyPID())
+		if err != nil {
+			return nil, fmt.Errorf("proxy of %s: %w", p.Name, err)
+		}
+		out[i].pod, out[i].objects, out[i].operator, out[i].proxy = p.Name, len(shares[i]), op, proxy
 	}
 	return out, nil
 }
