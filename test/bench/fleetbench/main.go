@@ -9,8 +9,9 @@
 //     value, over -namespaces namespaces whose names are picked with
 //     sharding.Scheme.Bucket so that every one of the 32 buckets holds as
 //     many of them as possible (names differing only in a suffix otherwise
-//     crowd into few buckets). The operator's resident memory (VmRSS, and
-//     the peak VmHWM, from /proc/<pid>/status) is read in three states,
+//     crowd into few buckets). The operator's resident memory (VmRSS, the
+//     peak VmHWM, and VmRSS's private and file parts RssAnon and RssFile,
+//     from /proc/<pid>/status; its proxy's VmRSS too) is read in three states,
 //     each time once the operator has reconciled every object it serves and
 //     its reconcile records have been quiet for -settle:
 //     an idle pod serving all 32 buckets before any ConfigMap exists (the

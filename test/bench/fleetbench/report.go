@@ -55,7 +55,7 @@ func report(w io.Writer, o options, res *results) {
 			memRow(s, s.pod, fmt.Sprintf("%.1fs", s.reconciled.Seconds()))
 		}
 		_ = tw.Flush()
-		p("RSS = ANON + FILE (+ shared memory, none here). ANON is the operator's private memory (Go heap, stacks); FILE is pages mapped from files,")
+		p("RSS = ANON + FILE + shared memory (RssShmem, not shown). ANON is the operator's private memory (Go heap, stacks); FILE is pages mapped from files,")
 		p("mostly the operator's own executable, counted in every pod that runs it. PROXY RSS is the pod's ctrlmesh-proxy sidecar, not counted in RSS.")
 		p("SHARE RECONCILED AFTER: from the pod's start until every object of its buckets had a reconcile record with outcome written or unchanged.")
 		p("The ConfigMaps were created without the operator's annotations: the single pod wrote its reconciled-by and data-hash annotations on all %d (%.0f objects/s from its start),",
