@@ -94,21 +94,21 @@ func (s *selections) beginChange(epoch uint64, unchanged func(schema.GroupResour
 	}
 	s.target = epoch
 	s.waiting = map[selectionKey]bool{}
-	carried := map[selectionKey]bool{}
 	for key, served := range s.served {
 		if served == epoch-1 && unchanged(key.gr) {
 			s.served[key] = epoch
-			carried[key] = true
 		}
 	}
+	// A key served under epoch by now (carried over above, or a watch
+	// opened under the new state before this call) waits for nothing.
 	for key := range s.open {
-		if !carried[key] {
+		if s.served[key] != epoch {
 			s.waiting[key] = true
 		}
 	}
 	for key, closed := range s.lastClosed {
 		if s.now().Sub(closed) < recentWatch {
-			if !carried[key] {
+			if s.served[key] != epoch {
 				s.waiting[key] = true
 			}
 		} else if s.open[key] == 0 {

@@ -123,7 +123,7 @@ func (s *Snapshot) SameSelectionOf(other *Snapshot, gr schema.GroupResource) boo
 	if s == nil || other == nil {
 		return s == other
 	}
-	if s.Mode != other.Mode || s.Shard != other.Shard || !s.Ownership.Equal(other.Ownership) {
+	if !s.sameShard(other) {
 		return false
 	}
 	a, aSharded := s.LimitFor(gr)
@@ -141,7 +141,7 @@ func (s *Snapshot) SameSelection(other *Snapshot) bool {
 	if s == nil || other == nil {
 		return s == other
 	}
-	if s.Mode != other.Mode || s.Shard != other.Shard || !s.Ownership.Equal(other.Ownership) || len(s.Limits) != len(other.Limits) {
+	if !s.sameShard(other) || len(s.Limits) != len(other.Limits) {
 		return false
 	}
 	for i := range s.Limits {
@@ -151,6 +151,13 @@ func (s *Snapshot) SameSelection(other *Snapshot) bool {
 		}
 	}
 	return true
+}
+
+// sameShard reports whether both (non-nil) snapshots are of one mode, one
+// shard and the same bucket ownership: the part of a selection common to
+// every resource.
+func (s *Snapshot) sameShard(other *Snapshot) bool {
+	return s.Mode == other.Mode && s.Shard == other.Shard && s.Ownership.Equal(other.Ownership)
 }
 
 // Compile checks the rules and compiles them for one pod. Errors say what is
