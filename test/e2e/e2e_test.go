@@ -223,7 +223,10 @@ func shardingConfig(scope ctrlmeshv1alpha1.ShardingScope) *ctrlmeshv1alpha1.Shar
 func managedObjects(t *testing.T, ctx context.Context, c client.Client) []client.ObjectKey {
 	t.Helper()
 	var objects []client.ObjectKey
-	for _, nsName := range spreadNamespaces() {
+	// canaryNamespace and others, each in a bucket of its own (of the
+	// default 32), so that every pod gets objects.
+	spread, _ := env.SpreadNamespaces(sharding.MustScheme(32), "t", []string{canaryNamespace}, namespaces)
+	for _, nsName := range spread {
 		env.Create(t, ctx, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName}})
 		for j := range perNamespace {
 			cm := &corev1.ConfigMap{
@@ -240,27 +243,6 @@ func managedObjects(t *testing.T, ctx context.Context, c client.Client) []client
 
 // canaryNamespace is a namespace of its own bucket that canary steps name.
 const canaryNamespace = "team-a"
-
-// spreadNamespaces names the test's namespaces: canaryNamespace and others,
-// each in a bucket of its own (of the default 32), so that every pod gets
-// objects. Names that differ only in their last bytes, such as ns-01 and
-// ns-02, share their bucket: the hash's top bits barely depend on them.
-func spreadNamespaces() []string {
-	scheme := sharding.MustScheme(32)
-	out := []string{canaryNamespace}
-	used := map[int]bool{scheme.Bucket(canaryNamespace): true}
-	for i := 0; len(out) < namespaces; i++ {
-		if i == 10000 {
-			panic("no namespace names spread over the buckets")
-		}
-		name := fmt.Sprintf("t%03d-ns", i)
-		if b := scheme.Bucket(name); !used[b] {
-			used[b] = true
-			out = append(out, name)
-		}
-	}
-	return out
-}
 
 // clusterObjects are the managed objects of one cluster.
 type clusterObjects struct {

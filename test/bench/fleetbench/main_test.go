@@ -7,29 +7,6 @@ import (
 	"testing"
 )
 
-func TestSpreadNamespacesBalanced(t *testing.T) {
-	for _, n := range []int{1, 31, 32, 200} {
-		names, count := spreadNamespaces(n)
-		if len(names) != n {
-			t.Fatalf("%d names, want %d", len(names), n)
-		}
-		if slices.Max(count)-slices.Min(count) > 1 {
-			t.Errorf("n=%d: bucket counts %v differ by more than one", n, count)
-		}
-		for i, c := range count {
-			got := 0
-			for _, name := range names {
-				if scheme.Bucket(name) == i {
-					got++
-				}
-			}
-			if got != c {
-				t.Errorf("n=%d: bucket %d counted %d, has %d", n, i, c, got)
-			}
-		}
-	}
-}
-
 func TestMakeObjects(t *testing.T) {
 	objs := makeObjects([]string{"a", "b", "c"}, 10, 256)
 	if len(objs) != 10 {

@@ -25,6 +25,7 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 	"github.com/ctrlmesh/ctrlmesh/scenarios/demo-operator/operator"
+	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
 const memoryMember = "member1"
@@ -105,7 +106,7 @@ func (b *bench) memory(ctx context.Context, res *results) (_ *memoryResult, err 
 	}
 
 	// 2. The ConfigMaps, without the operator's annotations.
-	nss, perBucket := spreadNamespaces(o.namespaces)
+	nss, perBucket := env.SpreadNamespaces(scheme, "bench", nil, o.namespaces)
 	mr.minPerBucket, mr.maxPerBucket = slices.Min(perBucket), slices.Max(perBucket)
 	objs := makeObjects(nss, o.objects, o.payload)
 	b.step("creating %d namespaces (%d-%d per bucket) and %d ConfigMaps (%d-byte payload) with %d writers",
@@ -352,27 +353,6 @@ func allKeys(objs []*corev1.ConfigMap) map[string]bool {
 		out[key(o.Namespace, o.Name)] = true
 	}
 	return out
-}
-
-// spreadNamespaces picks n namespace names so that the buckets' counts
-// differ by at most one, and returns them with the count of each bucket.
-func spreadNamespaces(n int) ([]string, []int) {
-	count := make([]int, buckets)
-	var out []string
-	level := 0
-	for i := 0; len(out) < n; i++ {
-		name := fmt.Sprintf("bench-%05d", i)
-		bk := scheme.Bucket(name)
-		if count[bk] != level {
-			continue
-		}
-		count[bk]++
-		out = append(out, name)
-		if slices.Min(count) > level {
-			level++
-		}
-	}
-	return out, count
 }
 
 // makeObjects spreads total managed ConfigMaps over namespaces, each with
