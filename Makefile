@@ -52,9 +52,9 @@ OCM_DIR     = $(shell $(GO) list -m -f '{{.Dir}}' open-cluster-management.io/api
 all: build
 
 .PHONY: build
-build: ## Build the ctrlmesh binaries and the demo operator into bin/.
+build: ## Build the ctrlmesh binaries, the demo operator and localfleet (the demo's fleet) into bin/.
 	@mkdir -p $(BIN)
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(COMMANDS)) ./scenarios/demo-operator
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(COMMANDS)) ./scenarios/demo-operator ./test/cmd/localfleet
 
 .PHONY: generate
 generate: ## Generate deepcopy code and CRDs; copy third-party CRDs.
@@ -92,10 +92,10 @@ test: tools ## Unit, fuzz-seed and envtest suites against real API servers, with
 FUZZ_TARGETS := \
 	./pkg/sharding:FuzzParseSet ./pkg/sharding:FuzzShardSelector \
 	./pkg/sharding:FuzzParseShardSelector ./pkg/sharding:FuzzOwnershipRanges \
-	./agent/proxy:FuzzRenameNameSegment ./agent/proxy:FuzzRenameFieldSelector \
-	./agent/proxy:FuzzRenameJSONBody ./agent/proxy:FuzzNarrow \
-	./agent/proxy/watchstream:FuzzCopyJSON ./agent/proxy/watchstream:FuzzCopyJSONArbitrary \
-	./agent/proxy/watchstream:FuzzCopyProtobuf ./agent/labeler:FuzzHandler \
+	./proxy:FuzzRenameNameSegment ./proxy:FuzzRenameFieldSelector \
+	./proxy:FuzzRenameJSONBody ./proxy:FuzzNarrow \
+	./proxy/watchstream:FuzzCopyJSON ./proxy/watchstream:FuzzCopyJSONArbitrary \
+	./proxy/watchstream:FuzzCopyProtobuf ./agent/labeler:FuzzHandler \
 	./agent/inject:FuzzPodPatch
 FUZZTIME ?= 30s
 
@@ -136,7 +136,11 @@ verify-generate: generate ## Fail when generated files are not checked in.
 
 .PHONY: demo
 demo: tools build ## Local fleet (hub + 2 members, no Docker): placement, canary, pod failure healed.
-	$(BIN)/ctrlmeshctl demo $(DEMO_ARGS)
+	$(BIN)/localfleet demo $(DEMO_ARGS)
+
+.PHONY: local-up
+local-up: tools build ## The demo's fleet with the ShardingConfig Ready, up until Ctrl-C.
+	$(BIN)/localfleet up $(DEMO_ARGS)
 
 .PHONY: help
 help:

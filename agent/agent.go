@@ -21,13 +21,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -40,13 +37,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/ctrlmesh/ctrlmesh/agent/inject"
-	"github.com/ctrlmesh/ctrlmesh/agent/join"
 	"github.com/ctrlmesh/ctrlmesh/agent/labeler"
-	"github.com/ctrlmesh/ctrlmesh/agent/proxy"
-	"github.com/ctrlmesh/ctrlmesh/agent/proxy/rules"
 	"github.com/ctrlmesh/ctrlmesh/agent/routestatus"
 	"github.com/ctrlmesh/ctrlmesh/agent/workapply"
+	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
 	ctrlmeshscheme "github.com/ctrlmesh/ctrlmesh/pkg/scheme"
+	"github.com/ctrlmesh/ctrlmesh/pkg/webhookutil"
+	"github.com/ctrlmesh/ctrlmesh/proxy"
+	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 )
 
 // LeaderElectionID is the Lease the agent's replicas elect their leader with,
@@ -58,7 +56,7 @@ type Options struct {
 	// Member is the member cluster, with the agent's credentials.
 	Member *rest.Config
 	// Hub is the hub, with the agent's hub credentials (see
-	// join.AgentHubRBAC).
+	// membership.AgentHubRBAC).
 	Hub *rest.Config
 	// ClusterName is the member's name on the hub.
 	ClusterName string
@@ -184,11 +182,11 @@ func Run(ctx context.Context, opts Options) error {
 			return applier.SetupWithManager(mgr)
 		}
 	}
-	heartbeat := &join.Heartbeat{
+	heartbeat := &membership.Heartbeat{
 		Hub: hub, ClusterName: opts.ClusterName, Identity: opts.Identity,
 		LeaseDuration: opts.LeaseDuration, RenewInterval: opts.RenewInterval, Log: opts.Log.WithName("heartbeat"),
 	}
-	if err := mgr.Add(&membership{
+	if err := mgr.Add(&hubMembership{
 		hub: hub, member: memberDiscovery, heartbeat: heartbeat, onAccepted: onAccepted, log: opts.Log.WithName("membership"),
 	}); err != nil {
 		return err
@@ -198,7 +196,10 @@ func Run(ctx context.Context, opts Options) error {
 	if err := (&routestatus.Reconciler{Mode: mode}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := addLabelling(mgr, opts, mode, memberDiscovery, ctrlmetrics.Registry); err != nil {
+	if err := labeler.AddToManager(mgr, labeler.ManagerOptions{
+		Member: opts.Member, Mode: mode, Discovery: memberDiscovery, ClientConfig: opts.Webhook.ClientConfig,
+		Period: opts.LabelPeriod, Registerer: ctrlmetrics.Registry, Log: opts.Log,
+	}); err != nil {
 		return err
 	}
 	if err := addInjection(mgr, opts); err != nil {
@@ -236,7 +237,7 @@ func addInjection(mgr manager.Manager, opts Options) error {
 		return err
 	}
 	cc := *opts.Webhook.ClientConfig.DeepCopy()
-	if err := setWebhookPath(&cc, InjectWebhookPath); err != nil {
+	if err := webhookutil.SetPath(&cc, InjectWebhookPath); err != nil {
 		return err
 	}
 	want, err := inject.WebhookConfiguration(inject.WebhookOptions{
@@ -248,7 +249,7 @@ func addInjection(mgr manager.Manager, opts Options) error {
 	log := opts.Log.WithName("inject")
 	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		for backoff := time.Second; ; backoff = min(2*backoff, time.Minute) {
-			err := applyWebhookConfiguration(ctx, mgr.GetClient(), want)
+			err := webhookutil.ApplyMutatingWebhookConfiguration(ctx, mgr.GetClient(), want)
 			if err == nil {
 				return nil
 			}
@@ -258,32 +259,4 @@ func addInjection(mgr manager.Manager, opts Options) error {
 			}
 		}
 	}))
-}
-
-// addLabelling adds the labelling rules (every replica, serving the webhook)
-// and the sweeper (elected) to mgr.
-func addLabelling(mgr manager.Manager, opts Options, mode rules.Mode, d discovery.DiscoveryInterface, reg prometheus.Registerer) error {
-	// The labeller paces its sweep with its own limiter (labeler.DefaultQPS);
-	// client-go's default of 5 requests per second under it would make a
-	// sweep of a few hundred objects take a minute.
-	sweepConfig := rest.CopyConfig(opts.Member)
-	sweepConfig.QPS = -1
-	dyn, err := dynamic.NewForConfig(sweepConfig)
-	if err != nil {
-		return fmt.Errorf("agent: dynamic client: %w", err)
-	}
-	period := opts.LabelPeriod
-	if period <= 0 {
-		period = labeler.DefaultPeriod
-	}
-	watcher := newLabelRules(mgr.GetCache(), memory.NewMemCacheClient(d), rules.NewMapperScopes(mgr.GetRESTMapper()), period, opts.Log.WithName("labelling"))
-	if err := mgr.Add(watcher); err != nil {
-		return err
-	}
-	mgr.GetWebhookServer().Register(LabelWebhookPath, watcher)
-	return mgr.Add(&labelSweeper{
-		rules: watcher, dynamic: dyn, client: mgr.GetClient(), recorder: mgr.GetEventRecorderFor("ctrlmesh-agent"),
-		mode: mode, clientConfig: opts.Webhook.ClientConfig, period: period, registerer: reg,
-		log: opts.Log.WithName("labeller"),
-	})
 }

@@ -29,14 +29,14 @@ import (
 
 	"github.com/ctrlmesh/ctrlmesh/agent"
 	"github.com/ctrlmesh/ctrlmesh/agent/inject"
-	"github.com/ctrlmesh/ctrlmesh/agent/join"
-	"github.com/ctrlmesh/ctrlmesh/agent/proxy"
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
-	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet"
+	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
+	"github.com/ctrlmesh/ctrlmesh/proxy"
 	"github.com/ctrlmesh/ctrlmesh/test/certs"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 	"github.com/ctrlmesh/ctrlmesh/test/golden"
+	"github.com/ctrlmesh/ctrlmesh/test/localfleet"
 )
 
 var update = flag.Bool("update", false, "rewrite deploy/rbac/agent-member.yaml from agent.MemberRBAC")
@@ -81,7 +81,7 @@ func startFleet(t *testing.T, ctx context.Context) *testFleet {
 		}
 	})
 	f := &testFleet{hub: fleet.Cluster("hub"), member: fleet.Cluster(cluster), execNS: names.GenerateExecutionSpaceName(cluster)}
-	env.Create(t, ctx, f.hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: join.AgentNamespace}})
+	env.Create(t, ctx, f.hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: membership.AgentNamespace}})
 	env.Create(t, ctx, f.member.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opsNamespace}})
 	if f.agentHub, f.agentMember, err = localfleet.PrepareAgent(ctx, f.hub, f.member, cluster, agentNamespace); err != nil {
 		t.Fatal(err)
@@ -361,7 +361,7 @@ func (f *testFleet) workHealth(ctx context.Context, health workv1alpha1.Resource
 
 func (f *testFleet) renewTime(ctx context.Context) time.Time {
 	var lease coordinationv1.Lease
-	err := f.hub.Client.Get(ctx, client.ObjectKey{Namespace: f.execNS, Name: join.LeaseName}, &lease)
+	err := f.hub.Client.Get(ctx, client.ObjectKey{Namespace: f.execNS, Name: membership.LeaseName}, &lease)
 	if err != nil || lease.Spec.RenewTime == nil {
 		return time.Time{}
 	}

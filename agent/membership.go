@@ -9,7 +9,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ctrlmesh/ctrlmesh/agent/join"
+	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
 )
 
 // acceptPollInterval is how often the agent asks whether the hub accepted
@@ -17,28 +17,28 @@ import (
 // not watch it, so it asks.
 const acceptPollInterval = 5 * time.Second
 
-// membership joins the cluster to the hub, renews the heartbeat and, once the
+// hubMembership joins the cluster to the hub, renews the heartbeat and, once the
 // hub has accepted the cluster, calls onAccepted: before that the cluster
 // gets no rules. It runs on the elected agent only, so that one replica
 // speaks for the cluster.
-type membership struct {
+type hubMembership struct {
 	hub        client.Client
 	member     discovery.ServerVersionInterface
-	heartbeat  *join.Heartbeat
+	heartbeat  *membership.Heartbeat
 	onAccepted func(ctx context.Context) error
 	log        logr.Logger
 }
 
 // NeedLeaderElection is true: one agent replica speaks for the cluster.
-func (m *membership) NeedLeaderElection() bool { return true }
+func (m *hubMembership) NeedLeaderElection() bool { return true }
 
 // Start joins, retrying with backoff while the hub cannot be reached or
 // refuses, then renews the heartbeat until ctx ends.
-func (m *membership) Start(ctx context.Context) error {
+func (m *hubMembership) Start(ctx context.Context) error {
 	cluster := m.heartbeat.ClusterName
 	backoff := time.Second
 	for {
-		err := join.Join(ctx, m.hub, join.JoinOptions{ClusterName: cluster, Member: m.member})
+		err := membership.Join(ctx, m.hub, membership.JoinOptions{ClusterName: cluster, Member: m.member})
 		if err == nil {
 			break
 		}
@@ -71,11 +71,11 @@ func (m *membership) Start(ctx context.Context) error {
 }
 
 // awaitAcceptance returns once the hub accepted the cluster or ctx ended.
-func (m *membership) awaitAcceptance(ctx context.Context) error {
+func (m *hubMembership) awaitAcceptance(ctx context.Context) error {
 	cluster := m.heartbeat.ClusterName
 	waiting := false
 	for {
-		accepted, err := join.IsAccepted(ctx, m.hub, cluster)
+		accepted, err := membership.IsAccepted(ctx, m.hub, cluster)
 		switch {
 		case ctx.Err() != nil:
 			return nil

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ctrlmesh/ctrlmesh/agent/inject"
+	"github.com/ctrlmesh/ctrlmesh/agent/labeler"
 	"github.com/ctrlmesh/ctrlmesh/agent/routestatus"
 	"github.com/ctrlmesh/ctrlmesh/agent/workapply"
 	"github.com/ctrlmesh/ctrlmesh/pkg/rbacutil"
@@ -39,7 +40,7 @@ func MemberRBACRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: []string{"create"}},
 		{
 			APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"},
-			ResourceNames: []string{LabelWebhookConfigurationName, InjectWebhookConfigurationName},
+			ResourceNames: []string{labeler.WebhookConfigurationName, InjectWebhookConfigurationName},
 			Verbs:         []string{"get", "update", "delete"},
 		},
 	})

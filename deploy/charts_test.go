@@ -28,8 +28,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ctrlmesh/ctrlmesh/agent"
-	"github.com/ctrlmesh/ctrlmesh/agent/join"
 	"github.com/ctrlmesh/ctrlmesh/hub"
+	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
 )
 
 // TestChartsServerSideDryRun renders both charts with several value
@@ -138,7 +138,7 @@ func TestChartsServerSideDryRun(t *testing.T) {
 
 // TestRBACMatchesCode keeps the charts' RBAC equal to the functions the
 // binaries' RBAC is defined by (and deploy/rbac rendered from): hub.RBAC,
-// agent.MemberRBAC and join.AgentHubRBAC. Every object of the function must
+// agent.MemberRBAC and membership.AgentHubRBAC. Every object of the function must
 // be rendered with the same rules, role reference and subjects (and its
 // labels), and the chart's RBAC templates may render nothing more.
 func TestRBACMatchesCode(t *testing.T) {
@@ -155,14 +155,14 @@ func TestRBACMatchesCode(t *testing.T) {
 			compareObjects(t, objs, agent.MemberRBAC(ns))
 		})
 	}
-	// join.AgentHubRBAC binds the agents' ServiceAccounts in
-	// join.AgentNamespace; the chart in its release namespace.
+	// membership.AgentHubRBAC binds the agents' ServiceAccounts in
+	// membership.AgentNamespace; the chart in its release namespace.
 	t.Run("join.AgentHubRBAC", func(t *testing.T) {
-		objs := render(t, hubChart, join.AgentNamespace, []string{"members[0].name=member1", "members[1].name=member2"},
+		objs := render(t, hubChart, membership.AgentNamespace, []string{"members[0].name=member1", "members[1].name=member2"},
 			"--show-only", "templates/agents.yaml")
 		var want []client.Object
 		for _, m := range []string{"member1", "member2"} {
-			for _, o := range join.AgentHubRBAC(m) {
+			for _, o := range membership.AgentHubRBAC(m) {
 				// The shared objects come once.
 				if !slices.ContainsFunc(want, func(w client.Object) bool {
 					return w.GetObjectKind().GroupVersionKind() == o.GetObjectKind().GroupVersionKind() &&

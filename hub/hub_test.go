@@ -30,16 +30,16 @@ import (
 
 	"github.com/ctrlmesh/ctrlmesh/agent"
 	"github.com/ctrlmesh/ctrlmesh/agent/inject"
-	"github.com/ctrlmesh/ctrlmesh/agent/join"
-	"github.com/ctrlmesh/ctrlmesh/agent/proxy"
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/hub"
-	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet"
+	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
+	"github.com/ctrlmesh/ctrlmesh/proxy"
 	"github.com/ctrlmesh/ctrlmesh/scenarios/demo-operator/operator"
 	"github.com/ctrlmesh/ctrlmesh/test/certs"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 	"github.com/ctrlmesh/ctrlmesh/test/golden"
+	"github.com/ctrlmesh/ctrlmesh/test/localfleet"
 )
 
 var members = []string{"member1", "member2"}
@@ -92,7 +92,7 @@ func startFleet(t *testing.T, ctx context.Context, memberGates ...string) *testF
 	})
 	f := &testFleet{hub: fleet.Cluster("hub"), members: map[string]*env.Cluster{},
 		agentHub: map[string]*rest.Config{}, agentMember: map[string]*rest.Config{}}
-	if f.hubIdentity, err = localfleet.PrepareHub(ctx, f.hub, join.AgentNamespace); err != nil {
+	if f.hubIdentity, err = localfleet.PrepareHub(ctx, f.hub, membership.AgentNamespace); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range members {

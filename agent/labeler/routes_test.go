@@ -12,8 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/ctrlmesh/ctrlmesh/agent/labeler"
-	"github.com/ctrlmesh/ctrlmesh/agent/proxy/rules"
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 )
 
 // TestRulesForRoutes derives labelling rules from ShardRoutes against the

@@ -42,8 +42,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
-	"github.com/ctrlmesh/ctrlmesh/agent/proxy/rules"
 	v1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 )
 
 // ControllerName names the controller, its logger and the source of its Events.
@@ -68,7 +68,7 @@ type Reconciler struct {
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.client = mgr.GetClient()
 	r.recorder = mgr.GetEventRecorderFor(ControllerName)
-	// The proxies build the same scope lookup over discovery (agent/proxy/run.go).
+	// The proxies build the same scope lookup over discovery (proxy/run.go).
 	r.scopes = rules.NewMapperScopes(mgr.GetRESTMapper())
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).

@@ -18,9 +18,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ctrlmesh/ctrlmesh/agent/proxy"
-	"github.com/ctrlmesh/ctrlmesh/agent/proxy/rules"
 	v1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/proxy"
+	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 )
 
 // TestPodsAndProxyReports: the candidate pods are reported with address,
@@ -343,7 +343,7 @@ func runProxy(t *testing.T, route *v1alpha1.ShardRoute, pod string) func() {
 	return stop
 }
 
-// report is a proxy's report as agent/proxy/source.go applies it, except
+// report is a proxy's report as proxy/source.go applies it, except
 // that it does not force: it fails on any conflict with the agent's fields.
 func report(ctx context.Context, route *v1alpha1.ShardRoute, pod, hash string) error {
 	patch := &unstructured.Unstructured{Object: map[string]any{

@@ -26,9 +26,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/ctrlmesh/ctrlmesh/agent/join"
 	"github.com/ctrlmesh/ctrlmesh/agent/workapply"
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
@@ -60,7 +60,7 @@ type agent struct {
 	execNS string
 	// memberNS is the test's namespace in the member.
 	memberNS string
-	// hubConfig has only the agent's shipped hub RBAC, join.AgentHubRBAC.
+	// hubConfig has only the agent's shipped hub RBAC, membership.AgentHubRBAC.
 	hubConfig *rest.Config
 	// memberConfig has only workapply.MemberRBACRules.
 	memberConfig *rest.Config
@@ -74,15 +74,15 @@ func newAgent(t *testing.T, ctx context.Context, base string) *agent {
 	a := &agent{cluster: unique(base)}
 	a.execNS, a.memberNS = names.GenerateExecutionSpaceName(a.cluster), a.cluster
 
-	for _, ns := range []string{a.execNS, join.AgentNamespace} {
+	for _, ns := range []string{a.execNS, membership.AgentNamespace} {
 		env.Create(t, ctx, hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	}
-	env.Create(t, ctx, hub.Client, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: join.AgentNamespace, Name: join.AgentServiceAccount(a.cluster)}})
-	for _, obj := range join.AgentHubRBAC(a.cluster) {
+	env.Create(t, ctx, hub.Client, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: membership.AgentNamespace, Name: membership.AgentServiceAccount(a.cluster)}})
+	for _, obj := range membership.AgentHubRBAC(a.cluster) {
 		env.Create(t, ctx, hub.Client, obj)
 	}
 	var err error
-	if a.hubConfig, err = hub.AddUser(join.AgentUserName(a.cluster), "system:serviceaccounts", "system:serviceaccounts:"+join.AgentNamespace); err != nil {
+	if a.hubConfig, err = hub.AddUser(membership.AgentUserName(a.cluster), "system:serviceaccounts", "system:serviceaccounts:"+membership.AgentNamespace); err != nil {
 		t.Fatal(err)
 	}
 

@@ -17,10 +17,10 @@ import (
 
 	"github.com/ctrlmesh/ctrlmesh/agent"
 	"github.com/ctrlmesh/ctrlmesh/agent/inject"
-	"github.com/ctrlmesh/ctrlmesh/agent/join"
 	"github.com/ctrlmesh/ctrlmesh/agent/labeler"
-	"github.com/ctrlmesh/ctrlmesh/agent/proxy/rules"
+	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
 	"github.com/ctrlmesh/ctrlmesh/pkg/version"
+	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 )
 
 func main() {
@@ -59,7 +59,7 @@ deploy/rbac/agent-hub.yaml.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Log = zap.New(zap.UseFlagOptions(&zapOpts))
 			var err error
-			if opts.Hub, opts.Member, err = join.Configs(hubKubeconfig, memberKubeconfig); err != nil {
+			if opts.Hub, opts.Member, err = membership.Configs(hubKubeconfig, memberKubeconfig); err != nil {
 				return err
 			}
 			switch selectorMode {
@@ -91,8 +91,8 @@ deploy/rbac/agent-hub.yaml.`,
 	f.StringVar(&memberKubeconfig, "kubeconfig", "", "kubeconfig of the member cluster; empty uses $KUBECONFIG, ~/.kube/config or in-cluster credentials")
 	f.StringVar(&opts.ClusterName, "cluster-name", "", "name of this member cluster on the hub: a DNS label (required)")
 	f.StringVar(&opts.Identity, "identity", identity, "holder identity written into the heartbeat Lease (default $POD_NAME, else the host name)")
-	f.DurationVar(&opts.LeaseDuration, "lease-duration", join.DefaultLeaseDuration, "heartbeat Lease duration: the hub counts the cluster unavailable once this passes without a renewal")
-	f.DurationVar(&opts.RenewInterval, "renew-interval", join.DefaultRenewInterval, "time between heartbeat renewals; must be shorter than --lease-duration")
+	f.DurationVar(&opts.LeaseDuration, "lease-duration", membership.DefaultLeaseDuration, "heartbeat Lease duration: the hub counts the cluster unavailable once this passes without a renewal")
+	f.DurationVar(&opts.RenewInterval, "renew-interval", membership.DefaultRenewInterval, "time between heartbeat renewals; must be shorter than --lease-duration")
 	f.BoolVar(&opts.ApplyWorks, "apply-works", true, "standalone mode: apply the Works of karmada-es-<cluster> on the hub to this cluster and report their status; false when Karmada's controllers do (Karmada mode)")
 	f.StringVar(&selectorMode, "selector-mode", "auto", "how proxies narrow lists, which decides whether objects are labelled: label, range (KEP-5866, no labels), or auto (ask the API server)")
 	f.StringVar(&opts.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace the agent runs in, holding its leader-election Lease (default $POD_NAMESPACE)")

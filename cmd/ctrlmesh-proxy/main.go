@@ -14,9 +14,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/ctrlmesh/ctrlmesh/agent/proxy"
-	"github.com/ctrlmesh/ctrlmesh/agent/proxy/rules"
 	"github.com/ctrlmesh/ctrlmesh/pkg/version"
+	"github.com/ctrlmesh/ctrlmesh/proxy"
+	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 )
 
 func main() {

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctrlmesh/ctrlmesh/agent/proxy"
-	"github.com/ctrlmesh/ctrlmesh/agent/proxy/rules"
+	"github.com/ctrlmesh/ctrlmesh/proxy"
+	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 )
 
 // writeKubeconfig writes a kubeconfig for server into dir.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ctrlmesh/ctrlmesh/agent/join"
+	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
 )
 
 func newJoinCommand() *cobra.Command {
@@ -28,14 +28,14 @@ The hub credentials need the RBAC of deploy/rbac/agent-hub.yaml.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			hub, member, err := join.Connect(hubKubeconfig, memberKubeconfig)
+			hub, member, err := membership.Connect(hubKubeconfig, memberKubeconfig)
 			if err != nil {
 				return err
 			}
-			if err := join.Join(ctx, hub, join.JoinOptions{ClusterName: cluster, Member: member}); err != nil {
+			if err := membership.Join(ctx, hub, membership.JoinOptions{ClusterName: cluster, Member: member}); err != nil {
 				return err
 			}
-			accepted, err := join.IsAccepted(ctx, hub, cluster)
+			accepted, err := membership.IsAccepted(ctx, hub, cluster)
 			if err != nil {
 				return err
 			}

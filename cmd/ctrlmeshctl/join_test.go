@@ -10,7 +10,7 @@ import (
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ctrlmesh/ctrlmesh/agent/join"
+	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
@@ -60,7 +60,7 @@ func TestJoinCommand(t *testing.T) {
 	for _, c := range mc.Status.ClusterClaims {
 		claims[c.Name] = c.Value
 	}
-	if claims[join.ClaimKubeVersion] != "v1.36.3" || claims[join.ClaimCtrlmeshVersion] == "" || mc.Spec.HubAcceptsClient {
+	if claims[membership.ClaimKubeVersion] != "v1.36.3" || claims[membership.ClaimCtrlmeshVersion] == "" || mc.Spec.HubAcceptsClient {
 		t.Errorf("ManagedCluster after join: claims %v, accepted %v", claims, mc.Spec.HubAcceptsClient)
 	}
 

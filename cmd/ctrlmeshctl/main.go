@@ -20,11 +20,10 @@ func newRootCommand() *cobra.Command {
 		Use:   "ctrlmeshctl",
 		Short: "ctrlmesh command-line tool",
 		Long: `ctrlmeshctl works with a ctrlmesh fleet: it joins member clusters to the hub
-and shows where a ShardingConfig's shards run; demo and local-up run a local
-fleet (a hub and two members, real API servers, no Docker) to try it on.`,
+and shows where a ShardingConfig's shards run.`,
 		Version:      version.Version,
 		SilenceUsage: true,
 	}
-	root.AddCommand(newJoinCommand(), newStatusCommand(), newDemoCommand(), newLocalUpCommand())
+	root.AddCommand(newJoinCommand(), newStatusCommand())
 	return root
 }

@@ -33,8 +33,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
-	"github.com/ctrlmesh/ctrlmesh/agent/join"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
+	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
 )
 
 // ControllerName names the controller in logs and metrics.
@@ -87,7 +87,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	leases, err := cache.New(mgr.GetConfig(), cache.Options{
 		HTTPClient: mgr.GetHTTPClient(), Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
 		ByObject: map[client.Object]cache.ByObject{
-			&coordinationv1.Lease{}: {Field: fields.OneTermEqualSelector("metadata.name", join.LeaseName)},
+			&coordinationv1.Lease{}: {Field: fields.OneTermEqualSelector("metadata.name", membership.LeaseName)},
 		},
 	})
 	if err != nil {
@@ -104,7 +104,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(source.Kind(leases, &coordinationv1.Lease{},
 			handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, lease *coordinationv1.Lease) []reconcile.Request {
 				cluster, err := names.GetClusterName(lease.Namespace)
-				if err != nil || lease.Name != join.LeaseName {
+				if err != nil || lease.Name != membership.LeaseName {
 					return nil
 				}
 				return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: cluster}}}
@@ -191,7 +191,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // heartbeatLease returns the cluster's heartbeat Lease, or nil.
 func (r *Reconciler) heartbeatLease(ctx context.Context, cluster string) (*coordinationv1.Lease, error) {
 	var lease coordinationv1.Lease
-	err := r.leases.Get(ctx, client.ObjectKey{Namespace: names.GenerateExecutionSpaceName(cluster), Name: join.LeaseName}, &lease)
+	err := r.leases.Get(ctx, client.ObjectKey{Namespace: names.GenerateExecutionSpaceName(cluster), Name: membership.LeaseName}, &lease)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, nil

@@ -16,9 +16,9 @@ import (
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ctrlmesh/ctrlmesh/agent/join"
 	"github.com/ctrlmesh/ctrlmesh/hub/clusters"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
+	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
@@ -109,7 +109,7 @@ func TestAcceptByAdmin(t *testing.T) {
 // runHeartbeat beats for cluster until the returned stop is called.
 func runHeartbeat(t *testing.T, cluster string, leaseDuration time.Duration) (stop func()) {
 	t.Helper()
-	hb := &join.Heartbeat{Hub: hub.Client, ClusterName: cluster, Identity: "agent-0",
+	hb := &membership.Heartbeat{Hub: hub.Client, ClusterName: cluster, Identity: "agent-0",
 		LeaseDuration: leaseDuration, RenewInterval: leaseDuration / 10, Log: logr.Discard()}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -125,7 +125,7 @@ func runHeartbeat(t *testing.T, cluster string, leaseDuration time.Duration) (st
 func leaseOf(t *testing.T, ctx context.Context, cluster string) *coordinationv1.Lease {
 	t.Helper()
 	var lease coordinationv1.Lease
-	if err := hub.Client.Get(ctx, client.ObjectKey{Namespace: executionNamespace(cluster), Name: join.LeaseName}, &lease); err != nil {
+	if err := hub.Client.Get(ctx, client.ObjectKey{Namespace: executionNamespace(cluster), Name: membership.LeaseName}, &lease); err != nil {
 		t.Fatal(err)
 	}
 	return &lease
@@ -204,7 +204,7 @@ func TestClaimsSurviveConditionWrites(t *testing.T) {
 	go func() {
 		i := 0
 		for ; claimsCtx.Err() == nil; i++ {
-			err := join.Join(claimsCtx, hub.Client, join.JoinOptions{ClusterName: name, Member: member,
+			err := membership.Join(claimsCtx, hub.Client, membership.JoinOptions{ClusterName: name, Member: member,
 				ExtraClaims: map[string]string{counterClaim: strconv.Itoa(i)}})
 			if err != nil && claimsCtx.Err() == nil {
 				t.Errorf("join %d: %v", i, err)
@@ -218,7 +218,7 @@ func TestClaimsSurviveConditionWrites(t *testing.T) {
 
 	// Availability flips, and the controller writes its conditions, while
 	// the agent writes claims.
-	hb := &join.Heartbeat{Hub: hub.Client, ClusterName: name, Identity: "agent-0", LeaseDuration: time.Second}
+	hb := &membership.Heartbeat{Hub: hub.Client, ClusterName: name, Identity: "agent-0", LeaseDuration: time.Second}
 	for range 3 {
 		if err := hb.Renew(ctx); err != nil {
 			t.Fatal(err)
@@ -242,7 +242,7 @@ func TestClaimsSurviveConditionWrites(t *testing.T) {
 	if got := claims[counterClaim]; got != strconv.Itoa(last) && got != strconv.Itoa(last-1) {
 		t.Errorf("claim %s = %q after %d joins", counterClaim, got, last)
 	}
-	if claims[join.ClaimKubeVersion] == "" || claims[join.ClaimCtrlmeshVersion] == "" {
+	if claims[membership.ClaimKubeVersion] == "" || claims[membership.ClaimCtrlmeshVersion] == "" {
 		t.Errorf("claims %v", claims)
 	}
 	if err := conditionIs(ctx, name, hubAccepted, metav1.ConditionTrue, clusters.ReasonAccepted); err != nil {
@@ -268,10 +268,10 @@ func TestRestartRebuildsWithoutWrites(t *testing.T) {
 	for _, name := range []string{fresh, expired, noLease} {
 		env.Eventually(t, 20*time.Second, "the execution namespace", func() error { return acceptedWithNamespace(ctx, first, name) })
 	}
-	if err := (&join.Heartbeat{Hub: hub.Client, ClusterName: fresh, Identity: "agent-0", LeaseDuration: 10 * time.Minute}).Renew(ctx); err != nil {
+	if err := (&membership.Heartbeat{Hub: hub.Client, ClusterName: fresh, Identity: "agent-0", LeaseDuration: 10 * time.Minute}).Renew(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := (&join.Heartbeat{Hub: hub.Client, ClusterName: expired, Identity: "agent-0", LeaseDuration: time.Second}).Renew(ctx); err != nil {
+	if err := (&membership.Heartbeat{Hub: hub.Client, ClusterName: expired, Identity: "agent-0", LeaseDuration: time.Second}).Renew(ctx); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]struct {

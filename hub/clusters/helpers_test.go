@@ -25,9 +25,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/ctrlmesh/ctrlmesh/agent/join"
 	"github.com/ctrlmesh/ctrlmesh/hub/clusters"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
+	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
@@ -81,7 +81,7 @@ func controllerUser(t *testing.T, ctx context.Context, opts clusters.Options) *r
 	// RBAC reaches the authorizer through an informer: wait until it has.
 	env.Eventually(t, 30*time.Second, "RBAC of the controller's user", func() error {
 		return c.List(ctx, &coordinationv1.LeaseList{}, client.MatchingFieldsSelector{
-			Selector: fields.OneTermEqualSelector("metadata.name", join.LeaseName)})
+			Selector: fields.OneTermEqualSelector("metadata.name", membership.LeaseName)})
 	})
 	installAcceptPolicy(t, ctx)
 	users[opts.AutoAccept] = cfg
@@ -90,14 +90,14 @@ func controllerUser(t *testing.T, ctx context.Context, opts clusters.Options) *r
 
 var acceptPolicyOnce sync.Once
 
-// installAcceptPolicy installs join.AcceptPolicy, as a hub does for its
+// installAcceptPolicy installs membership.AcceptPolicy, as a hub does for its
 // agents, so that auto-acceptance must pass it, and waits until the API
 // server enforces it.
 func installAcceptPolicy(t *testing.T, ctx context.Context) {
 	t.Helper()
 	acceptPolicyOnce.Do(func() {
-		for _, obj := range join.AgentHubRBAC("policy") {
-			if obj.GetLabels()[join.ClusterLabel] != "" {
+		for _, obj := range membership.AgentHubRBAC("policy") {
+			if obj.GetLabels()[membership.ClusterLabel] != "" {
 				continue // the shared objects only
 			}
 			if err := hub.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {

@@ -21,23 +21,23 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/ctrlmesh/ctrlmesh/agent/join"
 	"github.com/ctrlmesh/ctrlmesh/agent/workapply"
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
 // startAgent runs member1's agent in standalone mode for cluster, as the
-// hub's admin sets it up (join.AgentHubRBAC) and with the applier's member
+// hub's admin sets it up (membership.AgentHubRBAC) and with the applier's member
 // RBAC, until the test ends.
 func startAgent(t *testing.T, ctx context.Context, cluster string) {
 	t.Helper()
-	createNamespace(t, ctx, hub.Client, join.AgentNamespace)
-	env.Create(t, ctx, hub.Client, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: join.AgentNamespace, Name: join.AgentServiceAccount(cluster)}})
-	for _, obj := range join.AgentHubRBAC(cluster) {
+	createNamespace(t, ctx, hub.Client, membership.AgentNamespace)
+	env.Create(t, ctx, hub.Client, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: membership.AgentNamespace, Name: membership.AgentServiceAccount(cluster)}})
+	for _, obj := range membership.AgentHubRBAC(cluster) {
 		env.Create(t, ctx, hub.Client, obj)
 	}
-	hubConfig, err := hub.AddUser(join.AgentUserName(cluster), "system:serviceaccounts", "system:serviceaccounts:"+join.AgentNamespace)
+	hubConfig, err := hub.AddUser(membership.AgentUserName(cluster), "system:serviceaccounts", "system:serviceaccounts:"+membership.AgentNamespace)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,11 +27,11 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
-	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet"
-	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet/clusters"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 	"github.com/ctrlmesh/ctrlmesh/scenarios/demo-operator/operator"
+	"github.com/ctrlmesh/ctrlmesh/test/controlplane"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
+	"github.com/ctrlmesh/ctrlmesh/test/localfleet"
 )
 
 const (
@@ -85,7 +85,7 @@ func TestMain(m *testing.M) {
 // buildBinaries builds ctrlmesh-proxy and demo-operator into dir, next to
 // links to kube-apiserver and etcd, as cmd/ctrlmeshctl's demo test does.
 func buildBinaries(dir string) error {
-	root, err := clusters.RepoRoot()
+	root, err := controlplane.RepoRoot()
 	if err != nil {
 		return err
 	}
@@ -93,7 +93,7 @@ func buildBinaries(dir string) error {
 	if assets == "" {
 		assets = filepath.Join(root, "bin")
 	}
-	if err := clusters.CheckBinaries(assets, "run 'make tools'", "kube-apiserver", "etcd"); err != nil {
+	if err := controlplane.CheckBinaries(assets, "run 'make tools'", "kube-apiserver", "etcd"); err != nil {
 		return err
 	}
 	for _, name := range []string{"kube-apiserver", "etcd"} {
@@ -127,7 +127,7 @@ type testFleet struct {
 // the hub and the members.
 func startFleet(t *testing.T, ctx context.Context, opts localfleet.Options) *testFleet {
 	t.Helper()
-	root, err := clusters.RepoRoot()
+	root, err := controlplane.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func startFleet(t *testing.T, ctx context.Context, opts localfleet.Options) *tes
 		}
 		_ = os.RemoveAll(workDir)
 	})
-	opts.BinDir, opts.CRDDirs, opts.WorkDir = binDir, clusters.CRDDirs(root), workDir
+	opts.BinDir, opts.CRDDirs, opts.WorkDir = binDir, controlplane.CRDDirs(root), workDir
 	f := &testFleet{t: t, ctx: ctx, started: time.Now(), recordDir: filepath.Join(workDir, "records"), pods: map[string]*localfleet.Pod{}}
 	if err := os.Mkdir(f.recordDir, 0o755); err != nil {
 		t.Fatal(err)

@@ -9,9 +9,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
-	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet"
-	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet/clusters"
+	"github.com/ctrlmesh/ctrlmesh/test/controlplane"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
+	"github.com/ctrlmesh/ctrlmesh/test/localfleet"
 )
 
 // TestFleetScope shards an operator whose objects live on the hub across
@@ -32,7 +32,7 @@ func TestFleetScope(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	f := startFleet(t, ctx, localfleet.Options{Members: []string{member1, member2},
-		HubFeatureGates: []string{clusters.FeatureShardedListAndWatch}})
+		HubFeatureGates: []string{controlplane.FeatureShardedListAndWatch}})
 	lost := []string{member2 + "-0", member2 + "-1"}
 	for _, m := range []string{member1, member2} {
 		for i := range 2 {

@@ -11,9 +11,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
-	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet"
-	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet/clusters"
+	"github.com/ctrlmesh/ctrlmesh/test/controlplane"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
+	"github.com/ctrlmesh/ctrlmesh/test/localfleet"
 )
 
 // The members of TestNoDoubleReconcile; the disruptions hit member1 except
@@ -43,7 +43,7 @@ func TestNoDoubleReconcile(t *testing.T) {
 		// ownership of buckets and a namespace besides.
 		canary []ctrlmeshv1alpha1.CanaryStep
 	}{
-		{mode: "range", gates: []string{clusters.FeatureShardedListAndWatch}, canary: []ctrlmeshv1alpha1.CanaryStep{
+		{mode: "range", gates: []string{controlplane.FeatureShardedListAndWatch}, canary: []ctrlmeshv1alpha1.CanaryStep{
 			{Namespaces: []string{canaryNamespace}},
 			{Buckets: "0-3", Namespaces: []string{canaryNamespace}},
 		}},

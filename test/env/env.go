@@ -4,7 +4,7 @@
 // `make tools` builds from source into bin/. Nothing is faked: selectors,
 // watches, leases, webhooks and CRD validation are the API server's own.
 //
-// The clusters are those of pkg/localfleet/clusters, which the local demo
+// The clusters are those of test/controlplane, which the local demo
 // fleet also uses; this package adds the tests' defaults.
 package env
 
@@ -15,7 +15,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet/clusters"
+	"github.com/ctrlmesh/ctrlmesh/test/controlplane"
 )
 
 // AssetsEnv names the environment variable holding the directory with the
@@ -24,15 +24,15 @@ const AssetsEnv = "CTRLMESH_TEST_ASSETS"
 
 // FeatureShardedListAndWatch is the kube-apiserver feature gate of KEP-5866
 // (server-side sharded list and watch), alpha and off by default in v1.36.
-const FeatureShardedListAndWatch = clusters.FeatureShardedListAndWatch
+const FeatureShardedListAndWatch = controlplane.FeatureShardedListAndWatch
 
 type (
 	// ClusterSpec describes one cluster to start.
-	ClusterSpec = clusters.Spec
+	ClusterSpec = controlplane.Spec
 	// Cluster is one running control plane.
-	Cluster = clusters.Cluster
-	// Fleet is a set of running clusters.
-	Fleet = clusters.Group
+	Cluster = controlplane.Cluster
+	// Fleet is a set of running controlplane.
+	Fleet = controlplane.Group
 )
 
 // Options for Start.
@@ -63,7 +63,7 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	}
 	crdDirs := opts.CRDDirs
 	if assets == "" || crdDirs == nil {
-		root, err := clusters.RepoRoot()
+		root, err := controlplane.RepoRoot()
 		if err != nil {
 			return nil, fmt.Errorf("env: %w; set Options.AssetsDir and Options.CRDDirs", err)
 		}
@@ -71,16 +71,16 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 			assets = filepath.Join(root, "bin")
 		}
 		if crdDirs == nil {
-			crdDirs = clusters.CRDDirs(root)
+			crdDirs = controlplane.CRDDirs(root)
 		}
 	}
 	// A missing binary is a broken test setup: fail with an instruction,
 	// never a skip.
 	remedy := fmt.Sprintf("run 'make tools' to build them from source (make test does this for you), or set %s to a directory that has them", AssetsEnv)
-	if err := clusters.CheckBinaries(assets, remedy, "kube-apiserver", "etcd"); err != nil {
+	if err := controlplane.CheckBinaries(assets, remedy, "kube-apiserver", "etcd"); err != nil {
 		return nil, fmt.Errorf("env: %w", err)
 	}
-	return clusters.Start(ctx, clusters.Options{
+	return controlplane.Start(ctx, controlplane.Options{
 		Clusters: opts.Clusters, AssetsDir: assets, CRDDirs: crdDirs,
 		WorkDir: opts.WorkDir, StartTimeout: opts.StartTimeout,
 	})

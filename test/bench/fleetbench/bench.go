@@ -22,10 +22,10 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
-	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet"
-	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet/clusters"
 	ctrlmeshscheme "github.com/ctrlmesh/ctrlmesh/pkg/scheme"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
+	"github.com/ctrlmesh/ctrlmesh/test/controlplane"
+	"github.com/ctrlmesh/ctrlmesh/test/localfleet"
 )
 
 // The operator's pods run in opNamespace, sharded by the ShardingConfig
@@ -69,7 +69,7 @@ type results struct {
 
 func run(ctx context.Context, opts options, out, progress io.Writer) (err error) {
 	b := &bench{opts: opts, progress: progress, start: time.Now()}
-	root, err := clusters.RepoRoot()
+	root, err := controlplane.RepoRoot()
 	if err != nil {
 		return fmt.Errorf("%w: run fleetbench from the ctrlmesh checkout (make bench-fleet)", err)
 	}
@@ -80,7 +80,7 @@ func run(ctx context.Context, opts options, out, progress io.Writer) (err error)
 	if b.binDir, err = filepath.Abs(b.binDir); err != nil {
 		return err
 	}
-	b.crdDirs = clusters.CRDDirs(root)
+	b.crdDirs = controlplane.CRDDirs(root)
 	if b.scheme, err = ctrlmeshscheme.New(); err != nil {
 		return err
 	}
@@ -128,7 +128,7 @@ func (b *bench) startFleet(ctx context.Context, dir string, members []string) (*
 	b.step("starting %d API servers (kube-apiserver + etcd each): %s and %v, range mode (ShardedListAndWatch)", 1+len(members), localfleet.HubName, members)
 	f, err := localfleet.Start(ctx, localfleet.Options{
 		BinDir: b.binDir, CRDDirs: b.crdDirs, WorkDir: dir, Members: members,
-		MemberFeatureGates: []string{clusters.FeatureShardedListAndWatch},
+		MemberFeatureGates: []string{controlplane.FeatureShardedListAndWatch},
 	})
 	if err != nil {
 		return nil, err

@@ -39,7 +39,7 @@
 //     hub/propagation.RulesHash, and a proxy reports a hash only once it
 //     enforces those rules and the operator has relisted every resource
 //     whose selection they changed; see
-//     agent/proxy's Proxy.Applied). It is observed with informers on the
+//     proxy.Proxy.Applied). It is observed with informers on the
 //     ShardRoutes of both members, so the timestamp is that of the watch
 //     event, not of a poll; the time the new route reached both members
 //     is printed too. Between edits the benchmark waits, untimed, for the

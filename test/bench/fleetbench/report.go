@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet"
+	"github.com/ctrlmesh/ctrlmesh/test/localfleet"
 
 	"github.com/ctrlmesh/ctrlmesh/test/bench/internal/benchstat"
 )

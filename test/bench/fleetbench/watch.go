@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
-	"github.com/ctrlmesh/ctrlmesh/pkg/localfleet/clusters"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
+	"github.com/ctrlmesh/ctrlmesh/test/controlplane"
 )
 
 // memberState is what a member shows of the ShardingConfig: its ShardRoute
@@ -46,7 +46,7 @@ type expectation struct {
 
 // watchMember starts the informers on the member and waits for their
 // first list. They stop with ctx.
-func watchMember(ctx context.Context, c *clusters.Cluster, s *runtime.Scheme) (*memberWatch, error) {
+func watchMember(ctx context.Context, c *controlplane.Cluster, s *runtime.Scheme) (*memberWatch, error) {
 	w := &memberWatch{name: c.Name, state: memberState{leases: map[string]string{}}}
 	ca, err := cache.New(c.Config, cache.Options{Scheme: s, DefaultNamespaces: map[string]cache.Config{opNamespace: {}}})
 	if err != nil {

@@ -1,0 +1,350 @@
+package labeler
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/pkg/webhookutil"
+	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
+)
+
+// Names of the labelling webhook: its MutatingWebhookConfiguration, which
+// the elected agent writes from the rules, the webhook in it, and the path
+// the agent serves it on.
+const (
+	WebhookConfigurationName = "ctrlmesh-agent-labeler"
+	WebhookName              = "agent.ctrlmesh.io"
+	WebhookPath              = "/label"
+)
+
+// labelRulesVersion is one state of the labelling rules.
+type labelRulesVersion struct {
+	rules   Rules
+	ok      bool
+	refused []Refusal
+	// changed is closed when a newer version replaces this one.
+	changed chan struct{}
+}
+
+// labelRules keeps the labelling rules the member's ShardRoutes imply, on
+// every agent replica: each serves the labelling webhook. It recomputes them
+// when a ShardRoute changes and every period, since wildcards in the rules
+// may match resources (CRDs) that appear later.
+type labelRules struct {
+	routes    cache.Cache
+	discovery discovery.CachedDiscoveryInterface
+	scopes    rules.Scopes
+	period    time.Duration
+	log       logr.Logger
+
+	mu      sync.Mutex
+	current *labelRulesVersion
+	handler atomic.Pointer[Handler]
+}
+
+func newLabelRules(routes cache.Cache, d discovery.CachedDiscoveryInterface, scopes rules.Scopes, period time.Duration, log logr.Logger) *labelRules {
+	return &labelRules{
+		routes: routes, discovery: d, scopes: scopes, period: period, log: log,
+		current: &labelRulesVersion{changed: make(chan struct{})},
+	}
+}
+
+// NeedLeaderElection is false: every replica serves the webhook.
+func (l *labelRules) NeedLeaderElection() bool { return false }
+
+// Start follows the ShardRoutes until ctx ends.
+func (l *labelRules) Start(ctx context.Context) error {
+	informer, err := l.routes.GetInformer(ctx, &ctrlmeshv1alpha1.ShardRoute{})
+	if err != nil {
+		return fmt.Errorf("labelling: ShardRoute informer: %w", err)
+	}
+	kick := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	reg, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { signal() },
+		UpdateFunc: func(any, any) { signal() },
+		DeleteFunc: func(any) { signal() },
+	})
+	if err != nil {
+		return fmt.Errorf("labelling: ShardRoute handler: %w", err)
+	}
+	defer func() { _ = informer.RemoveEventHandler(reg) }()
+	if !l.routes.WaitForCacheSync(ctx) {
+		return nil
+	}
+	ticker := time.NewTicker(l.period)
+	defer ticker.Stop()
+	for {
+		if err := l.recompute(ctx); err != nil {
+			l.log.Error(err, "Computing the labelling rules failed; the previous rules stay")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-kick:
+		case <-ticker.C:
+			// New CRDs may match wildcards.
+			l.discovery.Invalidate()
+		}
+	}
+}
+
+func (l *labelRules) recompute(ctx context.Context) error {
+	var routes ctrlmeshv1alpha1.ShardRouteList
+	if err := l.routes.List(ctx, &routes); err != nil {
+		return fmt.Errorf("listing ShardRoutes: %w", err)
+	}
+	served, err := ServedResources(l.discovery)
+	if err != nil {
+		if len(served) == 0 {
+			return err
+		}
+		l.log.V(1).Info("Some API groups failed discovery", "error", err.Error())
+	}
+	next, ok, refused := RulesForRoutes(routes.Items, served, l.scopes)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ok == l.current.ok && reflect.DeepEqual(next, l.current.rules) && sameRefusals(refused, l.current.refused) {
+		return nil
+	}
+	var handler *Handler
+	if ok {
+		if handler, err = NewHandler(next, l.log.WithName("webhook")); err != nil {
+			return err
+		}
+	}
+	l.handler.Store(handler)
+	previous := l.current
+	l.current = &labelRulesVersion{rules: next, ok: ok, refused: refused, changed: make(chan struct{})}
+	close(previous.changed)
+	l.log.V(1).Info("Labelling rules changed", "resources", len(next.Resources), "buckets", next.Scheme.Buckets(), "refused", len(refused))
+	return nil
+}
+
+// sameRefusals compares refusals by route identity, generation and reason.
+func sameRefusals(a, b []Refusal) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Route.UID != b[i].Route.UID || a[i].Route.Generation != b[i].Route.Generation || a[i].Reason != b[i].Reason {
+			return false
+		}
+	}
+	return true
+}
+
+// Current returns the rules now in force.
+func (l *labelRules) Current() *labelRulesVersion {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.current
+}
+
+// ServeHTTP serves the labelling webhook with the current rules. Without
+// rules the elected agent has removed the webhook configuration; a request
+// that still arrives fails, and the API server, whose failurePolicy for this
+// webhook is Ignore, admits the object unlabelled for the sweep to mend.
+func (l *labelRules) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := l.handler.Load()
+	if h == nil {
+		http.Error(w, "no labelling rules in this cluster yet", http.StatusServiceUnavailable)
+		return
+	}
+	h.ServeHTTP(w, r)
+}
+
+// labelSweeper runs on the elected agent: it sweeps with the current rules
+// in label mode, keeps the labelling webhook's configuration equal to the
+// rules, and records an Event on every refused ShardRoute.
+type labelSweeper struct {
+	rules    *labelRules
+	dynamic  dynamic.Interface
+	client   client.Client
+	recorder record.EventRecorder
+	// mode is the member API server's selector mode: labels are written in
+	// rules.ModeLabel only.
+	mode         rules.Mode
+	clientConfig admissionregistrationv1.WebhookClientConfig
+	period       time.Duration
+	registerer   prometheus.Registerer
+	log          logr.Logger
+
+	// refusalsRecorded holds the refusals already recorded as Events.
+	refusalsRecorded map[refusalKey]bool
+}
+
+type refusalKey struct {
+	uid        types.UID
+	generation int64
+	reason     string
+}
+
+// NeedLeaderElection is true: one sweeper per cluster.
+func (s *labelSweeper) NeedLeaderElection() bool { return true }
+
+// Start follows the rules until ctx ends.
+func (s *labelSweeper) Start(ctx context.Context) error {
+	s.refusalsRecorded = map[refusalKey]bool{}
+	var running runningLabeler
+	defer running.stop()
+	for {
+		version := s.rules.Current()
+		s.recordRefusals(version.refused)
+		running.stop()
+		label := version.ok && s.mode == rules.ModeLabel
+		if err := s.syncWebhookConfiguration(ctx, version, label); err != nil {
+			s.log.Error(err, "Writing the labelling webhook configuration failed; the sweep labels objects meanwhile")
+		}
+		if label {
+			l, err := New(Options{
+				Rules: version.rules, Client: s.dynamic, Registerer: s.registerer, Log: s.log, Period: s.period,
+			})
+			if err != nil {
+				s.log.Error(err, "Starting the labeller failed")
+			} else {
+				running.start(ctx, l)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-version.changed:
+		}
+	}
+}
+
+// runningLabeler is the Labeler of the rules in force, if any.
+type runningLabeler struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (r *runningLabeler) start(ctx context.Context, l *Labeler) {
+	ctx, r.cancel = context.WithCancel(ctx)
+	r.done = make(chan struct{})
+	go func(done chan struct{}) {
+		defer close(done)
+		_ = l.Run(ctx)
+	}(r.done)
+}
+
+// stop stops the Labeler and waits for it: two never sweep at once.
+func (r *runningLabeler) stop() {
+	if r.cancel == nil {
+		return
+	}
+	r.cancel()
+	<-r.done
+	r.cancel, r.done = nil, nil
+}
+
+// syncWebhookConfiguration writes the labelling webhook configuration for
+// the rules, or deletes it when nothing is labelled.
+func (s *labelSweeper) syncWebhookConfiguration(ctx context.Context, version *labelRulesVersion, label bool) error {
+	if !label {
+		existing := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		existing.Name = WebhookConfigurationName
+		if err := s.client.Delete(ctx, existing); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting MutatingWebhookConfiguration %s: %w", WebhookConfigurationName, err)
+		}
+		return nil
+	}
+	cc := *s.clientConfig.DeepCopy()
+	if err := webhookutil.SetPath(&cc, WebhookPath); err != nil {
+		return err
+	}
+	want, err := version.rules.WebhookConfiguration(WebhookOptions{
+		ConfigurationName: WebhookConfigurationName, WebhookName: WebhookName, ClientConfig: cc,
+	})
+	if err != nil {
+		return err
+	}
+	return webhookutil.ApplyMutatingWebhookConfiguration(ctx, s.client, want)
+}
+
+// recordRefusals records each refusal once as a Warning Event on its route.
+func (s *labelSweeper) recordRefusals(refused []Refusal) {
+	for _, r := range refused {
+		key := refusalKey{uid: r.Route.UID, generation: r.Route.Generation, reason: r.Reason}
+		if s.refusalsRecorded[key] {
+			continue
+		}
+		s.refusalsRecorded[key] = true
+		s.recorder.Event(r.Route, corev1.EventTypeWarning, r.Reason, r.Message)
+	}
+}
+
+// ManagerOptions configure the labelling parts AddToManager adds.
+type ManagerOptions struct {
+	// Member is the member cluster, with the agent's credentials: the sweep's
+	// dynamic client is made from it.
+	Member *rest.Config
+	// Mode is the member API server's selector mode: labels are written in
+	// rules.ModeLabel only.
+	Mode rules.Mode
+	// Discovery of the member, for the served resources wildcards expand to.
+	Discovery discovery.DiscoveryInterface
+	// ClientConfig is how the member API server reaches the agent's webhook
+	// server, without a path.
+	ClientConfig admissionregistrationv1.WebhookClientConfig
+	// Period between sweeps; zero for DefaultPeriod.
+	Period     time.Duration
+	Registerer prometheus.Registerer
+	Log        logr.Logger
+}
+
+// AddToManager adds the labelling targets (every replica, serving the
+// webhook at WebhookPath) and the sweeper (elected) to mgr.
+func AddToManager(mgr manager.Manager, opts ManagerOptions) error {
+	// The labeler paces its sweep with its own limiter (DefaultQPS);
+	// client-go's default of 5 requests per second under it would make a
+	// sweep of a few hundred objects take a minute.
+	sweepConfig := rest.CopyConfig(opts.Member)
+	sweepConfig.QPS = -1
+	dyn, err := dynamic.NewForConfig(sweepConfig)
+	if err != nil {
+		return fmt.Errorf("labeler: dynamic client: %w", err)
+	}
+	period := opts.Period
+	if period <= 0 {
+		period = DefaultPeriod
+	}
+	watcher := newLabelRules(mgr.GetCache(), memory.NewMemCacheClient(opts.Discovery), rules.NewMapperScopes(mgr.GetRESTMapper()), period, opts.Log.WithName("labeling"))
+	if err := mgr.Add(watcher); err != nil {
+		return err
+	}
+	mgr.GetWebhookServer().Register(WebhookPath, watcher)
+	return mgr.Add(&labelSweeper{
+		rules: watcher, dynamic: dyn, client: mgr.GetClient(), recorder: mgr.GetEventRecorderFor("ctrlmesh-agent"),
+		mode: opts.Mode, clientConfig: opts.ClientConfig, period: period, registerer: opts.Registerer,
+		log: opts.Log.WithName("labeler"),
+	})
+}

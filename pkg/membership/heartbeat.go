@@ -1,0 +1,180 @@
+package membership
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/karmada-io/karmada/pkg/util/names"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// LeaseName is the name of the heartbeat Lease in the member's execution
+// namespace karmada-es-<cluster> on the hub. The namespace already names the
+// cluster, and a fixed name lets RBAC restrict the agent to that one Lease.
+const LeaseName = "ctrlmesh-agent"
+
+// Defaults of Heartbeat.
+const (
+	// DefaultLeaseDuration is the Lease's leaseDurationSeconds: the hub may
+	// consider a member gone whose renewTime is older than that.
+	DefaultLeaseDuration = 40 * time.Second
+	// DefaultRenewInterval is the time between two renewals; four renewals
+	// fit into one DefaultLeaseDuration, so three may fail in a row.
+	DefaultRenewInterval = 10 * time.Second
+)
+
+// Heartbeat renews the member's Lease LeaseName in its execution namespace on
+// the hub. The Lease tells the hub the agent is alive; it is not a leader
+// election: the agent runs once per member and takes the Lease over from any
+// other holder.
+type Heartbeat struct {
+	// Hub is a client of the hub cluster. Required.
+	Hub client.Client
+	// ClusterName is the member's name on the hub. Required.
+	ClusterName string
+	// Identity is the agent's holderIdentity, such as its pod name. Required.
+	Identity string
+	// LeaseDuration is written as leaseDurationSeconds, rounded up to whole
+	// seconds. Default: DefaultLeaseDuration.
+	LeaseDuration time.Duration
+	// RenewInterval is the time between renewals; it must be shorter than
+	// LeaseDuration. Default: DefaultRenewInterval, or a quarter of
+	// LeaseDuration when that is shorter.
+	RenewInterval time.Duration
+	// Log receives the start, each new failure (a failure repeating the
+	// previous one only at V(1)) and the first renewal after failures.
+	// Renewals that succeed as expected log nothing above V(1).
+	Log logr.Logger
+}
+
+// Namespace is the member's execution namespace on the hub, where its Lease
+// lives.
+func (h *Heartbeat) Namespace() string {
+	return names.GenerateExecutionSpaceName(h.ClusterName)
+}
+
+func (h *Heartbeat) settings() (leaseDuration, interval time.Duration, err error) {
+	if err := validateClusterName(h.ClusterName); err != nil {
+		return 0, 0, err
+	}
+	if h.Hub == nil {
+		return 0, 0, errors.New("join: heartbeat without a hub client")
+	}
+	if h.Identity == "" {
+		return 0, 0, errors.New("join: heartbeat without a holder identity")
+	}
+	leaseDuration, interval = h.LeaseDuration, h.RenewInterval
+	if leaseDuration < 0 || interval < 0 {
+		return 0, 0, fmt.Errorf("join: negative lease duration %s or renew interval %s", leaseDuration, interval)
+	}
+	if leaseDuration == 0 {
+		leaseDuration = DefaultLeaseDuration
+	}
+	// Whole seconds, as leaseDurationSeconds has them.
+	leaseDuration = ((leaseDuration + time.Second - 1) / time.Second) * time.Second
+	if interval == 0 {
+		interval = min(DefaultRenewInterval, leaseDuration/4)
+	}
+	if interval >= leaseDuration {
+		return 0, 0, fmt.Errorf("join: renew interval %s is not shorter than the lease duration %s", interval, leaseDuration)
+	}
+	return leaseDuration, interval, nil
+}
+
+// Run renews the Lease at once and then every RenewInterval until ctx ends,
+// when it returns nil. A failed renewal is logged and retried at the next
+// tick; Run returns an error only for invalid settings.
+func (h *Heartbeat) Run(ctx context.Context) error {
+	_, interval, err := h.settings()
+	if err != nil {
+		return err
+	}
+	log := h.Log.WithValues("cluster", h.ClusterName, "lease", h.Namespace()+"/"+LeaseName)
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	failing, started := false, false
+	lastErr := ""
+	for {
+		if err := h.Renew(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			// The same failure again, tick after tick, is logged once.
+			if err.Error() != lastErr {
+				log.Error(err, "renewing the heartbeat lease failed; retrying", "interval", interval)
+			} else {
+				log.V(1).Info("renewing the heartbeat lease failed again", "error", err.Error())
+			}
+			failing, lastErr = true, err.Error()
+		} else {
+			lastErr = ""
+			switch {
+			case !started:
+				log.Info("heartbeat started", "interval", interval)
+			case failing:
+				log.Info("heartbeat renewed again after failures")
+			default:
+				log.V(1).Info("heartbeat renewed")
+			}
+			started, failing = true, false
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// Renew renews the Lease once, creating it when missing.
+func (h *Heartbeat) Renew(ctx context.Context) error {
+	leaseDuration, _, err := h.settings()
+	if err != nil {
+		return err
+	}
+	seconds := int32(leaseDuration / time.Second)
+	key := client.ObjectKey{Namespace: h.Namespace(), Name: LeaseName}
+
+	var lease coordinationv1.Lease
+	err = h.Hub.Get(ctx, key, &lease)
+	if apierrors.IsNotFound(err) {
+		t := metav1.NewMicroTime(time.Now())
+		lease = coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity:       ptr.To(h.Identity),
+				LeaseDurationSeconds: ptr.To(seconds),
+				AcquireTime:          &t,
+				RenewTime:            &t,
+			},
+		}
+		if err := h.Hub.Create(ctx, &lease); err != nil {
+			return fmt.Errorf("join: creating the heartbeat lease %s: %w", key, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("join: reading the heartbeat lease %s: %w", key, err)
+	}
+	t := metav1.NewMicroTime(time.Now())
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != h.Identity {
+		lease.Spec.HolderIdentity = ptr.To(h.Identity)
+		lease.Spec.AcquireTime = &t
+		lease.Spec.LeaseTransitions = ptr.To(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
+	}
+	lease.Spec.LeaseDurationSeconds = ptr.To(seconds)
+	lease.Spec.RenewTime = &t
+	// An update, not a patch: a conflict means someone else wrote the Lease
+	// meanwhile, and the next tick reads it again.
+	if err := h.Hub.Update(ctx, &lease); err != nil {
+		return fmt.Errorf("join: renewing the heartbeat lease %s: %w", key, err)
+	}
+	return nil
+}

@@ -1,0 +1,199 @@
+// Package join registers a member cluster with the ctrlmesh hub and keeps it
+// alive there.
+//
+// The agent of a member cluster
+//   - creates the member's OCM ManagedCluster on the hub (Join) and reports
+//     cluster claims in its status: the member's Kubernetes version and the
+//     ctrlmesh version;
+//   - renews a heartbeat Lease named LeaseName in the member's execution
+//     namespace karmada-es-<cluster> on the hub (Heartbeat);
+//   - asks whether the hub accepted the member (IsAccepted): until an
+//     administrator, or an auto-accept policy, sets spec.hubAcceptsClient, the
+//     agent must apply no rules.
+//
+// The agent never sets spec.hubAcceptsClient and never updates the
+// ManagedCluster's spec: it writes only the status subresource. The hub, not
+// the agent, creates the execution namespace. AgentHubRBAC gives the hub RBAC
+// for one member's agent, and deploy/rbac/agent-hub.yaml is its rendering for
+// the cluster "example".
+package membership
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/karmada-io/karmada/pkg/util/names"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/util/retry"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ctrlmesh/ctrlmesh/pkg/version"
+)
+
+// The cluster claims Join writes into the ManagedCluster's status.
+const (
+	// ClaimKubeVersion is OCM's reserved claim for the member's Kubernetes
+	// version, as its API server's discovery reports it (such as "v1.36.3").
+	ClaimKubeVersion = "kubeversion.open-cluster-management.io"
+	// ClaimCtrlmeshVersion is the version of the ctrlmesh agent.
+	ClaimCtrlmeshVersion = "version.ctrlmesh.io"
+)
+
+// JoinOptions describe the member that joins.
+type JoinOptions struct {
+	// ClusterName is the member's name on the hub: the ManagedCluster's name
+	// and the suffix of its execution namespace karmada-es-<ClusterName>.
+	// Required; a DNS-1123 label short enough for the namespace name.
+	ClusterName string
+	// Member is the discovery client of the member cluster, asked for its
+	// Kubernetes version. Required.
+	Member discovery.ServerVersionInterface
+	// AgentVersion is claimed as ClaimCtrlmeshVersion. Default:
+	// version.Version.
+	AgentVersion string
+	// ExtraClaims are more claims to report, name to value. They may not
+	// redefine ClaimKubeVersion or ClaimCtrlmeshVersion.
+	ExtraClaims map[string]string
+}
+
+// Join creates the member's ManagedCluster on the hub when there is none and
+// writes the member's claims into its status. Claims with other names, set
+// by someone else, are kept. It is idempotent: call it at every start of the
+// agent.
+//
+// A new ManagedCluster is created with spec.hubAcceptsClient false (the
+// default); Join never changes the spec of an existing one, so the hub's
+// acceptance survives every re-join. Creating needs the RBAC verb create on
+// managedclusters, which RBAC cannot restrict to one name; a hub that
+// creates the ManagedCluster itself can leave that grant out (see
+// AgentHubRBAC).
+func Join(ctx context.Context, hub client.Client, opts JoinOptions) error {
+	if err := validateClusterName(opts.ClusterName); err != nil {
+		return err
+	}
+	if opts.Member == nil {
+		return errors.New("join: no discovery client for the member cluster")
+	}
+	sv, err := opts.Member.ServerVersion()
+	if err != nil {
+		return fmt.Errorf("join: reading the Kubernetes version of member %q: %w", opts.ClusterName, err)
+	}
+	if sv.GitVersion == "" {
+		return fmt.Errorf("join: member %q reports no Kubernetes version", opts.ClusterName)
+	}
+	agentVersion := opts.AgentVersion
+	if agentVersion == "" {
+		agentVersion = version.Version
+	}
+	claims := map[string]string{}
+	for name, value := range opts.ExtraClaims {
+		if name == ClaimKubeVersion || name == ClaimCtrlmeshVersion {
+			return fmt.Errorf("join: extra claim %q is set by Join itself", name)
+		}
+		claims[name] = value
+	}
+	claims[ClaimKubeVersion] = sv.GitVersion
+	claims[ClaimCtrlmeshVersion] = agentVersion
+	for name, value := range claims {
+		if name == "" || len(name) > 253 || value == "" || len(value) > 1024 {
+			return fmt.Errorf("join: claim %q=%q: names must have 1 to 253 characters, values 1 to 1024", name, value)
+		}
+	}
+
+	key := client.ObjectKey{Name: opts.ClusterName}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var mc clusterv1.ManagedCluster
+		err := hub.Get(ctx, key, &mc)
+		switch {
+		case apierrors.IsNotFound(err):
+			mc = clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: opts.ClusterName}}
+			if err := hub.Create(ctx, &mc); err != nil {
+				if apierrors.IsAlreadyExists(err) {
+					// Created meanwhile: a conflict makes the retry read it.
+					return apierrors.NewConflict(clusterv1.Resource("managedclusters"), opts.ClusterName, err)
+				}
+				return fmt.Errorf("join: creating ManagedCluster %q on the hub: %w", opts.ClusterName, err)
+			}
+		case err != nil:
+			return fmt.Errorf("join: reading ManagedCluster %q on the hub: %w", opts.ClusterName, err)
+		}
+		if !mergeClaims(&mc.Status, claims, sv.GitVersion) {
+			return nil
+		}
+		if mc.Status.Conditions == nil {
+			mc.Status.Conditions = []metav1.Condition{}
+		}
+		if err := hub.Status().Update(ctx, &mc); err != nil {
+			if apierrors.IsConflict(err) {
+				return err
+			}
+			return fmt.Errorf("join: updating the status of ManagedCluster %q on the hub: %w", opts.ClusterName, err)
+		}
+		return nil
+	})
+}
+
+// mergeClaims sets claims in status, keeping the order and the other claims,
+// and the Kubernetes version; it reports whether anything changed.
+func mergeClaims(status *clusterv1.ManagedClusterStatus, claims map[string]string, kubeVersion string) bool {
+	changed := false
+	if status.Version.Kubernetes != kubeVersion {
+		status.Version.Kubernetes = kubeVersion
+		changed = true
+	}
+	seen := map[string]bool{}
+	for i := range status.ClusterClaims {
+		c := &status.ClusterClaims[i]
+		value, ours := claims[c.Name]
+		if !ours {
+			continue
+		}
+		seen[c.Name] = true
+		if c.Value != value {
+			c.Value = value
+			changed = true
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(claims)) {
+		if !seen[name] {
+			status.ClusterClaims = append(status.ClusterClaims, clusterv1.ManagedClusterClaim{Name: name, Value: claims[name]})
+			changed = true
+		}
+	}
+	return changed
+}
+
+// IsAccepted reports whether the hub accepts the member: spec.hubAcceptsClient
+// of its ManagedCluster. The agent applies no rules while it is false. A
+// missing ManagedCluster is an error for which apierrors.IsNotFound holds.
+func IsAccepted(ctx context.Context, hub client.Client, cluster string) (bool, error) {
+	if err := validateClusterName(cluster); err != nil {
+		return false, err
+	}
+	var mc clusterv1.ManagedCluster
+	if err := hub.Get(ctx, client.ObjectKey{Name: cluster}, &mc); err != nil {
+		return false, fmt.Errorf("join: reading ManagedCluster %q on the hub: %w", cluster, err)
+	}
+	return mc.Spec.HubAcceptsClient, nil
+}
+
+func validateClusterName(name string) error {
+	if name == "" {
+		return errors.New("join: no cluster name")
+	}
+	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+		return fmt.Errorf("join: cluster name %q: %v", name, errs)
+	}
+	// The name also ends the execution namespace's name.
+	if ns := names.GenerateExecutionSpaceName(name); len(validation.IsDNS1123Label(ns)) > 0 {
+		return fmt.Errorf("join: cluster name %q is too long for the execution namespace %q", name, ns)
+	}
+	return nil
+}

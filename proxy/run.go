@@ -1,0 +1,199 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
+	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
+	"github.com/ctrlmesh/ctrlmesh/proxy/webhook"
+)
+
+// Options of a running proxy; the ctrlmesh-proxy flags map onto them.
+type Options struct {
+	// Upstream is the real API server with the operator's credentials.
+	Upstream *rest.Config
+	// Rules is the pod's own cluster, with the pod's credentials there: it
+	// holds the pod's ShardRoute (watched, and the applied hash reported
+	// into its status) and its shards' leader-election locks, which the
+	// pod's agent reads. nil means Upstream. It differs when Upstream is
+	// another API server (Fleet scope over the hub's objects); selectors,
+	// mode detection and discovery still go to Upstream.
+	Rules *rest.Config
+	// ListenAddress serves the operator's API requests (plain HTTP on
+	// loopback: only containers of the pod reach it).
+	ListenAddress string
+	// HealthAddress serves /healthz, /readyz and /metrics; "" disables.
+	HealthAddress string
+	// Pod is the pod's name, as the rules list it.
+	Pod string
+	// RulesFile, when set, is the static rules source.
+	RulesFile string
+	// RulesFileInterval is how often the file is checked for changes.
+	RulesFileInterval time.Duration
+	// RulesNamespace and RulesName name the ShardRoute to watch when no
+	// RulesFile is given.
+	RulesNamespace, RulesName string
+	// Mode fixes the selector mode; "" detects it.
+	Mode rules.Mode
+	// OperatorKubeconfig, when set, receives a kubeconfig that points the
+	// operator at ListenAddress.
+	OperatorKubeconfig string
+	// WebhookListenAddress serves the admission webhook router (HTTPS with
+	// the operator's certificate); "" disables it.
+	WebhookListenAddress string
+	// WebhookPeerPort is the port peers' routers listen on; 0 uses the port
+	// of WebhookListenAddress.
+	WebhookPeerPort int
+	// WebhookCertDir is where the operator's webhook certificate is mounted
+	// in this container; "" uses the rules' webhook.certDir.
+	WebhookCertDir string
+	// Ready, when set, receives the addresses actually bound, once serving.
+	Ready func(api, health net.Addr)
+	Log   logr.Logger
+}
+
+// Run serves until ctx ends.
+func Run(ctx context.Context, opts Options) error {
+	if (opts.RulesFile == "") == (opts.RulesName == "") {
+		return errors.New("exactly one rules source is needed: a rules file, or the name of a ShardRoute")
+	}
+	if opts.Pod == "" {
+		return errors.New("the pod name is needed: the rules assign buckets by pod")
+	}
+	httpClient, err := rest.HTTPClientFor(opts.Upstream)
+	if err != nil {
+		return fmt.Errorf("upstream client: %w", err)
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(opts.Upstream, httpClient)
+	if err != nil {
+		return fmt.Errorf("discovery: %w", err)
+	}
+	scopes := rules.NewMapperScopes(mapper)
+	// The pod's own cluster: its ShardRoute and its shards' locks.
+	own := opts.Rules
+	if own == nil {
+		own = opts.Upstream
+	}
+	p, err := New(Config{Upstream: opts.Upstream, LockUpstream: opts.Rules, Scopes: scopes, Log: opts.Log})
+	if err != nil {
+		return err
+	}
+	defer p.Stop()
+	loader := &Loader{Proxy: p, Pod: opts.Pod, Scopes: scopes, Mode: opts.Mode, Upstream: opts.Upstream, Mapper: mapper, Log: opts.Log}
+
+	apiListener, err := net.Listen("tcp", opts.ListenAddress)
+	if err != nil {
+		return fmt.Errorf("listening for the operator on %s: %w", opts.ListenAddress, err)
+	}
+	servers := []*http.Server{{Handler: p, ReadHeaderTimeout: 10 * time.Second}}
+	listeners := []net.Listener{apiListener}
+	var healthAddr net.Addr
+	if opts.HealthAddress != "" {
+		healthListener, err := net.Listen("tcp", opts.HealthAddress)
+		if err != nil {
+			_ = apiListener.Close()
+			return fmt.Errorf("listening for probes on %s: %w", opts.HealthAddress, err)
+		}
+		healthAddr = healthListener.Addr()
+		servers = append(servers, &http.Server{Handler: healthMux(p), ReadHeaderTimeout: 10 * time.Second})
+		listeners = append(listeners, healthListener)
+	}
+	if opts.OperatorKubeconfig != "" {
+		if err := WriteOperatorKubeconfig(opts.OperatorKubeconfig, apiListener.Addr().String()); err != nil {
+			return err
+		}
+	}
+
+	g, ctx := errgroup.WithContext(ctx)
+	for i := range servers {
+		g.Go(func() error {
+			if err := servers[i].Serve(listeners[i]); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+	}
+	g.Go(func() error {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var errs []error
+		for _, s := range servers {
+			errs = append(errs, s.Shutdown(shutdownCtx))
+		}
+		return errors.Join(errs...)
+	})
+	if opts.WebhookListenAddress != "" {
+		g.Go(func() error {
+			return webhook.Run(ctx, webhook.Options{
+				Rules: p.Rules, ListenAddress: opts.WebhookListenAddress, ListenPort: opts.WebhookPeerPort,
+				CertDir: opts.WebhookCertDir, Log: opts.Log.WithName("webhook"), Registry: p.metrics.Registry,
+			})
+		})
+	}
+	if opts.RulesFile != "" {
+		g.Go(func() error {
+			RunFileSource(ctx, opts.RulesFile, opts.RulesFileInterval, loader)
+			return nil
+		})
+	} else {
+		source := &APISource{Config: own, Namespace: opts.RulesNamespace, Name: opts.RulesName, Loader: loader}
+		g.Go(func() error { return source.Run(ctx) })
+	}
+	if opts.Ready != nil {
+		opts.Ready(apiListener.Addr(), healthAddr)
+	}
+	opts.Log.Info("proxy serving", "api", apiListener.Addr().String(), "upstream", opts.Upstream.Host, "ownCluster", own.Host, "pod", opts.Pod)
+	return g.Wait()
+}
+
+func healthMux(p *Proxy) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		snap := p.Rules()
+		if snap == nil {
+			http.Error(w, "rules not loaded", http.StatusServiceUnavailable)
+			return
+		}
+		// "rules" is what the operator has taken up; "enforcing" what the
+		// proxy enforces, ahead of it while the operator relists.
+		applied, _ := p.Applied()
+		appliedHash := "none"
+		if applied != nil {
+			appliedHash = applied.Hash()
+		}
+		_, _ = fmt.Fprintf(w, "ok: rules %s applied; enforcing %s (generation %d), shard %q\n", appliedHash, snap.Hash(), snap.Generation(), snap.Shard)
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(p.metrics.Registry, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// WriteOperatorKubeconfig writes a kubeconfig that sends the operator to the
+// proxy at addr. It carries no credentials: the proxy adds the operator's own.
+func WriteOperatorKubeconfig(path, addr string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["ctrlmesh-proxy"] = &clientcmdapi.Cluster{Server: "http://" + addr}
+	cfg.AuthInfos["operator"] = &clientcmdapi.AuthInfo{}
+	cfg.Contexts["ctrlmesh-proxy"] = &clientcmdapi.Context{Cluster: "ctrlmesh-proxy", AuthInfo: "operator"}
+	cfg.CurrentContext = "ctrlmesh-proxy"
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return fmt.Errorf("writing the operator kubeconfig %s: %w", path, err)
+	}
+	return os.Chmod(path, 0o644)
+}

@@ -1,0 +1,256 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	ctrlmeshscheme "github.com/ctrlmesh/ctrlmesh/pkg/scheme"
+	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
+)
+
+// Loader checks rules offered by a source and puts good ones in force. Bad
+// rules are refused with an error and the last good rules stay.
+type Loader struct {
+	Proxy  *Proxy
+	Pod    string
+	Scopes rules.Scopes
+	// Mode fixes the selector mode; when empty, DetectMode decides, once.
+	Mode rules.Mode
+	// Upstream and Mapper are used to detect the mode.
+	Upstream *rest.Config
+	Mapper   meta.RESTMapper
+	Log      logr.Logger
+
+	mu sync.Mutex
+}
+
+// Offer compiles route and, when it is good, puts it in force.
+func (l *Loader) Offer(ctx context.Context, route *ctrlmeshv1alpha1.ShardRoute) (*rules.Snapshot, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	snap, err := l.compile(ctx, route)
+	if err != nil {
+		l.Proxy.metrics.rulesLoaded.WithLabelValues("refused").Inc()
+		l.Log.Error(err, "rules refused; the last good rules stay in force", "hash", route.Spec.RulesHash, "generation", route.Spec.RoutingGeneration)
+		return nil, err
+	}
+	l.Proxy.metrics.rulesLoaded.WithLabelValues("applied").Inc()
+	l.Proxy.SetRules(snap)
+	return snap, nil
+}
+
+func (l *Loader) compile(ctx context.Context, route *ctrlmeshv1alpha1.ShardRoute) (*rules.Snapshot, error) {
+	if l.Mode == "" {
+		gr, ok := rules.ProbeResource(route)
+		if !ok {
+			return nil, errors.New("cannot detect the selector mode: the limits name no resource without wildcards; set the mode explicitly")
+		}
+		mode, err := DetectMode(ctx, l.Upstream, l.Mapper, gr)
+		if err != nil {
+			return nil, fmt.Errorf("detecting the selector mode: %w", err)
+		}
+		l.Log.Info("selector mode detected", "mode", mode, "probe", gr.String())
+		l.Mode = mode
+	}
+	return rules.Compile(route, l.Pod, l.Mode, l.Scopes)
+}
+
+// ReadRulesFile reads a ShardRoute from a YAML or JSON file, refusing fields
+// the schema does not know.
+func ReadRulesFile(path string) (*ctrlmeshv1alpha1.ShardRoute, []byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	var route ctrlmeshv1alpha1.ShardRoute
+	if err := yaml.UnmarshalStrict(data, &route); err != nil {
+		return nil, data, fmt.Errorf("rules file %s: %w", path, err)
+	}
+	return &route, data, nil
+}
+
+// RunFileSource offers the rules in path now and whenever its content
+// changes, checking every interval (files mounted from ConfigMaps change by
+// symlink swaps, which polling the content sees reliably). It returns when
+// ctx ends.
+func RunFileSource(ctx context.Context, path string, interval time.Duration, loader *Loader) {
+	var last []byte
+	check := func() {
+		route, data, err := ReadRulesFile(path)
+		if data != nil && bytes.Equal(data, last) {
+			return
+		}
+		last = data
+		if err != nil {
+			loader.Proxy.metrics.rulesLoaded.WithLabelValues("refused").Inc()
+			loader.Log.Error(err, "rules file unreadable; the last good rules stay in force")
+			return
+		}
+		// Offer logs and counts its own refusals.
+		_, _ = loader.Offer(ctx, route)
+	}
+	check()
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			check()
+		}
+	}
+}
+
+// APISource watches one ShardRoute through the API server (read-only:
+// get/list/watch on shardroutes) and reports the applied rules hash into its
+// status by server-side apply (patch on shardroutes/status).
+type APISource struct {
+	Config    *rest.Config
+	Namespace string
+	Name      string
+	Loader    *Loader
+}
+
+// FieldManager is the server-side-apply manager under which the proxy of a
+// pod reports its applied rules hash.
+func FieldManager(pod string) string { return "ctrlmesh-proxy/" + pod }
+
+// Run watches the rules until ctx ends.
+func (s *APISource) Run(ctx context.Context) error {
+	scheme, err := ctrlmeshscheme.New()
+	if err != nil {
+		return err
+	}
+	c, err := cache.New(s.Config, cache.Options{
+		Scheme:            scheme,
+		DefaultNamespaces: map[string]cache.Config{s.Namespace: {}},
+		ByObject: map[client.Object]cache.ByObject{
+			&ctrlmeshv1alpha1.ShardRoute{}: {Field: fields.OneTermEqualSelector("metadata.name", s.Name)},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("rules cache: %w", err)
+	}
+	writer, err := client.New(s.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("rules status client: %w", err)
+	}
+	informer, err := c.GetInformer(ctx, &ctrlmeshv1alpha1.ShardRoute{})
+	if err != nil {
+		return fmt.Errorf("rules informer: %w", err)
+	}
+	// The latest route seen, for the reporter to compare its status with.
+	latest := make(chan *ctrlmeshv1alpha1.ShardRoute, 1)
+	// The informer calls handle from one goroutine, in order.
+	var offered int64
+	handle := func(obj any) {
+		route, ok := obj.(*ctrlmeshv1alpha1.ShardRoute)
+		if !ok {
+			return
+		}
+		// Status writes (this proxy's reports among them) do not change
+		// metadata.generation: only a new spec is offered, once.
+		if route.Generation != offered {
+			offered = route.Generation
+			// Offer logs and counts refusals; the last good rules stay.
+			_, _ = s.Loader.Offer(ctx, route)
+		}
+		select {
+		case latest <- route:
+		default:
+			<-latest
+			latest <- route
+		}
+	}
+	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    handle,
+		UpdateFunc: func(_, obj any) { handle(obj) },
+	}); err != nil {
+		return err
+	}
+	go s.report(ctx, writer, latest)
+	return c.Start(ctx)
+}
+
+func reportedHash(route *ctrlmeshv1alpha1.ShardRoute, pod string) string {
+	for _, p := range route.Status.Pods {
+		if p.Name == pod {
+			return p.AppliedRulesHash
+		}
+	}
+	return ""
+}
+
+// report keeps {status.pods[name=pod].appliedRulesHash} equal to the hash
+// of the rules the operator has taken up (Proxy.Applied), applying it as the
+// pod's own field manager: after every change of the applied rules, and
+// whenever the status seen lacks it (someone overwrote the entry). Failed
+// writes are retried with backoff. Driven by events, never by a ticker.
+func (s *APISource) report(ctx context.Context, c client.Client, latest <-chan *ctrlmeshv1alpha1.ShardRoute) {
+	const initialBackoff = 100 * time.Millisecond
+	backoff := initialBackoff
+	var route *ctrlmeshv1alpha1.ShardRoute
+	var retry <-chan time.Time
+	for {
+		applied, changed := s.Loader.Proxy.Applied()
+		if route != nil && applied != nil && reportedHash(route, s.Loader.Pod) != applied.Hash() && retry == nil {
+			if err := s.apply(ctx, c, route, applied.Hash()); err != nil {
+				s.Loader.Log.V(1).Info("reporting the applied rules hash failed; retrying", "error", err.Error(), "in", backoff)
+				retry = time.After(backoff)
+				backoff = min(2*backoff, 5*time.Second)
+			} else {
+				backoff = initialBackoff
+				// Until the watch shows the new status, assume it landed.
+				route = route.DeepCopy()
+				setReportedHash(route, s.Loader.Pod, applied.Hash())
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case route = <-latest:
+		case <-retry:
+			retry = nil
+		}
+	}
+}
+
+func (s *APISource) apply(ctx context.Context, c client.Client, route *ctrlmeshv1alpha1.ShardRoute, hash string) error {
+	patch := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": ctrlmeshv1alpha1.GroupVersion.String(),
+		"kind":       "ShardRoute",
+		"metadata":   map[string]any{"namespace": route.Namespace, "name": route.Name},
+		"status": map[string]any{"pods": []any{
+			map[string]any{"name": s.Loader.Pod, "appliedRulesHash": hash},
+		}},
+	}}
+	return c.Status().Patch(ctx, patch, client.Apply, client.FieldOwner(FieldManager(s.Loader.Pod)), client.ForceOwnership)
+}
+
+func setReportedHash(route *ctrlmeshv1alpha1.ShardRoute, pod, hash string) {
+	for i := range route.Status.Pods {
+		if route.Status.Pods[i].Name == pod {
+			route.Status.Pods[i].AppliedRulesHash = hash
+			return
+		}
+	}
+	route.Status.Pods = append(route.Status.Pods, ctrlmeshv1alpha1.PodRouteStatus{Name: pod, AppliedRulesHash: hash})
+}

@@ -1,0 +1,353 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/pkg/printers"
+	"github.com/ctrlmesh/ctrlmesh/test/controlplane"
+	"github.com/ctrlmesh/ctrlmesh/test/localfleet"
+)
+
+// The demo's fleet: two members, each running two pods of the demo
+// operator in demoNamespace, sharded by the ShardingConfig demoName.
+const (
+	demoNamespace = "operators"
+	demoName      = "demo-operator"
+	podsPerMember = 2
+	canaryPodName = demoName + "-canary"
+	canaryHealthy = 10 // seconds the canary stays healthy before the next step
+	readyTimeout  = 2 * time.Minute
+)
+
+var demoMembers = []string{"member1", "member2"}
+
+// fleetFlags are the flags demo and up share.
+type fleetFlags struct {
+	binDir string
+	keep   bool
+}
+
+func (ff *fleetFlags) bind(cmd *cobra.Command, keepUsage string) {
+	cmd.Flags().StringVar(&ff.binDir, "bin-dir", "", "directory with kube-apiserver and etcd (make tools), ctrlmesh-proxy and demo-operator (make build); empty: bin/ of the checkout")
+	if keepUsage != "" {
+		cmd.Flags().BoolVar(&ff.keep, "keep", false, keepUsage)
+	}
+}
+
+func newDemoCommand() *cobra.Command {
+	var ff fleetFlags
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run ctrlmesh on a local fleet: placement, a canary, a pod failure healed",
+		Long: `demo starts a local fleet — a hub and two member clusters, each a real
+kube-apiserver and etcd, with no Docker and no existing cluster — runs the hub
+and one agent per member (standalone mode) with their shipped RBAC, and runs
+the demo operator as pods: a Pod object in the member, and ctrlmesh-proxy and
+demo-operator as local processes with the pod's name.
+
+It then applies a ShardingConfig over both members, waits until it is Ready
+and prints the placement; adds a canary pod and canary steps and prints the
+placement at each step; kills a pod and prints the placement once its
+buckets have moved. Run it from the ctrlmesh checkout after make tools and
+make build (make demo does all of it).`,
+		Example: `  localfleet demo
+  localfleet demo --keep   # stay up afterwards, until Ctrl-C`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runFleet(cmd.Context(), cmd.OutOrStdout(), ff, (*session).demo)
+		},
+	}
+	ff.bind(cmd, "stay up after the demo, printing the kubeconfigs, until Ctrl-C")
+	return cmd
+}
+
+func newUpCommand() *cobra.Command {
+	var ff fleetFlags
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Start a local fleet running the demo operator and stay up until Ctrl-C",
+		Long: `up starts the fleet of localfleet demo — a hub, two members, their
+agents and the demo operator's pods — applies the ShardingConfig, waits until
+it is Ready, prints the placement and the kubeconfigs, and stays up until
+Ctrl-C.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ff.keep = true
+			return runFleet(cmd.Context(), cmd.OutOrStdout(), ff, func(*session, context.Context) error { return nil })
+		},
+	}
+	ff.bind(cmd, "")
+	return cmd
+}
+
+// session is one run of the demo fleet, printing its progress.
+type session struct {
+	out   io.Writer
+	start time.Time
+	fleet *localfleet.Fleet
+	pods  map[string]*localfleet.Pod
+	sc    *ctrlmeshv1alpha1.ShardingConfig
+}
+
+// step prints a progress line with the time since the start.
+func (s *session) step(format string, args ...any) {
+	fmt.Fprintf(s.out, "==> [%6.1fs] %s\n", time.Since(s.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// runFleet brings the fleet up with the ShardingConfig Ready, runs then,
+// and with ff.keep stays up until ctx ends or a signal comes. The work
+// directory is removed at the end, unless something failed: its logs then
+// tell why.
+func runFleet(ctx context.Context, out io.Writer, ff fleetFlags, then func(*session, context.Context) error) (err error) {
+	s := &session{out: out, start: time.Now(), pods: map[string]*localfleet.Pod{}}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	binDir, crdDirs, err := checkout(ff.binDir)
+	if err != nil {
+		return err
+	}
+	workDir, err := os.MkdirTemp("", "ctrlmesh-demo-")
+	if err != nil {
+		return fmt.Errorf("creating the work directory: %w", err)
+	}
+	defer func() {
+		interrupted := ctx.Err() != nil
+		if err != nil && !interrupted && s.fleet != nil {
+			fmt.Fprintf(out, "the kubeconfigs and logs are kept in %s\n", workDir)
+			return
+		}
+		if interrupted && err != nil {
+			err = errors.New("interrupted")
+		}
+		err = errors.Join(err, os.RemoveAll(workDir))
+	}()
+	// The hub and the agents log to files in the work directory; what
+	// controller-runtime and client-go log globally is dropped, so that
+	// it does not mix with the progress lines.
+	ctrllog.SetLogger(logr.Discard())
+	klog.SetLogger(logr.Discard())
+
+	s.step("starting %d API servers (kube-apiserver + etcd each): %s, %s", 1+len(demoMembers), localfleet.HubName, strings.Join(demoMembers, ", "))
+	s.fleet, err = localfleet.Start(ctx, localfleet.Options{
+		BinDir: binDir, CRDDirs: crdDirs, WorkDir: workDir, Members: demoMembers,
+		// Range mode: the canary serves single namespaces besides buckets.
+		MemberFeatureGates: []string{controlplane.FeatureShardedListAndWatch},
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		s.step("stopping the fleet")
+		err = errors.Join(err, s.fleet.Stop())
+		if err == nil {
+			s.step("done")
+		}
+	}()
+	if err := s.up(ctx); err != nil {
+		return err
+	}
+	if err := then(s, ctx); err != nil {
+		return err
+	}
+	if !ff.keep {
+		return nil
+	}
+	s.printKubeconfigs()
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-s.watchFailure(ctx):
+		return s.fleet.Err()
+	}
+}
+
+// checkout finds the binaries and the CRDs in the ctrlmesh checkout.
+func checkout(binDir string) (string, []string, error) {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: run localfleet demo from the ctrlmesh checkout (make demo)", err)
+	}
+	if binDir == "" {
+		binDir = filepath.Join(root, "bin")
+	}
+	return binDir, controlplane.CRDDirs(root), nil
+}
+
+// up runs the hub, joins the members, starts the pods, applies the
+// ShardingConfig and prints its placement once it is Ready.
+func (s *session) up(ctx context.Context) error {
+	s.step("hub: namespace ctrlmesh, RBAC, ctrlmesh-hub (auto-accepting members)")
+	if err := s.fleet.StartHub(ctx); err != nil {
+		return err
+	}
+	for _, m := range demoMembers {
+		s.step("joining %s: RBAC on the hub and the member, ctrlmesh-agent in standalone mode", m)
+		if err := s.fleet.Join(ctx, m); err != nil {
+			return err
+		}
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: demoNamespace}}
+	if err := s.fleet.Hub.Client.Create(ctx, ns.DeepCopy()); err != nil {
+		return fmt.Errorf("creating namespace %s on the hub: %w", demoNamespace, err)
+	}
+	for _, m := range demoMembers {
+		s.step("%s: %d pods of %s (Pod object; ctrlmesh-proxy and demo-operator processes)", m, podsPerMember, demoName)
+		if err := s.fleet.Members[m].Client.Create(ctx, ns.DeepCopy()); err != nil {
+			return fmt.Errorf("creating namespace %s in %s: %w", demoNamespace, m, err)
+		}
+		for i := range podsPerMember {
+			if err := s.startPod(ctx, m, fmt.Sprintf("%s-%d", demoName, i), nil); err != nil {
+				return err
+			}
+		}
+	}
+	s.sc = localfleet.ShardingConfig(demoNamespace, demoName, demoMembers)
+	// The canary shard appears once a pod labelled track=canary runs.
+	s.sc.Spec.Canary = &ctrlmeshv1alpha1.CanarySpec{
+		Selector: metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}},
+		Steps: []ctrlmeshv1alpha1.CanaryStep{
+			{Namespaces: []string{"team-a"}},
+			{Buckets: "0-3", Namespaces: []string{"team-a"}},
+		},
+		MinHealthySeconds: canaryHealthy,
+	}
+	s.step("applying ShardingConfig %s/%s: configmaps sharded per cluster over %s; canary steps for pods labelled track=canary (none yet): namespace team-a, then team-a and buckets 0-3",
+		demoNamespace, demoName, strings.Join(demoMembers, ", "))
+	if err := s.fleet.Hub.Client.Create(ctx, s.sc); err != nil {
+		return fmt.Errorf("creating the ShardingConfig: %w", err)
+	}
+	s.step("waiting until it is Ready")
+	return s.waitAndPrint(ctx, "Ready", func(*ctrlmeshv1alpha1.ShardingConfig) bool { return true })
+}
+
+// demo shows a canary and a pod failure on the fleet up runs.
+func (s *session) demo(ctx context.Context) error {
+	s.step("canary: pod %s in %s labelled track=canary; the hub moves to the next step after %ds healthy",
+		canaryPodName, demoMembers[0], canaryHealthy)
+	if err := s.startPod(ctx, demoMembers[0], canaryPodName, map[string]string{"track": "canary"}); err != nil {
+		return err
+	}
+	for step := range int32(len(s.sc.Spec.Canary.Steps)) {
+		s.step("waiting for canary step %d", step+1)
+		if err := s.waitAndPrint(ctx, fmt.Sprintf("Ready at canary step %d", step+1), func(sc *ctrlmeshv1alpha1.ShardingConfig) bool {
+			return sc.Status.Canary != nil && sc.Status.Canary.Step == step && servesCanaryStep(sc, sc.Spec.Canary.Steps[step])
+		}); err != nil {
+			return err
+		}
+	}
+
+	victim := s.pods[demoMembers[1]+"/"+demoName+"-0"]
+	s.step("pod failure: killing %s/%s (SIGKILL to its proxy and operator, Pod object deleted)", victim.Cluster, victim.Name)
+	killed := time.Now()
+	if err := s.fleet.KillPod(ctx, victim); err != nil {
+		return err
+	}
+	if err := s.waitAndPrint(ctx, "healed", func(sc *ctrlmeshv1alpha1.ShardingConfig) bool {
+		return !slices.ContainsFunc(sc.Status.Placement, func(p ctrlmeshv1alpha1.ShardPlacement) bool {
+			return p.Cluster == victim.Cluster && slices.Contains(p.Pods, victim.Name)
+		})
+	}); err != nil {
+		return err
+	}
+	s.step("healed %.1fs after the kill: the dead pod's buckets moved to the other pod of %s", time.Since(killed).Seconds(), victim.Cluster)
+	return nil
+}
+
+// servesCanaryStep tells whether the canary shard is placed on what step
+// names: the status moves to a step before the hub has placed it.
+func servesCanaryStep(sc *ctrlmeshv1alpha1.ShardingConfig, step ctrlmeshv1alpha1.CanaryStep) bool {
+	return slices.ContainsFunc(sc.Status.Placement, func(p ctrlmeshv1alpha1.ShardPlacement) bool {
+		return p.Canary && p.Buckets == step.Buckets && slices.Equal(p.Namespaces, step.Namespaces)
+	})
+}
+
+func (s *session) startPod(ctx context.Context, cluster, name string, extraLabels map[string]string) error {
+	labels := map[string]string{"app": demoName}
+	for k, v := range extraLabels {
+		labels[k] = v
+	}
+	p, err := s.fleet.StartPod(ctx, localfleet.PodSpec{Cluster: cluster, Namespace: demoNamespace, Name: name, Labels: labels, RulesName: demoName})
+	if err != nil {
+		return err
+	}
+	s.pods[cluster+"/"+name] = p
+	return nil
+}
+
+// waitAndPrint waits until the ShardingConfig is Ready for its current
+// generation, every shard ready, and matches, then prints its status.
+func (s *session) waitAndPrint(ctx context.Context, what string, matches func(*ctrlmeshv1alpha1.ShardingConfig) bool) error {
+	deadline := time.Now().Add(readyTimeout)
+	var sc ctrlmeshv1alpha1.ShardingConfig
+	for {
+		if err := s.fleet.Hub.Client.Get(ctx, client.ObjectKeyFromObject(s.sc), &sc); err != nil {
+			return fmt.Errorf("reading the ShardingConfig: %w", err)
+		}
+		st := &sc.Status
+		if st.ObservedGeneration == sc.Generation && meta.IsStatusConditionTrue(st.Conditions, ctrlmeshv1alpha1.ConditionReady) &&
+			st.ReadyShards == st.Shards && matches(&sc) {
+			s.step("%s:", what)
+			return printers.ShardingConfig(s.out, &sc)
+		}
+		if err := s.fleet.Err(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(s.out, "not %s within %v; the status now:\n", what, readyTimeout)
+			return errors.Join(printers.ShardingConfig(s.out, &sc), fmt.Errorf("ShardingConfig %s/%s not %s within %v", demoNamespace, demoName, what, readyTimeout))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (s *session) printKubeconfigs() {
+	fmt.Fprintln(s.out, "The fleet stays up until Ctrl-C. Kubeconfigs (admin):")
+	fmt.Fprintf(s.out, "  %-8s %s\n", localfleet.HubName, s.fleet.Hub.KubeconfigPath)
+	for _, m := range demoMembers {
+		fmt.Fprintf(s.out, "  %-8s %s\n", m, s.fleet.Members[m].KubeconfigPath)
+	}
+	fmt.Fprintf(s.out, "Logs: %s\nFor example:\n  ctrlmeshctl status %s -n %s --kubeconfig %s\n",
+		filepath.Join(s.fleet.WorkDir, "logs"), demoName, demoNamespace, s.fleet.Hub.KubeconfigPath)
+}
+
+// watchFailure closes the returned channel once a part of the fleet fails.
+func (s *session) watchFailure(ctx context.Context) <-chan struct{} {
+	failed := make(chan struct{})
+	go func() {
+		for ctx.Err() == nil {
+			if s.fleet.Err() != nil {
+				close(failed)
+				return
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	return failed
+}
