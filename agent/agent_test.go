@@ -236,11 +236,11 @@ func TestStandaloneAgent(t *testing.T) {
 		if err := f.member.Client.Create(ctx, cm); err != nil {
 			return err
 		}
-		scheme, err := sharding.NewScheme(32)
+		space, err := sharding.NewSpace(32)
 		if err != nil {
 			return err
 		}
-		if got, want := cm.Labels[ctrlmeshv1alpha1.ShardingHashLabel], fmt.Sprint(scheme.Bucket("team-a")); got != want {
+		if got, want := cm.Labels[ctrlmeshv1alpha1.ShardingHashLabel], fmt.Sprint(space.Bucket("team-a")); got != want {
 			return fmt.Errorf("created with sharding-hash %q, want %q", got, want)
 		}
 		return nil

@@ -285,10 +285,10 @@ func (f *testFleet) waitReady(t *testing.T, ctx context.Context, sc *ctrlmeshv1a
 		}
 		return nil
 	})
-	scheme := sharding.MustScheme(int(got.Spec.Sharding.Buckets))
+	space := sharding.MustSpace(int(got.Spec.Sharding.Buckets))
 	out := map[string]map[string]sharding.Set{}
 	for _, p := range got.Status.Placement {
-		set, err := scheme.ParseSet(p.Buckets)
+		set, err := space.ParseSet(p.Buckets)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -472,7 +472,7 @@ func firstGrant(t *testing.T, versions []routeVersion, shard string, buckets sha
 	t.Helper()
 	for _, v := range versions {
 		for _, s := range v.route.Spec.Shards {
-			served, err := buckets.Scheme().ParseSet(s.Buckets)
+			served, err := buckets.Space().ParseSet(s.Buckets)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -519,10 +519,10 @@ func TestCanarySteps(t *testing.T) {
 		}
 		return nil
 	})
-	scheme := sharding.MustScheme(32)
+	space := sharding.MustSpace(32)
 	byPod := map[string]sharding.Set{}
 	for _, p := range got.Status.Placement {
-		set, err := scheme.ParseSet(p.Buckets)
+		set, err := space.ParseSet(p.Buckets)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -650,14 +650,14 @@ func samePlacement(a, b map[string]sharding.Set) bool {
 // and served by no shard.
 func checkRevokedBeforeGranted(t *testing.T, versions []routeVersion, pod string, granted sharding.Set) {
 	t.Helper()
-	scheme := granted.Scheme()
+	space := granted.Space()
 	for _, rv := range versions {
 		v := rv.route
 		for _, s := range v.Spec.Shards {
 			if !slices.ContainsFunc(s.Pods, func(p ctrlmeshv1alpha1.RoutePod) bool { return p.Name == pod }) {
 				continue
 			}
-			pending, err := scheme.ParseSet(s.PendingBuckets)
+			pending, err := space.ParseSet(s.PendingBuckets)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -665,7 +665,7 @@ func checkRevokedBeforeGranted(t *testing.T, versions []routeVersion, pod string
 				continue
 			}
 			for _, other := range v.Spec.Shards {
-				served, err := scheme.ParseSet(other.Buckets)
+				served, err := space.ParseSet(other.Buckets)
 				if err != nil {
 					t.Fatal(err)
 				}

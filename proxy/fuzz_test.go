@@ -174,7 +174,7 @@ func FuzzNarrow(f *testing.F) {
 	f.Add(uint32(0xffff), "app=demo,ctrlmesh.io/sharding-hash in (1,2,20)", "", true)
 	f.Add(uint32(0xff00ff00), "", "shardRange(object.metadata.namespace, '0x0000000000000000', '0x4000000000000000')", true)
 	f.Add(uint32(1), "tier notin (a)", "", false)
-	scheme := sharding.MustScheme(32)
+	space := sharding.MustSpace(32)
 	f.Fuzz(func(t *testing.T, mask uint32, labelSel, shardSel string, rangeMode bool) {
 		var buckets []int
 		for i := 0; i < 32; i++ {
@@ -192,7 +192,7 @@ func FuzzNarrow(f *testing.F) {
 		route := &v1alpha1.ShardRoute{Spec: v1alpha1.ShardRouteSpec{
 			RoutingGeneration: 1, RulesHash: "h", Buckets: 32,
 			Limits: v1alpha1.Limits{{RelateResources: []v1alpha1.ResourceGroup{{APIGroups: []string{"*"}, Resources: []string{"*"}}}}},
-			Shards: []v1alpha1.RouteShard{{ID: "0", Buckets: mustSet(t, scheme, buckets).String(), Pods: []v1alpha1.RoutePod{{Name: "p"}}}},
+			Shards: []v1alpha1.RouteShard{{ID: "0", Buckets: mustSet(t, space, buckets).String(), Pods: []v1alpha1.RoutePod{{Name: "p"}}}},
 		}}
 		snap, err := rules.Compile(route, "p", mode, nil)
 		if err != nil {
@@ -263,7 +263,7 @@ func containsReq(reqs labels.Requirements, r labels.Requirement) bool {
 	return false
 }
 
-func mustSet(t *testing.T, s sharding.Scheme, buckets []int) sharding.Set {
+func mustSet(t *testing.T, s sharding.Space, buckets []int) sharding.Set {
 	set, err := s.NewSet(buckets...)
 	if err != nil {
 		t.Fatal(err)

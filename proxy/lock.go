@@ -70,7 +70,7 @@ func renameFieldSelector(selector, name, newName string) (string, bool, error) {
 
 // bodyRenamer reads and rewrites metadata.name of request bodies in the
 // encodings client-go sends: JSON (handled as generic JSON, so fields this
-// build does not know survive) and protobuf (through the scheme).
+// build does not know survive) and protobuf (through the space).
 type bodyRenamer struct {
 	codecs serializer.CodecFactory
 }

@@ -64,7 +64,7 @@ func TestMain(m *testing.M) {
 
 const namespaces = 40
 
-var scheme32 = sharding.MustScheme(32)
+var scheme32 = sharding.MustSpace(32)
 
 func nsName(i int) string { return fmt.Sprintf("team-%d-prod", i) }
 

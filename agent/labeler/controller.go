@@ -144,7 +144,7 @@ func (l *labelRules) recompute(ctx context.Context) error {
 	previous := l.current
 	l.current = &labelRulesVersion{rules: next, ok: ok, refused: refused, changed: make(chan struct{})}
 	close(previous.changed)
-	l.log.V(1).Info("Labelling rules changed", "resources", len(next.Resources), "buckets", next.Scheme.Buckets(), "refused", len(refused))
+	l.log.V(1).Info("Labelling rules changed", "resources", len(next.Resources), "buckets", next.Space.Buckets(), "refused", len(refused))
 	return nil
 }
 

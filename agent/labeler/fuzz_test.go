@@ -53,7 +53,7 @@ func FuzzHandler(f *testing.F) {
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`))
 	f.Add([]byte(`not json`))
 
-	rules := labeler.Rules{Resources: []schema.GroupVersionResource{configMaps}, Scheme: sharding.MustScheme(32)}
+	rules := labeler.Rules{Resources: []schema.GroupVersionResource{configMaps}, Space: sharding.MustSpace(32)}
 	h, err := labeler.NewHandler(rules, logr.Discard())
 	if err != nil {
 		f.Fatal(err)

@@ -47,7 +47,7 @@ func clients(t *testing.T) (*kubernetes.Clientset, dynamic.Interface) {
 func rulesFor(test string) labeler.Rules {
 	return labeler.Rules{
 		Resources:         []schema.GroupVersionResource{configMaps},
-		Scheme:            sharding.MustScheme(32),
+		Space:             sharding.MustSpace(32),
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{testSelectorKey: test}},
 	}
 }
@@ -99,7 +99,7 @@ func wantLabels(ns string, extra map[string]string) map[string]string {
 	if out == nil {
 		out = map[string]string{}
 	}
-	out[ctrlmeshv1alpha1.ShardingHashLabel] = sharding.LabelValue(sharding.MustScheme(32).Bucket(ns))
+	out[ctrlmeshv1alpha1.ShardingHashLabel] = sharding.LabelValue(sharding.MustSpace(32).Bucket(ns))
 	out[ctrlmeshv1alpha1.NamespaceLabel] = ns
 	out[ctrlmeshv1alpha1.ControlLabel] = "true"
 	return out

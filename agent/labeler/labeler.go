@@ -256,7 +256,7 @@ func (l *Labeler) sweepResource(ctx context.Context, gvr schema.GroupVersionReso
 					continue
 				}
 				res.Scanned++
-				if !needsLabels(obj.GetLabels(), DesiredLabels(l.rules.Scheme, ns)) {
+				if !needsLabels(obj.GetLabels(), DesiredLabels(l.rules.Space, ns)) {
 					continue
 				}
 				res.Unlabelled++
@@ -290,7 +290,7 @@ func (l *Labeler) sweepResource(ctx context.Context, gvr schema.GroupVersionReso
 // patch merge-patches the desired labels onto one object and reports whether
 // it did. An object deleted meanwhile is not an error.
 func (l *Labeler) patch(ctx context.Context, resource dynamic.NamespaceableResourceInterface, t target) (bool, error) {
-	body, err := mergePatch(DesiredLabels(l.rules.Scheme, t.namespace))
+	body, err := mergePatch(DesiredLabels(l.rules.Space, t.namespace))
 	if err != nil {
 		return false, err
 	}

@@ -44,7 +44,7 @@ func decode(t testing.TB, doc []byte) map[string]any {
 
 func TestLabelPatch(t *testing.T) {
 	const ns = "team-a"
-	want := labeler.DesiredLabels(sharding.MustScheme(32), ns)
+	want := labeler.DesiredLabels(sharding.MustSpace(32), ns)
 	right := wantLabels(ns, map[string]string{"app": "x"})
 	cases := []struct {
 		name   string
@@ -121,7 +121,7 @@ func TestLabelPatch(t *testing.T) {
 }
 
 func TestLabelPatchRejects(t *testing.T) {
-	want := labeler.DesiredLabels(sharding.MustScheme(32), "ns")
+	want := labeler.DesiredLabels(sharding.MustSpace(32), "ns")
 	for _, object := range []string{``, `null`, `[]`, `"x"`, `{"metadata":[]}`, `{"metadata":{"labels":"x"}}`, `{} {}`, `{`} {
 		if ops, err := labeler.LabelPatch([]byte(object), want); err == nil {
 			t.Errorf("%q: patch %v, want an error", object, ops)
@@ -142,7 +142,7 @@ func TestWebhookConfiguration(t *testing.T) {
 	deployments := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
 	rules := labeler.Rules{
 		Resources:         []schema.GroupVersionResource{configMaps, deployments},
-		Scheme:            sharding.MustScheme(32),
+		Space:             sharding.MustSpace(32),
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "tenant"}},
 	}
 	cfg, err := rules.WebhookConfiguration(labeler.WebhookOptions{

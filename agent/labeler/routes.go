@@ -54,16 +54,16 @@ func RulesForRoutes(routes []ctrlmeshv1alpha1.ShardRoute, served []schema.GroupV
 		if err != nil {
 			continue
 		}
-		if r.Scheme.Buckets() == 0 {
-			scheme, err := sharding.NewScheme(int(route.Spec.Buckets))
+		if r.Space.Buckets() == 0 {
+			space, err := sharding.NewSpace(int(route.Spec.Buckets))
 			if err != nil {
 				continue
 			}
-			r.Scheme = scheme
-		} else if int(route.Spec.Buckets) != r.Scheme.Buckets() {
+			r.Space = space
+		} else if int(route.Spec.Buckets) != r.Space.Buckets() {
 			refused = append(refused, Refusal{Route: route, Reason: ReasonBucketCountConflict, Message: fmt.Sprintf(
 				"label mode writes one bucket number per object, counted in %d buckets as the oldest ShardRoute in this cluster counts them; this route counts %d, so its proxies would select the wrong objects: give its ShardingConfig %d buckets",
-				r.Scheme.Buckets(), route.Spec.Buckets, r.Scheme.Buckets())})
+				r.Space.Buckets(), route.Spec.Buckets, r.Space.Buckets())})
 			continue
 		}
 		limits = append(limits, compiled...)

@@ -95,9 +95,9 @@ func TestRulesForRoutes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, ok, refused := labeler.RulesForRoutes(tt.routes, served, scopes)
-			if ok != tt.wantOK || got.Scheme.Buckets() != tt.wantBuckets || !slices.Equal(got.Resources, tt.wantResources) {
+			if ok != tt.wantOK || got.Space.Buckets() != tt.wantBuckets || !slices.Equal(got.Resources, tt.wantResources) {
 				t.Errorf("got ok=%v buckets=%d resources=%v, want ok=%v buckets=%d resources=%v",
-					ok, got.Scheme.Buckets(), got.Resources, tt.wantOK, tt.wantBuckets, tt.wantResources)
+					ok, got.Space.Buckets(), got.Resources, tt.wantOK, tt.wantBuckets, tt.wantResources)
 			}
 			var refusedNames []string
 			for _, r := range refused {

@@ -48,8 +48,8 @@ type Rules struct {
 	// Resources are the namespaced resources to label, such as
 	// {Version: "v1", Resource: "configmaps"}. Subresources are not resources.
 	Resources []schema.GroupVersionResource
-	// Scheme computes the bucket of a namespace.
-	Scheme sharding.Scheme
+	// Space computes the bucket of a namespace.
+	Space sharding.Space
 	// NamespaceSelector selects the controlled namespaces by their labels.
 	// Nil or empty selects every namespace. SystemNamespaces are excluded
 	// either way.
@@ -61,8 +61,8 @@ func (r Rules) Validate() error {
 	if len(r.Resources) == 0 {
 		return errors.New("labeler: no resources to label")
 	}
-	if r.Scheme.Buckets() == 0 {
-		return errors.New("labeler: no bucket scheme")
+	if r.Space.Buckets() == 0 {
+		return errors.New("labeler: no bucket space")
 	}
 	seen := map[schema.GroupVersionResource]bool{}
 	for _, gvr := range r.Resources {
@@ -113,10 +113,10 @@ func isSystemNamespace(ns string) bool {
 }
 
 // DesiredLabels are the labels every controlled object of namespace ns must
-// carry under scheme.
-func DesiredLabels(scheme sharding.Scheme, ns string) map[string]string {
+// carry under space.
+func DesiredLabels(space sharding.Space, ns string) map[string]string {
 	return map[string]string{
-		ctrlmeshv1alpha1.ShardingHashLabel: sharding.LabelValue(scheme.Bucket(ns)),
+		ctrlmeshv1alpha1.ShardingHashLabel: sharding.LabelValue(space.Bucket(ns)),
 		ctrlmeshv1alpha1.NamespaceLabel:    ns,
 		ctrlmeshv1alpha1.ControlLabel:      controlValue,
 	}

@@ -111,7 +111,7 @@ func (h *Handler) review(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 	if req.SubResource != "" || req.Namespace == "" || isSystemNamespace(req.Namespace) || !h.rules.hasResource(gvr) {
 		return resp
 	}
-	ops, err := LabelPatch(req.Object.Raw, DesiredLabels(h.rules.Scheme, req.Namespace))
+	ops, err := LabelPatch(req.Object.Raw, DesiredLabels(h.rules.Space, req.Namespace))
 	if err != nil {
 		// Allowed unpatched: the sweep labels the object later.
 		h.log.Error(err, "Not labelling an object", "resource", resourceName(gvr), "namespace", req.Namespace, "name", req.Name)

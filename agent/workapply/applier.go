@@ -98,8 +98,8 @@ type Applier struct {
 // SetupWithManager registers the Applier with the member cluster's manager.
 // It creates the hub cluster, whose cache holds only the Works of the
 // execution namespace, and adds it to mgr; the controller runs on the
-// elected replica only, as controllers do. mgr's scheme must know Works and
-// ShardRoutes (pkg/scheme.New does), and its cache must hold all
+// elected replica only, as controllers do. mgr's space must know Works and
+// ShardRoutes (pkg/space.New does), and its cache must hold all
 // ShardRoutes, labelled or not, to see conflicting ones.
 func (a *Applier) SetupWithManager(mgr ctrl.Manager) error {
 	if a.HubConfig == nil || a.ClusterName == "" || a.Recorder == nil {
@@ -107,7 +107,7 @@ func (a *Applier) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	for _, obj := range []client.Object{&workv1alpha1.Work{}, &ctrlmeshv1alpha1.ShardRoute{}} {
 		if _, _, err := mgr.GetScheme().ObjectKinds(obj); err != nil {
-			return fmt.Errorf("workapply: the manager's scheme: %w", err)
+			return fmt.Errorf("workapply: the manager's space: %w", err)
 		}
 	}
 	a.namespace = names.GenerateExecutionSpaceName(a.ClusterName)

@@ -41,7 +41,7 @@ import (
 const ControllerName = "clusters"
 
 // karmadaClusterGVK is Karmada's Cluster. It is read as unstructured so the
-// controller needs it neither in the scheme nor served.
+// controller needs it neither in the space nor served.
 var karmadaClusterGVK = clusterv1alpha1.SchemeGroupVersion.WithKind("Cluster")
 
 // Options of the controller.

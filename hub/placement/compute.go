@@ -19,7 +19,7 @@ type Pod struct {
 }
 
 // CanaryStep is what the canary serves in the step in force. Buckets must be
-// a set of the input's scheme, empty for a step of namespaces only.
+// a set of the input's space, empty for a step of namespaces only.
 type CanaryStep struct {
 	Buckets    sharding.Set
 	Namespaces []string
@@ -27,7 +27,7 @@ type CanaryStep struct {
 
 // Input is everything Compute decides from.
 type Input struct {
-	Scheme sharding.Scheme
+	Space sharding.Space
 	// Shards fixes the number of non-canary shards; 0 makes one shard of
 	// every PodsPerShard ready non-canary pods. Either way the count is
 	// capped by the pods (and buckets) there are: the caller compares
@@ -57,7 +57,7 @@ func Compute(in Input) (Placement, error) {
 	regular, canaryPods := readyPods(in.Pods)
 	canaryOn := in.Canary != nil && len(canaryPods) > 0
 
-	free := in.Scheme.AllBuckets()
+	free := in.Space.AllBuckets()
 	if canaryOn {
 		free = free.Difference(in.Canary.Buckets)
 	}
@@ -76,14 +76,14 @@ func Compute(in Input) (Placement, error) {
 	}
 	assignBuckets(shards, free)
 
-	out := Placement{Scheme: in.Scheme}
+	out := Placement{Space: in.Space}
 	for _, s := range shards {
 		slices.SortFunc(s.pods, ComparePodIDs)
 		out.Shards = append(out.Shards, Shard{
 			ID:      s.id,
 			Cluster: majorityCluster(s.pods, s.cluster),
 			Pods:    s.pods,
-			Buckets: setOf(in.Scheme, s.buckets),
+			Buckets: setOf(in.Space, s.buckets),
 		})
 	}
 	if canaryOn {
@@ -102,8 +102,8 @@ func Compute(in Input) (Placement, error) {
 }
 
 func (in Input) validate() error {
-	if in.Scheme.Buckets() == 0 {
-		return errors.New("input has no bucket scheme")
+	if in.Space.Buckets() == 0 {
+		return errors.New("input has no bucket space")
 	}
 	if in.PodsPerShard < 1 {
 		return fmt.Errorf("podsPerShard must be at least 1, got %d", in.PodsPerShard)
@@ -112,7 +112,7 @@ func (in Input) validate() error {
 		return fmt.Errorf("shards must not be negative, got %d", in.Shards)
 	}
 	if in.Canary != nil {
-		if err := checkScheme(in.Scheme, in.Canary.Buckets, "canary step buckets"); err != nil {
+		if err := checkSpace(in.Space, in.Canary.Buckets, "canary step buckets"); err != nil {
 			return err
 		}
 	}
@@ -123,11 +123,11 @@ func (in Input) validate() error {
 		}
 		seen[p.PodID] = true
 	}
-	if len(in.Previous.Shards) > 0 && in.Previous.Scheme != in.Scheme {
-		return fmt.Errorf("previous placement has %d buckets, input %d: a new bucket count needs a fresh placement", in.Previous.Scheme.Buckets(), in.Scheme.Buckets())
+	if len(in.Previous.Shards) > 0 && in.Previous.Space != in.Space {
+		return fmt.Errorf("previous placement has %d buckets, input %d: a new bucket count needs a fresh placement", in.Previous.Space.Buckets(), in.Space.Buckets())
 	}
 	for _, s := range in.Previous.Shards {
-		if err := checkScheme(in.Scheme, s.Buckets, fmt.Sprintf("previous shard %q buckets", s.ID)); err != nil {
+		if err := checkSpace(in.Space, s.Buckets, fmt.Sprintf("previous shard %q buckets", s.ID)); err != nil {
 			return err
 		}
 	}
@@ -186,7 +186,7 @@ func keepShards(previous Placement, regular []PodID, free sharding.Set, count, p
 	}
 	prev := slices.Clone(previous.Shards)
 	slices.SortFunc(prev, func(a, b Shard) int { return CompareShardIDs(a.ID, b.ID) })
-	claimed := make([]bool, free.Scheme().Buckets())
+	claimed := make([]bool, free.Space().Buckets())
 	var candidates []*forming
 	for _, s := range prev {
 		if s.Canary {
@@ -299,7 +299,7 @@ func assignBuckets(shards []*forming, free sharding.Set) {
 	})
 	quota := map[*forming]int{}
 	base, extra := free.Len()/len(shards), free.Len()%len(shards)
-	held := make([]bool, free.Scheme().Buckets())
+	held := make([]bool, free.Space().Buckets())
 	for i, s := range byHoldings {
 		quota[s] = base
 		if i < extra {

@@ -12,7 +12,7 @@ import (
 )
 
 func TestComputeTable(t *testing.T) {
-	s32 := sharding.MustScheme(32)
+	s32 := sharding.MustSpace(32)
 	canaryPod := Pod{PodID: PodID{Cluster: "a", Name: "canary-0"}, Ready: true, Canary: true}
 	unready := Pod{PodID: PodID{Cluster: "a", Name: "p9"}}
 	cases := []struct {
@@ -22,75 +22,75 @@ func TestComputeTable(t *testing.T) {
 	}{
 		{
 			name: "no pods, no shards",
-			in:   Input{Scheme: s32, PodsPerShard: 1},
+			in:   Input{Space: s32, PodsPerShard: 1},
 			want: "",
 		},
 		{
 			name: "one pod serves everything",
-			in:   Input{Scheme: s32, PodsPerShard: 1, Pods: makePods("a", "p0")},
+			in:   Input{Space: s32, PodsPerShard: 1, Pods: makePods("a", "p0")},
 			want: "0@a [a/p0] 0-31 []",
 		},
 		{
 			name: "unready pods are left out",
-			in:   Input{Scheme: s32, PodsPerShard: 1, Pods: append(makePods("a", "p0", "p1"), unready)},
+			in:   Input{Space: s32, PodsPerShard: 1, Pods: append(makePods("a", "p0", "p1"), unready)},
 			want: "0@a [a/p0] 0-15 []\n1@a [a/p1] 16-31 []",
 		},
 		{
 			name: "three shards of 32 buckets differ by one",
-			in:   Input{Scheme: s32, PodsPerShard: 1, Pods: makePods("a", "p0", "p1", "p2")},
+			in:   Input{Space: s32, PodsPerShard: 1, Pods: makePods("a", "p0", "p1", "p2")},
 			want: "0@a [a/p0] 0-10 []\n1@a [a/p1] 11-21 []\n2@a [a/p2] 22-31 []",
 		},
 		{
 			name: "two pods per shard: standbys, the odd pod is a spare",
-			in:   Input{Scheme: s32, PodsPerShard: 2, Pods: makePods("a", "p0", "p1", "p2", "p3", "p4")},
+			in:   Input{Space: s32, PodsPerShard: 2, Pods: makePods("a", "p0", "p1", "p2", "p3", "p4")},
 			want: "0@a [a/p0 a/p1] 0-15 []\n1@a [a/p2 a/p3] 16-31 []",
 		},
 		{
 			name: "fewer pods than podsPerShard still make one shard",
-			in:   Input{Scheme: s32, PodsPerShard: 3, Pods: makePods("a", "p0", "p1")},
+			in:   Input{Space: s32, PodsPerShard: 3, Pods: makePods("a", "p0", "p1")},
 			want: "0@a [a/p0 a/p1] 0-31 []",
 		},
 		{
 			name: "a fixed count caps the shards",
-			in:   Input{Scheme: s32, Shards: 2, PodsPerShard: 1, Pods: makePods("a", "p0", "p1", "p2")},
+			in:   Input{Space: s32, Shards: 2, PodsPerShard: 1, Pods: makePods("a", "p0", "p1", "p2")},
 			want: "0@a [a/p0] 0-15 []\n1@a [a/p1] 16-31 []",
 		},
 		{
 			name: "a fixed count larger than the pods allow is capped by them",
-			in:   Input{Scheme: s32, Shards: 8, PodsPerShard: 2, Pods: makePods("a", "p0", "p1", "p2", "p3", "p4")},
+			in:   Input{Space: s32, Shards: 8, PodsPerShard: 2, Pods: makePods("a", "p0", "p1", "p2", "p3", "p4")},
 			want: "0@a [a/p0 a/p1] 0-15 []\n1@a [a/p2 a/p3] 16-31 []",
 		},
 		{
 			name: "more pods than buckets: one bucket a shard",
-			in:   Input{Scheme: sharding.MustScheme(2), PodsPerShard: 1, Pods: makePods("a", "p0", "p1", "p2")},
+			in:   Input{Space: sharding.MustSpace(2), PodsPerShard: 1, Pods: makePods("a", "p0", "p1", "p2")},
 			want: "0@a [a/p0] 0 []\n1@a [a/p1] 1 []",
 		},
 		{
 			name: "canary shard serves exactly the step",
-			in: Input{Scheme: s32, PodsPerShard: 1, Pods: append(makePods("a", "p0", "p1"), canaryPod),
+			in: Input{Space: s32, PodsPerShard: 1, Pods: append(makePods("a", "p0", "p1"), canaryPod),
 				Canary: &CanaryStep{Buckets: mustSet(t, s32, "0-3"), Namespaces: []string{"team-b", "team-a", "team-b"}}},
 			want: "0@a [a/p0] 4-17 []\n1@a [a/p1] 18-31 []\ncanary@a [a/canary-0] 0-3 [team-a team-b]",
 		},
 		{
 			name: "no canary step: canary pods get nothing",
-			in:   Input{Scheme: s32, PodsPerShard: 1, Pods: append(makePods("a", "p0"), canaryPod)},
+			in:   Input{Space: s32, PodsPerShard: 1, Pods: append(makePods("a", "p0"), canaryPod)},
 			want: "0@a [a/p0] 0-31 []",
 		},
 		{
 			name: "a canary step without canary pods gives nothing to anybody",
-			in: Input{Scheme: s32, PodsPerShard: 1, Pods: makePods("a", "p0"),
+			in: Input{Space: s32, PodsPerShard: 1, Pods: makePods("a", "p0"),
 				Canary: &CanaryStep{Buckets: mustSet(t, s32, "0-3")}},
 			want: "0@a [a/p0] 0-31 []",
 		},
 		{
 			name: "only canary pods: the canary shard alone",
-			in: Input{Scheme: s32, PodsPerShard: 1, Pods: []Pod{canaryPod},
+			in: Input{Space: s32, PodsPerShard: 1, Pods: []Pod{canaryPod},
 				Canary: &CanaryStep{Buckets: mustSet(t, s32, ""), Namespaces: []string{"team-a"}}},
 			want: "canary@a [a/canary-0]  [team-a]",
 		},
 		{
 			name: "fleet: shards keep to one cluster",
-			in: Input{Scheme: s32, PodsPerShard: 2,
+			in: Input{Space: s32, PodsPerShard: 2,
 				Pods: slices.Concat(makePods("b", "x", "y"), makePods("a", "p0"), makePods("c", "m", "n", "o", "p"))},
 			want: "0@c [c/m c/n] 0-10 []\n1@b [b/x b/y] 11-21 []\n2@c [c/o c/p] 22-31 []",
 		},
@@ -111,19 +111,19 @@ func TestComputeTable(t *testing.T) {
 }
 
 func TestComputeRejects(t *testing.T) {
-	s32 := sharding.MustScheme(32)
-	prev := mustCompute(t, Input{Scheme: sharding.MustScheme(16), PodsPerShard: 1, Pods: makePods("a", "p0")})
+	s32 := sharding.MustSpace(32)
+	prev := mustCompute(t, Input{Space: sharding.MustSpace(16), PodsPerShard: 1, Pods: makePods("a", "p0")})
 	cases := []struct {
 		name string
 		in   Input
 		want string
 	}{
-		{"no scheme", Input{PodsPerShard: 1}, "no bucket scheme"},
-		{"podsPerShard 0", Input{Scheme: s32}, "podsPerShard must be at least 1"},
-		{"negative shards", Input{Scheme: s32, PodsPerShard: 1, Shards: -1}, "shards must not be negative"},
-		{"pod twice", Input{Scheme: s32, PodsPerShard: 1, Pods: makePods("a", "p0", "p0")}, "pod a/p0 is listed twice"},
-		{"canary of another scheme", Input{Scheme: s32, PodsPerShard: 1, Canary: &CanaryStep{Buckets: sharding.MustScheme(16).AllBuckets()}}, "canary step buckets: a set of 16 buckets, want 32"},
-		{"previous of another scheme", Input{Scheme: s32, PodsPerShard: 1, Previous: prev}, "previous placement has 16 buckets, input 32"},
+		{"no space", Input{PodsPerShard: 1}, "no bucket space"},
+		{"podsPerShard 0", Input{Space: s32}, "podsPerShard must be at least 1"},
+		{"negative shards", Input{Space: s32, PodsPerShard: 1, Shards: -1}, "shards must not be negative"},
+		{"pod twice", Input{Space: s32, PodsPerShard: 1, Pods: makePods("a", "p0", "p0")}, "pod a/p0 is listed twice"},
+		{"canary of another space", Input{Space: s32, PodsPerShard: 1, Canary: &CanaryStep{Buckets: sharding.MustSpace(16).AllBuckets()}}, "canary step buckets: a set of 16 buckets, want 32"},
+		{"previous of another space", Input{Space: s32, PodsPerShard: 1, Previous: prev}, "previous placement has 16 buckets, input 32"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -138,12 +138,12 @@ func TestComputeRejects(t *testing.T) {
 // TestComputeReplacesDeadPodWithoutMoving: a spare takes a dead pod's place;
 // no bucket moves and every shard keeps its ID.
 func TestComputeReplacesDeadPodWithoutMoving(t *testing.T) {
-	s := sharding.MustScheme(64)
+	s := sharding.MustSpace(64)
 	for _, pps := range []int{1, 2, 3} {
 		t.Run(fmt.Sprintf("podsPerShard %d", pps), func(t *testing.T) {
 			// Three shards and one spare.
 			pods := numberedPods("a", 3*pps+1)
-			in := Input{Scheme: s, Shards: 3, PodsPerShard: pps, Pods: pods}
+			in := Input{Space: s, Shards: 3, PodsPerShard: pps, Pods: pods}
 			before := mustCompute(t, in)
 			victim := before.Shards[1].Pods[0]
 			in.Pods = slices.DeleteFunc(slices.Clone(pods), func(p Pod) bool { return p.PodID == victim })
@@ -169,8 +169,8 @@ func TestComputeReplacesDeadPodWithoutMoving(t *testing.T) {
 // TestComputeUnreadyCountsAsGone: an unready pod leaves its shard, which is
 // dissolved when there is no spare.
 func TestComputeUnreadyCountsAsGone(t *testing.T) {
-	s := sharding.MustScheme(32)
-	in := Input{Scheme: s, PodsPerShard: 1, Pods: numberedPods("a", 3)}
+	s := sharding.MustSpace(32)
+	in := Input{Space: s, PodsPerShard: 1, Pods: numberedPods("a", 3)}
 	before := mustCompute(t, in)
 	in.Pods = slices.Clone(in.Pods)
 	in.Pods[1].Ready = false
@@ -190,8 +190,8 @@ func TestComputeProperties(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
 	nsPool := []string{"team-a", "team-b", "tenant-01", "kube-public", "payments"}
 	for scenario := range 150 {
-		scheme := sharding.MustScheme(1 << rng.Intn(9))
-		in := Input{Scheme: scheme, PodsPerShard: 1 + rng.Intn(3)}
+		space := sharding.MustSpace(1 << rng.Intn(9))
+		in := Input{Space: space, PodsPerShard: 1 + rng.Intn(3)}
 		if rng.Intn(3) == 0 {
 			in.Shards = 1 + rng.Intn(6)
 		}
@@ -219,7 +219,7 @@ func TestComputeProperties(t *testing.T) {
 			case 4: // the canary step changes
 				in.Canary = nil
 				if rng.Intn(3) > 0 {
-					in.Canary = &CanaryStep{Buckets: randomSet(rng, scheme, 0.2)}
+					in.Canary = &CanaryStep{Buckets: randomSet(rng, space, 0.2)}
 					for _, ns := range nsPool {
 						if rng.Intn(3) == 0 {
 							in.Canary.Namespaces = append(in.Canary.Namespaces, ns)
@@ -250,10 +250,10 @@ func TestComputeMovementBounds(t *testing.T) {
 	worstAdd := math.Inf(-1) // largest moved − fair share seen on add
 	adds, removes := 0, 0
 	for scenario := range 400 {
-		scheme := sharding.MustScheme(1 << (1 + rng.Intn(12)))
-		in := Input{Scheme: scheme, PodsPerShard: 1}
+		space := sharding.MustSpace(1 << (1 + rng.Intn(12)))
+		in := Input{Space: space, PodsPerShard: 1}
 		if rng.Intn(2) == 0 {
-			in.Canary = &CanaryStep{Buckets: randomSet(rng, scheme, 0.1)}
+			in.Canary = &CanaryStep{Buckets: randomSet(rng, space, 0.1)}
 			in.Pods = append(in.Pods, Pod{PodID: PodID{Cluster: "a", Name: "canary"}, Ready: true, Canary: true})
 		}
 		// Churn first, so that the starting placement is not a fresh one.
@@ -262,7 +262,7 @@ func TestComputeMovementBounds(t *testing.T) {
 			in.Pods = append(in.Pods, Pod{PodID: PodID{Cluster: "a", Name: fmt.Sprintf("p%d", next)}, Ready: true})
 			next++
 		}
-		for range 1 + rng.Intn(min(20, scheme.Buckets())) {
+		for range 1 + rng.Intn(min(20, space.Buckets())) {
 			addPod()
 		}
 		for range rng.Intn(4) {
@@ -295,7 +295,7 @@ func TestComputeMovementBounds(t *testing.T) {
 			fair := float64(free) / float64(len(regular)+1)
 			moved := 0
 			ownersBefore, ownersAfter := bucketOwners(before), bucketOwners(after)
-			smallestDonor := scheme.Buckets()
+			smallestDonor := space.Buckets()
 			for b := range ownersBefore {
 				if ownersBefore[b] == ownersAfter[b] {
 					continue
@@ -354,7 +354,7 @@ func TestComputeFleetKeepsShardsInOneCluster(t *testing.T) {
 	rng := rand.New(rand.NewSource(3))
 	for scenario := range 100 {
 		pps := 1 + rng.Intn(3)
-		in := Input{Scheme: sharding.MustScheme(256), PodsPerShard: pps}
+		in := Input{Space: sharding.MustSpace(256), PodsPerShard: pps}
 		for c := range 1 + rng.Intn(4) {
 			cluster := fmt.Sprintf("member-%d", c)
 			in.Pods = append(in.Pods, numberedPods(cluster, pps*rng.Intn(4))...)
@@ -392,7 +392,7 @@ func TestComputeFleetKeepsShardsInOneCluster(t *testing.T) {
 func BenchmarkCompute(b *testing.B) {
 	// 4096 buckets, 64 pods; each round one pod is replaced by a new one,
 	// so Compute keeps 63 shards and refills one.
-	in := Input{Scheme: sharding.MustScheme(4096), PodsPerShard: 1, Pods: numberedPods("a", 64)}
+	in := Input{Space: sharding.MustSpace(4096), PodsPerShard: 1, Pods: numberedPods("a", 64)}
 	p, err := Compute(in)
 	if err != nil {
 		b.Fatal(err)

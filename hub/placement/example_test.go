@@ -21,7 +21,7 @@ func printPlacement(p placement.Placement) {
 // spare takes its place and no bucket moves.
 func ExampleCompute() {
 	in := placement.Input{
-		Scheme:       sharding.MustScheme(32),
+		Space:        sharding.MustSpace(32),
 		Shards:       3,
 		PodsPerShard: 1,
 		Pods:         []placement.Pod{pod("op-a", false), pod("op-b", false), pod("op-c", false), pod("op-d", false)},
@@ -51,13 +51,13 @@ func ExampleCompute() {
 // The canary shard serves exactly the step in force; the other shards give
 // its buckets up and exclude its namespaces.
 func ExampleCompute_canary() {
-	scheme := sharding.MustScheme(16)
-	step, err := scheme.ParseSet("0-1")
+	space := sharding.MustSpace(16)
+	step, err := space.ParseSet("0-1")
 	if err != nil {
 		panic(err)
 	}
 	p, err := placement.Compute(placement.Input{
-		Scheme:       scheme,
+		Space:        space,
 		PodsPerShard: 1,
 		Pods:         []placement.Pod{pod("op-a", false), pod("op-b", false), pod("op-canary", true)},
 		Canary:       &placement.CanaryStep{Buckets: step, Namespaces: []string{"team-a"}},
@@ -75,9 +75,9 @@ func ExampleCompute_canary() {
 // A second pod joins: shard 0 first gives buckets 8-15 up, and shard 1 gets
 // them only once both proxies enforce the generation without them.
 func ExampleHandover() {
-	scheme := sharding.MustScheme(16)
+	space := sharding.MustSpace(16)
 	opA, opB := pod("op-a", false), pod("op-b", false)
-	alone, err := placement.Compute(placement.Input{Scheme: scheme, PodsPerShard: 1, Pods: []placement.Pod{opA}})
+	alone, err := placement.Compute(placement.Input{Space: space, PodsPerShard: 1, Pods: []placement.Pod{opA}})
 	if err != nil {
 		panic(err)
 	}
@@ -96,7 +96,7 @@ func ExampleHandover() {
 	}
 	publish(alone)
 
-	pair, err := placement.Compute(placement.Input{Scheme: scheme, PodsPerShard: 1, Pods: []placement.Pod{opA, opB}, Previous: alone})
+	pair, err := placement.Compute(placement.Input{Space: space, PodsPerShard: 1, Pods: []placement.Pod{opA, opB}, Previous: alone})
 	if err != nil {
 		panic(err)
 	}

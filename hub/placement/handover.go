@@ -101,12 +101,12 @@ type Step struct {
 // live and never acknowledged. Calling Handover again without new
 // acknowledgements changes nothing.
 func Handover(desired Placement, published Rules, acks []PodAck) (Step, error) {
-	scheme := desired.Scheme
+	space := desired.Space
 	want, err := ownersOfPlacement(desired)
 	if err != nil {
 		return Step{}, err
 	}
-	current, err := ownersOfRules(scheme, published)
+	current, err := ownersOfRules(space, published)
 	if err != nil {
 		return Step{}, err
 	}
@@ -125,15 +125,15 @@ func Handover(desired Placement, published Rules, acks []PodAck) (Step, error) {
 			}
 		}
 	}
-	next, tracked := h.nextOwners(scheme, current, want)
+	next, tracked := h.nextOwners(space, current, want)
 
-	rules := Rules{Generation: published.Generation, Shards: next.ruleShards(scheme, desired)}
+	rules := Rules{Generation: published.Generation, Shards: next.ruleShards(space, desired)}
 	step := Step{Rules: rules}
 	if !slices.EqualFunc(rules.Shards, published.Shards, RuleShard.equal) {
 		step.Rules.Generation++
 		step.Changed = true
 	}
-	step.Revoked, step.Granted = changes(scheme, current, next, tracked)
+	step.Revoked, step.Granted = changes(space, current, next, tracked)
 	if step.Rules.HasPending() {
 		// The next call reads the rules published now.
 		for pod, acked := range livePods(step.Rules, acks) {
@@ -173,24 +173,24 @@ func (h handoff) advance(current, want string) string {
 // nextOwners advances every bucket and every tracked namespace: those some
 // shard lists now or should list. Every other namespace goes with its
 // bucket.
-func (h handoff) nextOwners(scheme sharding.Scheme, current, want owners) (next owners, tracked []string) {
+func (h handoff) nextOwners(space sharding.Space, current, want owners) (next owners, tracked []string) {
 	tracked = sortedUnique(slices.Concat(slices.Collect(maps.Keys(want.exact)), slices.Collect(maps.Keys(current.exact))))
-	next = owners{bucket: make([]string, scheme.Buckets()), exact: map[string]string{}}
+	next = owners{bucket: make([]string, space.Buckets()), exact: map[string]string{}}
 	for b := range next.bucket {
 		next.bucket[b] = h.advance(current.bucket[b], want.bucket[b])
 	}
 	nsOwner := map[string]string{}
 	for _, ns := range tracked {
-		nsOwner[ns] = h.advance(current.namespace(scheme, ns), want.namespace(scheme, ns))
+		nsOwner[ns] = h.advance(current.namespace(space, ns), want.namespace(space, ns))
 		if nsOwner[ns] == "" {
 			// A proxy serves a namespace no shard lists with its bucket: the
 			// only way to have nobody serve it is to hold the bucket back.
-			next.bucket[scheme.Bucket(ns)] = ""
+			next.bucket[space.Bucket(ns)] = ""
 		}
 	}
 	for _, ns := range tracked {
 		_, wantedExact := want.exact[ns]
-		if owner := nsOwner[ns]; owner != "" && (wantedExact || owner != next.bucket[scheme.Bucket(ns)]) {
+		if owner := nsOwner[ns]; owner != "" && (wantedExact || owner != next.bucket[space.Bucket(ns)]) {
 			next.exact[ns] = owner
 		}
 	}
@@ -235,11 +235,11 @@ type owners struct {
 	exact  map[string]string
 }
 
-func (o owners) namespace(scheme sharding.Scheme, ns string) string {
+func (o owners) namespace(space sharding.Space, ns string) string {
 	if owner, ok := o.exact[ns]; ok {
 		return owner
 	}
-	return o.bucket[scheme.Bucket(ns)]
+	return o.bucket[space.Bucket(ns)]
 }
 
 // claim records that shard serves buckets and namespaces, refusing a second
@@ -261,12 +261,12 @@ func (o owners) claim(shard string, buckets sharding.Set, namespaces []string) e
 }
 
 func ownersOfPlacement(p Placement) (owners, error) {
-	if p.Scheme.Buckets() == 0 {
-		return owners{}, fmt.Errorf("desired placement has no bucket scheme")
+	if p.Space.Buckets() == 0 {
+		return owners{}, fmt.Errorf("desired placement has no bucket space")
 	}
-	o := owners{bucket: make([]string, p.Scheme.Buckets()), exact: map[string]string{}}
+	o := owners{bucket: make([]string, p.Space.Buckets()), exact: map[string]string{}}
 	for _, s := range p.Shards {
-		if err := checkScheme(p.Scheme, s.Buckets, fmt.Sprintf("desired shard %q buckets", s.ID)); err != nil {
+		if err := checkSpace(p.Space, s.Buckets, fmt.Sprintf("desired shard %q buckets", s.ID)); err != nil {
 			return owners{}, err
 		}
 		if err := o.claim(s.ID, s.Buckets, s.Namespaces); err != nil {
@@ -276,13 +276,13 @@ func ownersOfPlacement(p Placement) (owners, error) {
 	return o, nil
 }
 
-func ownersOfRules(scheme sharding.Scheme, r Rules) (owners, error) {
-	o := owners{bucket: make([]string, scheme.Buckets()), exact: map[string]string{}}
+func ownersOfRules(space sharding.Space, r Rules) (owners, error) {
+	o := owners{bucket: make([]string, space.Buckets()), exact: map[string]string{}}
 	for _, s := range r.Shards {
-		if err := checkScheme(scheme, s.Buckets, fmt.Sprintf("published shard %q buckets", s.ID)); err != nil {
+		if err := checkSpace(space, s.Buckets, fmt.Sprintf("published shard %q buckets", s.ID)); err != nil {
 			return owners{}, err
 		}
-		if err := checkScheme(scheme, s.PendingBuckets, fmt.Sprintf("published shard %q pending buckets", s.ID)); err != nil {
+		if err := checkSpace(space, s.PendingBuckets, fmt.Sprintf("published shard %q pending buckets", s.ID)); err != nil {
 			return owners{}, err
 		}
 		if err := o.claim(s.ID, s.Buckets, s.Namespaces); err != nil {
@@ -294,7 +294,7 @@ func ownersOfRules(scheme sharding.Scheme, r Rules) (owners, error) {
 
 // ruleShards lays the owners out as the desired shards' rules: what each
 // serves, and what it is granted but does not serve yet.
-func (o owners) ruleShards(scheme sharding.Scheme, desired Placement) []RuleShard {
+func (o owners) ruleShards(space sharding.Space, desired Placement) []RuleShard {
 	out := make([]RuleShard, 0, len(desired.Shards))
 	for _, s := range desired.Shards {
 		var served []int
@@ -310,11 +310,11 @@ func (o owners) ruleShards(scheme sharding.Scheme, desired Placement) []RuleShar
 			}
 		}
 		for _, ns := range s.Namespaces {
-			if o.namespace(scheme, ns) != s.ID {
+			if o.namespace(space, ns) != s.ID {
 				pendingNamespaces = append(pendingNamespaces, ns)
 			}
 		}
-		buckets := setOf(scheme, served)
+		buckets := setOf(space, served)
 		out = append(out, RuleShard{
 			ID:                s.ID,
 			Cluster:           s.Cluster,
@@ -337,7 +337,7 @@ func (s RuleShard) equal(o RuleShard) bool {
 
 // changes lists, per shard, the buckets and tracked namespaces whose owner
 // changed between two sets of owners.
-func changes(scheme sharding.Scheme, before, after owners, tracked []string) (revoked, granted []Change) {
+func changes(space sharding.Space, before, after owners, tracked []string) (revoked, granted []Change) {
 	lost := map[string]*delta{}
 	gained := map[string]*delta{}
 	for b := range before.bucket {
@@ -347,12 +347,12 @@ func changes(scheme sharding.Scheme, before, after owners, tracked []string) (re
 		}
 	}
 	for _, ns := range tracked {
-		if from, to := before.namespace(scheme, ns), after.namespace(scheme, ns); from != to {
+		if from, to := before.namespace(space, ns), after.namespace(space, ns); from != to {
 			deltaOf(lost, from).namespaces = append(deltaOf(lost, from).namespaces, ns)
 			deltaOf(gained, to).namespaces = append(deltaOf(gained, to).namespaces, ns)
 		}
 	}
-	return changeList(scheme, lost), changeList(scheme, gained)
+	return changeList(space, lost), changeList(space, gained)
 }
 
 type delta struct {
@@ -369,13 +369,13 @@ func deltaOf(m map[string]*delta, shard string) *delta {
 
 // changeList turns per-shard deltas into Changes sorted by shard; the
 // nobody-owner "" is left out.
-func changeList(scheme sharding.Scheme, m map[string]*delta) []Change {
+func changeList(space sharding.Space, m map[string]*delta) []Change {
 	var out []Change
 	for _, shard := range slices.SortedFunc(maps.Keys(m), CompareShardIDs) {
 		if shard == "" {
 			continue
 		}
-		out = append(out, Change{Shard: shard, Buckets: setOf(scheme, m[shard].buckets), Namespaces: m[shard].namespaces})
+		out = append(out, Change{Shard: shard, Buckets: setOf(space, m[shard].buckets), Namespaces: m[shard].namespaces})
 	}
 	return out
 }

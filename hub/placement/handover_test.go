@@ -48,10 +48,10 @@ func mustHandover(t *testing.T, desired Placement, published Rules, acks []PodAc
 // TestHandoverMovesInTwoSteps walks one move through its generations: the
 // first publication, a revoke, waiting for acknowledgements, the grant.
 func TestHandoverMovesInTwoSteps(t *testing.T) {
-	scheme := sharding.MustScheme(32)
+	space := sharding.MustSpace(32)
 	p0, p1 := PodID{"a", "p0"}, PodID{"a", "p1"}
-	one := mustCompute(t, Input{Scheme: scheme, PodsPerShard: 1, Pods: makePods("a", "p0")})
-	two := mustCompute(t, Input{Scheme: scheme, PodsPerShard: 1, Pods: makePods("a", "p0", "p1"), Previous: one})
+	one := mustCompute(t, Input{Space: space, PodsPerShard: 1, Pods: makePods("a", "p0")})
+	two := mustCompute(t, Input{Space: space, PodsPerShard: 1, Pods: makePods("a", "p0", "p1"), Previous: one})
 
 	type call struct {
 		desired     Placement
@@ -89,11 +89,11 @@ func TestHandoverMovesInTwoSteps(t *testing.T) {
 // TestHandoverFailover: when every pod of the previous owner is gone and the
 // live pods enforce the latest rules, its buckets move in one step.
 func TestHandoverFailover(t *testing.T) {
-	scheme := sharding.MustScheme(8)
+	space := sharding.MustSpace(8)
 	p0, p1 := PodID{"a", "p0"}, PodID{"a", "p1"}
-	two := mustCompute(t, Input{Scheme: scheme, PodsPerShard: 1, Pods: makePods("a", "p0", "p1")})
+	two := mustCompute(t, Input{Space: space, PodsPerShard: 1, Pods: makePods("a", "p0", "p1")})
 	published := mustHandover(t, two, Rules{}, nil).Rules
-	one := mustCompute(t, Input{Scheme: scheme, PodsPerShard: 1, Pods: makePods("a", "p0"), Previous: two})
+	one := mustCompute(t, Input{Space: space, PodsPerShard: 1, Pods: makePods("a", "p0"), Previous: two})
 
 	// p1 is dead but not yet gone: revoke only.
 	step := mustHandover(t, one, published, []PodAck{{Pod: p0, Acked: 1}, {Pod: p1, Acked: 1}})
@@ -120,18 +120,18 @@ func TestHandoverFailover(t *testing.T) {
 // same way. Proxies cannot be told "nobody serves this namespace", so its
 // bucket is held back meanwhile.
 func TestHandoverCanaryNamespaces(t *testing.T) {
-	scheme := sharding.MustScheme(4)
-	bucket := scheme.Bucket("team-a")
+	space := sharding.MustSpace(4)
+	bucket := space.Bucket("team-a")
 	pods := append(makePods("a", "p0"), Pod{PodID: PodID{"a", "c0"}, Ready: true, Canary: true})
 	acks := func(gen int64) []PodAck {
 		return []PodAck{{Pod: PodID{"a", "p0"}, Acked: gen}, {Pod: PodID{"a", "c0"}, Acked: gen}}
 	}
-	before := mustCompute(t, Input{Scheme: scheme, PodsPerShard: 1, Pods: pods})
+	before := mustCompute(t, Input{Space: space, PodsPerShard: 1, Pods: pods})
 	published := mustHandover(t, before, Rules{}, nil).Rules
-	withCanary := mustCompute(t, Input{Scheme: scheme, PodsPerShard: 1, Pods: pods, Previous: before,
-		Canary: &CanaryStep{Buckets: mustSet(t, scheme, ""), Namespaces: []string{"team-a"}}})
+	withCanary := mustCompute(t, Input{Space: space, PodsPerShard: 1, Pods: pods, Previous: before,
+		Canary: &CanaryStep{Buckets: mustSet(t, space, ""), Namespaces: []string{"team-a"}}})
 
-	others := mustSet(t, scheme, "0-3").Difference(mustSet(t, scheme, fmt.Sprint(bucket)))
+	others := mustSet(t, space, "0-3").Difference(mustSet(t, space, fmt.Sprint(bucket)))
 	steps := []struct {
 		desired Placement
 		want    string
@@ -151,12 +151,12 @@ func TestHandoverCanaryNamespaces(t *testing.T) {
 }
 
 func TestHandoverRejects(t *testing.T) {
-	scheme := sharding.MustScheme(8)
-	good := mustCompute(t, Input{Scheme: scheme, PodsPerShard: 1, Pods: makePods("a", "p0", "p1")})
+	space := sharding.MustSpace(8)
+	good := mustCompute(t, Input{Space: space, PodsPerShard: 1, Pods: makePods("a", "p0", "p1")})
 	published := mustHandover(t, good, Rules{}, nil).Rules
-	overlapping := Placement{Scheme: scheme, Shards: []Shard{
-		{ID: "0", Buckets: mustSet(t, scheme, "0-4")},
-		{ID: "1", Buckets: mustSet(t, scheme, "4-7")},
+	overlapping := Placement{Space: space, Shards: []Shard{
+		{ID: "0", Buckets: mustSet(t, space, "0-4")},
+		{ID: "1", Buckets: mustSet(t, space, "4-7")},
 	}}
 	cases := []struct {
 		name      string
@@ -165,10 +165,10 @@ func TestHandoverRejects(t *testing.T) {
 		acks      []PodAck
 		want      string
 	}{
-		{"no scheme", Placement{}, Rules{}, nil, "desired placement has no bucket scheme"},
+		{"no space", Placement{}, Rules{}, nil, "desired placement has no bucket space"},
 		{"two owners desired", overlapping, Rules{}, nil, `desired placement: bucket 4 is given to both shard "0" and shard "1"`},
 		{"ack from the future", good, published, []PodAck{{Pod: PodID{"a", "p0"}, Acked: 2}}, "pod a/p0 acknowledged generation 2, but generation 1 is the latest published"},
-		{"rules of another scheme", mustCompute(t, Input{Scheme: sharding.MustScheme(16), PodsPerShard: 1}), published, nil, `published shard "0" buckets: a set of 8 buckets, want 16`},
+		{"rules of another space", mustCompute(t, Input{Space: sharding.MustSpace(16), PodsPerShard: 1}), published, nil, `published shard "0" buckets: a set of 8 buckets, want 16`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

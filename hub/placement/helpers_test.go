@@ -28,9 +28,9 @@ func numberedPods(cluster string, n int) []Pod {
 	return makePods(cluster, names...)
 }
 
-func mustSet(t testing.TB, scheme sharding.Scheme, text string) sharding.Set {
+func mustSet(t testing.TB, space sharding.Space, text string) sharding.Set {
 	t.Helper()
-	set, err := scheme.ParseSet(text)
+	set, err := space.ParseSet(text)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func describe(p Placement) string {
 
 // bucketOwners maps every bucket to the shard that holds it ("" for none).
 func bucketOwners(p Placement) []string {
-	out := make([]string, p.Scheme.Buckets())
+	out := make([]string, p.Space.Buckets())
 	for _, s := range p.Shards {
 		for _, b := range s.Buckets.Buckets() {
 			out[b] = s.ID
@@ -88,7 +88,7 @@ func checkPlacement(t *testing.T, in Input, p Placement) {
 		}
 	}
 	canaryOn := in.Canary != nil && readyCanary > 0
-	holder := make([]int, in.Scheme.Buckets())
+	holder := make([]int, in.Space.Buckets())
 	seenPod := map[PodID]string{}
 	var sizes []int
 	regularShards := 0
@@ -154,7 +154,7 @@ func checkPlacement(t *testing.T, in Input, p Placement) {
 	// Shard count: podsPerShard pods each, capped by fixed count and buckets.
 	wantShards := 0
 	if readyRegular > 0 {
-		free := in.Scheme.Buckets()
+		free := in.Space.Buckets()
 		if canaryOn {
 			free -= in.Canary.Buckets.Len()
 		}
@@ -194,14 +194,14 @@ func shuffled(rng *rand.Rand, in Input) Input {
 	return out
 }
 
-// randomSet is a random subset of the scheme's buckets, each bucket with
+// randomSet is a random subset of the space's buckets, each bucket with
 // probability p.
-func randomSet(rng *rand.Rand, scheme sharding.Scheme, p float64) sharding.Set {
+func randomSet(rng *rand.Rand, space sharding.Space, p float64) sharding.Set {
 	var buckets []int
-	for b := range scheme.Buckets() {
+	for b := range space.Buckets() {
 		if rng.Float64() < p {
 			buckets = append(buckets, b)
 		}
 	}
-	return setOf(scheme, buckets)
+	return setOf(space, buckets)
 }

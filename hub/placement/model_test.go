@@ -36,7 +36,7 @@ type simPod struct {
 type model struct {
 	t        *testing.T
 	rng      *rand.Rand
-	scheme   sharding.Scheme
+	space    sharding.Space
 	input    Input
 	pods     []*simPod
 	nsPool   []string
@@ -50,12 +50,12 @@ type model struct {
 }
 
 func newModel(t *testing.T, rng *rand.Rand) *model {
-	scheme := sharding.MustScheme(1 << rng.Intn(6))
+	space := sharding.MustSpace(1 << rng.Intn(6))
 	m := &model{
 		t:       t,
 		rng:     rng,
-		scheme:  scheme,
-		input:   Input{Scheme: scheme, PodsPerShard: 1 + rng.Intn(2)},
+		space:   space,
+		input:   Input{Space: space, PodsPerShard: 1 + rng.Intn(2)},
 		nsPool:  []string{"team-a", "team-b", "tenant-01", "payments"},
 		history: map[int64]Rules{0: {}},
 	}
@@ -118,7 +118,7 @@ func (m *model) event() string {
 	case 4:
 		m.input.Canary = nil
 		if m.rng.Intn(3) > 0 {
-			step := &CanaryStep{Buckets: randomSet(m.rng, m.scheme, 0.25)}
+			step := &CanaryStep{Buckets: randomSet(m.rng, m.space, 0.25)}
 			for _, ns := range m.nsPool {
 				if m.rng.Intn(3) == 0 {
 					step.Namespaces = append(step.Namespaces, ns)
@@ -277,14 +277,14 @@ func (m *model) checkConverged() {
 	want := Rules{Generation: m.rules.Generation}
 	for _, s := range m.desired.Shards {
 		want.Shards = append(want.Shards, RuleShard{ID: s.ID, Cluster: s.Cluster, Canary: s.Canary, Pods: s.Pods,
-			Buckets: s.Buckets, PendingBuckets: setOf(m.scheme, nil), Namespaces: s.Namespaces})
+			Buckets: s.Buckets, PendingBuckets: setOf(m.space, nil), Namespaces: s.Namespaces})
 	}
 	if !slices.EqualFunc(want.Shards, m.rules.Shards, RuleShard.equal) {
 		m.fail("converged rules %s, desired %s", describeRules(m.rules), describeRules(want))
 	}
 	served := m.enforcedOwners()
 	hasRegular := slices.ContainsFunc(m.desired.Shards, func(s Shard) bool { return !s.Canary })
-	for b := range m.scheme.Buckets() {
+	for b := range m.space.Buckets() {
 		if _, ok := served[fmt.Sprintf("bucket %d", b)]; hasRegular && !ok {
 			m.fail("bucket %d is served by no live pod after convergence", b)
 		}

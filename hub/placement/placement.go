@@ -61,7 +61,7 @@ type Shard struct {
 // Placement is every shard of one placement domain, sorted by ID (numeric IDs
 // in numeric order, then the others).
 type Placement struct {
-	Scheme sharding.Scheme
+	Space  sharding.Space
 	Shards []Shard
 }
 
@@ -78,7 +78,7 @@ func (p Placement) Shard(id string) (Shard, bool) {
 // Equal reports whether both placements have the same shards, pods, buckets
 // and namespaces.
 func (p Placement) Equal(other Placement) bool {
-	return p.Scheme == other.Scheme && slices.EqualFunc(p.Shards, other.Shards, Shard.equal)
+	return p.Space == other.Space && slices.EqualFunc(p.Shards, other.Shards, Shard.equal)
 }
 
 func (s Shard) equal(o Shard) bool {
@@ -102,11 +102,11 @@ func CompareShardIDs(a, b string) int {
 	return cmp.Compare(a, b)
 }
 
-// setOf is the set of buckets that are known to lie in the scheme.
-func setOf(scheme sharding.Scheme, buckets []int) sharding.Set {
-	set, err := scheme.NewSet(buckets...)
+// setOf is the set of buckets that are known to lie in the space.
+func setOf(space sharding.Space, buckets []int) sharding.Set {
+	set, err := space.NewSet(buckets...)
 	if err != nil {
-		// Callers pass indices below scheme.Buckets(): this is a bug here.
+		// Callers pass indices below space.Buckets(): this is a bug here.
 		panic(fmt.Sprintf("placement: %v", err))
 	}
 	return set
@@ -121,11 +121,11 @@ func sortedUnique(in []string) []string {
 	return slices.Compact(slices.Sorted(slices.Values(in)))
 }
 
-// checkScheme refuses a set of another bucket count: a zero Set (from a zero
-// Shard or RuleShard) has no scheme at all.
-func checkScheme(scheme sharding.Scheme, set sharding.Set, what string) error {
-	if set.Scheme() != scheme {
-		return fmt.Errorf("%s: a set of %d buckets, want %d", what, set.Scheme().Buckets(), scheme.Buckets())
+// checkSpace refuses a set of another bucket count: a zero Set (from a zero
+// Shard or RuleShard) has no space at all.
+func checkSpace(space sharding.Space, set sharding.Set, what string) error {
+	if set.Space() != space {
+		return fmt.Errorf("%s: a set of %d buckets, want %d", what, set.Space().Buckets(), space.Buckets())
 	}
 	return nil
 }

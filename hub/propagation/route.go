@@ -63,7 +63,7 @@ func BuildRoute(config *ctrlmeshv1alpha1.ShardingConfig, cluster string, rules p
 	if spec.Scope != ctrlmeshv1alpha1.ScopePerCluster && spec.Scope != ctrlmeshv1alpha1.ScopeFleet {
 		return nil, fmt.Errorf("ShardingConfig %s/%s: scope %q is neither %s nor %s", config.Namespace, config.Name, spec.Scope, ctrlmeshv1alpha1.ScopePerCluster, ctrlmeshv1alpha1.ScopeFleet)
 	}
-	scheme, err := sharding.NewScheme(int(spec.Sharding.Buckets))
+	space, err := sharding.NewSpace(int(spec.Sharding.Buckets))
 	if err != nil {
 		return nil, fmt.Errorf("ShardingConfig %s/%s: sharding.buckets: %w", config.Namespace, config.Name, err)
 	}
@@ -85,7 +85,7 @@ func BuildRoute(config *ctrlmeshv1alpha1.ShardingConfig, cluster string, rules p
 		route.Spec.CanarySelector = spec.Canary.Selector.DeepCopy()
 	}
 	for _, rs := range rules.Shards {
-		shard, err := routeShard(scheme, spec.Scope, cluster, rs, addresses)
+		shard, err := routeShard(space, spec.Scope, cluster, rs, addresses)
 		if err != nil {
 			return nil, fmt.Errorf("building the ShardRoute of cluster %s for ShardingConfig %s/%s at generation %d: %w", cluster, config.Namespace, config.Name, rules.Generation, err)
 		}
@@ -102,14 +102,14 @@ func BuildRoute(config *ctrlmeshv1alpha1.ShardingConfig, cluster string, rules p
 
 // routeShard is the RouteShard of one rule shard in cluster, nil when the
 // shard cannot be expressed (see BuildRoute).
-func routeShard(scheme sharding.Scheme, scope ctrlmeshv1alpha1.ShardingScope, cluster string, rs placement.RuleShard, addresses map[placement.PodID]string) (*ctrlmeshv1alpha1.RouteShard, error) {
-	// A zero Set has no scheme (and cannot be printed).
+func routeShard(space sharding.Space, scope ctrlmeshv1alpha1.ShardingScope, cluster string, rs placement.RuleShard, addresses map[placement.PodID]string) (*ctrlmeshv1alpha1.RouteShard, error) {
+	// A zero Set has no space (and cannot be printed).
 	for _, set := range []struct {
 		what string
 		set  sharding.Set
 	}{{"buckets", rs.Buckets}, {"pending buckets", rs.PendingBuckets}} {
-		if set.set.Scheme() != scheme {
-			return nil, fmt.Errorf("shard %q: %s are a set of %d buckets, the ShardingConfig has %d", rs.ID, set.what, set.set.Scheme().Buckets(), scheme.Buckets())
+		if set.set.Space() != space {
+			return nil, fmt.Errorf("shard %q: %s are a set of %d buckets, the ShardingConfig has %d", rs.ID, set.what, set.set.Space().Buckets(), space.Buckets())
 		}
 	}
 	if rs.Buckets.IsEmpty() && rs.PendingBuckets.IsEmpty() && len(rs.Namespaces) == 0 && len(rs.PendingNamespaces) == 0 {
@@ -185,20 +185,20 @@ func validateRoute(route *ctrlmeshv1alpha1.ShardRoute) error {
 	if len(spec.Shards) > maxShards {
 		errs = append(errs, fmt.Errorf("spec.shards: %d shards, at most %d", len(spec.Shards), maxShards))
 	}
-	// The CRD checked the config's bucket count, so the scheme is valid.
-	scheme := sharding.MustScheme(int(spec.Buckets))
-	served, _ := scheme.NewSet()   // the empty set cannot fail
+	// The CRD checked the config's bucket count, so the space is valid.
+	space := sharding.MustSpace(int(spec.Buckets))
+	served, _ := space.NewSet()    // the empty set cannot fail
 	shardOf := map[string]string{} // shard IDs, namespaces and pods seen, to their shard
 	for _, s := range spec.Shards {
-		errs = append(errs, validateShard(scheme, s, served, shardOf)...)
-		if set, err := scheme.ParseSet(s.Buckets); err == nil {
+		errs = append(errs, validateShard(space, s, served, shardOf)...)
+		if set, err := space.ParseSet(s.Buckets); err == nil {
 			served = served.Union(set)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func validateShard(scheme sharding.Scheme, s ctrlmeshv1alpha1.RouteShard, servedBefore sharding.Set, shardOf map[string]string) []error {
+func validateShard(space sharding.Space, s ctrlmeshv1alpha1.RouteShard, servedBefore sharding.Set, shardOf map[string]string) []error {
 	var errs []error
 	fail := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("shard %q: "+format, append([]any{s.ID}, args...)...))
@@ -219,7 +219,7 @@ func validateShard(scheme sharding.Scheme, s ctrlmeshv1alpha1.RouteShard, served
 	if len(s.Buckets) > maxBucketsString || len(s.PendingBuckets) > maxBucketsString {
 		fail("buckets and pendingBuckets may have at most %d characters each", maxBucketsString)
 	}
-	if set, err := scheme.ParseSet(s.Buckets); err != nil {
+	if set, err := space.ParseSet(s.Buckets); err != nil {
 		fail("buckets: %v", err)
 	} else if both := set.Intersection(servedBefore); !both.IsEmpty() {
 		fail("buckets %s are served by another shard too", both)

@@ -16,7 +16,7 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 )
 
-var scheme8 = sharding.MustScheme(8)
+var scheme8 = sharding.MustSpace(8)
 
 func set(t testing.TB, text string) sharding.Set {
 	t.Helper()
@@ -43,7 +43,7 @@ func testConfig(namespace string, scope ctrlmeshv1alpha1.ShardingScope) *ctrlmes
 			}}},
 			Clusters: ctrlmeshv1alpha1.ClusterSelection{Names: []string{"m1", "m2"}},
 			Scope:    scope,
-			Sharding: ctrlmeshv1alpha1.ShardingScheme{Buckets: 8, PodsPerShard: 1},
+			Sharding: ctrlmeshv1alpha1.ShardingLayout{Buckets: 8, PodsPerShard: 1},
 		},
 	}
 }
@@ -212,7 +212,7 @@ func TestBuildRouteRefuses(t *testing.T) {
 		name:   "a set of another bucket count",
 		config: perCluster,
 		rules: placement.Rules{Generation: 1, Shards: []placement.RuleShard{
-			{ID: "0", Buckets: sharding.MustScheme(16).AllBuckets(), PendingBuckets: set(t, "")}}},
+			{ID: "0", Buckets: sharding.MustSpace(16).AllBuckets(), PendingBuckets: set(t, "")}}},
 		want: "buckets are a set of 16 buckets, the ShardingConfig has 8",
 	}, {
 		name:   "a zero set",

@@ -208,7 +208,7 @@ func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingCon
 	if canaryStatus != nil {
 		out.canaryStep = canaryStatus.Step
 	}
-	scheme, err := sharding.NewScheme(int(sc.Spec.Sharding.Buckets))
+	space, err := sharding.NewSpace(int(sc.Spec.Sharding.Buckets))
 	if err != nil {
 		out.invalid = fmt.Errorf("sharding.buckets: %w", err)
 		return out, nil
@@ -260,7 +260,7 @@ func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingCon
 		r.Recorder.Eventf(sc, corev1.EventTypeNormal, "WorksDeleted", "Deleted the Works of clusters no longer selected: %v", pruned)
 	}
 
-	canary, err := canaryStep(sc, scheme, out.canaryStep)
+	canary, err := canaryStep(sc, space, out.canaryStep)
 	if err != nil {
 		out.invalid = err
 		return out, nil
@@ -273,7 +273,7 @@ func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingCon
 			if m.usable() || m.route == nil {
 				continue
 			}
-			published, err := publishedRules(scheme, map[string]*ctrlmeshv1alpha1.ShardRoute{name: m.route})
+			published, err := publishedRules(space, map[string]*ctrlmeshv1alpha1.ShardRoute{name: m.route})
 			if err != nil {
 				out.invalid = err
 				return out, nil
@@ -282,7 +282,7 @@ func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingCon
 		}
 	}
 	for _, domain := range domains(sc, out.members) {
-		d, err := r.placeDomain(ctx, sc, scheme, canary, domain, out.members)
+		d, err := r.placeDomain(ctx, sc, space, canary, domain, out.members)
 		if err != nil {
 			var invalid *invalidError
 			if errors.As(err, &invalid) {
@@ -345,7 +345,7 @@ func domains(sc *ctrlmeshv1alpha1.ShardingConfig, members map[string]*member) []
 }
 
 // placeDomain computes and publishes the next rules of one domain.
-func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, scheme sharding.Scheme, canary *placement.CanaryStep, clusters []string, members map[string]*member) (domainOutcome, error) {
+func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, space sharding.Space, canary *placement.CanaryStep, clusters []string, members map[string]*member) (domainOutcome, error) {
 	d := domainOutcome{clusters: clusters}
 	routes := map[string]*ctrlmeshv1alpha1.ShardRoute{}
 	// In Fleet scope the rules also live in the members that left the
@@ -355,7 +355,7 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 			routes[name] = m.route
 		}
 	}
-	published, err := publishedRules(scheme, routes)
+	published, err := publishedRules(space, routes)
 	if err != nil {
 		return d, &invalidError{err}
 	}
@@ -372,8 +372,8 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 		}
 	}
 	desired, err := placement.Compute(placement.Input{
-		Scheme: scheme, Shards: int(ptrValue(sc.Spec.Sharding.Shards)), PodsPerShard: int(max(sc.Spec.Sharding.PodsPerShard, 1)),
-		Pods: d.pods, Canary: canary, Previous: previousPlacement(scheme, published),
+		Space: space, Shards: int(ptrValue(sc.Spec.Sharding.Shards)), PodsPerShard: int(max(sc.Spec.Sharding.PodsPerShard, 1)),
+		Pods: d.pods, Canary: canary, Previous: previousPlacement(space, published),
 	})
 	if err != nil {
 		return d, &invalidError{err}
@@ -568,7 +568,7 @@ func selectedClusters(sc *ctrlmeshv1alpha1.ShardingConfig, all []state.Cluster) 
 }
 
 // canaryStep is the canary step in force, nil without a canary.
-func canaryStep(sc *ctrlmeshv1alpha1.ShardingConfig, scheme sharding.Scheme, step int32) (*placement.CanaryStep, error) {
+func canaryStep(sc *ctrlmeshv1alpha1.ShardingConfig, space sharding.Space, step int32) (*placement.CanaryStep, error) {
 	if sc.Spec.Canary == nil || len(sc.Spec.Canary.Steps) == 0 {
 		return nil, nil
 	}
@@ -576,7 +576,7 @@ func canaryStep(sc *ctrlmeshv1alpha1.ShardingConfig, scheme sharding.Scheme, ste
 	// The status's step, clamped: the steps may have been edited since.
 	i := min(max(int(step), 0), len(steps)-1)
 	s := steps[i]
-	buckets, err := scheme.ParseSet(s.Buckets)
+	buckets, err := space.ParseSet(s.Buckets)
 	if err != nil {
 		return nil, fmt.Errorf("canary step %d buckets: %w", i, err)
 	}

@@ -236,8 +236,8 @@ func TestCanaryStep(t *testing.T) {
 			if got == nil {
 				t.Fatal("no canary step")
 			}
-			if got.Buckets.Scheme() != scheme32 {
-				t.Errorf("buckets of a scheme of %d, want 32", got.Buckets.Scheme().Buckets())
+			if got.Buckets.Space() != scheme32 {
+				t.Errorf("buckets of a space of %d, want 32", got.Buckets.Space().Buckets())
 			}
 			if s := got.Buckets.String(); s != tt.wantBuckets {
 				t.Errorf("buckets %q, want %q", s, tt.wantBuckets)

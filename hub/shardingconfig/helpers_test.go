@@ -11,7 +11,7 @@ import (
 )
 
 // scheme32 is the default bucket count of a ShardingConfig.
-var scheme32 = sharding.MustScheme(32)
+var scheme32 = sharding.MustSpace(32)
 
 // mustSet parses a bucket set of scheme32.
 func mustSet(t testing.TB, text string) sharding.Set {
@@ -24,7 +24,7 @@ func mustSet(t testing.TB, text string) sharding.Set {
 }
 
 // route is a ShardRoute published to cluster at generation gen, in a
-// scheme of buckets buckets.
+// space of buckets buckets.
 func route(cluster string, gen int64, buckets int32, shards ...ctrlmeshv1alpha1.RouteShard) *ctrlmeshv1alpha1.ShardRoute {
 	return &ctrlmeshv1alpha1.ShardRoute{Spec: ctrlmeshv1alpha1.ShardRouteSpec{
 		Cluster: cluster, RoutingGeneration: gen, RulesHash: "hash", Buckets: buckets, Shards: shards,

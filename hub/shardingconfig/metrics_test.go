@@ -147,7 +147,7 @@ func TestMetricsObserve(t *testing.T) {
 			}
 			sc := &ctrlmeshv1alpha1.ShardingConfig{
 				ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: "operator"},
-				Spec:       ctrlmeshv1alpha1.ShardingConfigSpec{Sharding: ctrlmeshv1alpha1.ShardingScheme{Buckets: 32}},
+				Spec:       ctrlmeshv1alpha1.ShardingConfigSpec{Sharding: ctrlmeshv1alpha1.ShardingLayout{Buckets: 32}},
 			}
 			m.observe(sc, tt.out, 250*time.Millisecond)
 			for _, g := range []struct {
@@ -193,7 +193,7 @@ func TestMetricsObserveUpdates(t *testing.T) {
 	sc := func(name string) *ctrlmeshv1alpha1.ShardingConfig {
 		return &ctrlmeshv1alpha1.ShardingConfig{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: name},
-			Spec:       ctrlmeshv1alpha1.ShardingConfigSpec{Sharding: ctrlmeshv1alpha1.ShardingScheme{Buckets: 32}},
+			Spec:       ctrlmeshv1alpha1.ShardingConfigSpec{Sharding: ctrlmeshv1alpha1.ShardingLayout{Buckets: 32}},
 		}
 	}
 	handingOver := &outcome{members: members([]string{"a", "b"}, "b"), domains: []domainOutcome{{step: placement.Step{Rules: placement.Rules{

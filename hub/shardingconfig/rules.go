@@ -16,7 +16,7 @@ import (
 // whose route lists pods for it. The generation is the highest published,
 // and only the routes of that generation are merged; a cluster whose route
 // is older is brought up to it by the next publish.
-func publishedRules(scheme sharding.Scheme, routes map[string]*ctrlmeshv1alpha1.ShardRoute) (placement.Rules, error) {
+func publishedRules(space sharding.Space, routes map[string]*ctrlmeshv1alpha1.ShardRoute) (placement.Rules, error) {
 	var rules placement.Rules
 	byID := map[string]*placement.RuleShard{}
 	var order []string
@@ -27,9 +27,9 @@ func publishedRules(scheme sharding.Scheme, routes map[string]*ctrlmeshv1alpha1.
 	slices.Sort(clusters)
 	for _, cluster := range clusters {
 		route := routes[cluster]
-		if int(route.Spec.Buckets) != scheme.Buckets() {
+		if int(route.Spec.Buckets) != space.Buckets() {
 			return placement.Rules{}, fmt.Errorf("the rules published to %s count %d buckets, the ShardingConfig %d: the bucket count cannot change once published; delete and recreate the ShardingConfig to change it",
-				cluster, route.Spec.Buckets, scheme.Buckets())
+				cluster, route.Spec.Buckets, space.Buckets())
 		}
 		rules.Generation = max(rules.Generation, route.Spec.RoutingGeneration)
 	}
@@ -43,11 +43,11 @@ func publishedRules(scheme sharding.Scheme, routes map[string]*ctrlmeshv1alpha1.
 			continue
 		}
 		for _, rs := range route.Spec.Shards {
-			buckets, err := scheme.ParseSet(rs.Buckets)
+			buckets, err := space.ParseSet(rs.Buckets)
 			if err != nil {
 				return placement.Rules{}, fmt.Errorf("the rules published to %s, shard %q: %w", cluster, rs.ID, err)
 			}
-			pending, err := scheme.ParseSet(rs.PendingBuckets)
+			pending, err := space.ParseSet(rs.PendingBuckets)
 			if err != nil {
 				return placement.Rules{}, fmt.Errorf("the rules published to %s, shard %q: %w", cluster, rs.ID, err)
 			}
@@ -86,8 +86,8 @@ func publishedRules(scheme sharding.Scheme, routes map[string]*ctrlmeshv1alpha1.
 // previousPlacement is the placement the published rules head for: what
 // each shard serves now or has pending. Compute keeps it where it can, so
 // that an unchanged fleet keeps its placement across hub restarts.
-func previousPlacement(scheme sharding.Scheme, rules placement.Rules) placement.Placement {
-	prev := placement.Placement{Scheme: scheme}
+func previousPlacement(space sharding.Space, rules placement.Rules) placement.Placement {
+	prev := placement.Placement{Space: space}
 	for _, rs := range rules.Shards {
 		prev.Shards = append(prev.Shards, placement.Shard{
 			ID: rs.ID, Cluster: rs.Cluster, Pods: slices.Clone(rs.Pods),

@@ -151,8 +151,8 @@ func TestPublishedRules(t *testing.T) {
 				t.Errorf("generation %d, want %d", got.Generation, tt.generation)
 			}
 			for _, rs := range got.Shards {
-				if rs.Buckets.Scheme() != scheme32 || rs.PendingBuckets.Scheme() != scheme32 {
-					t.Errorf("shard %s: sets of %d and %d buckets, want 32", rs.ID, rs.Buckets.Scheme().Buckets(), rs.PendingBuckets.Scheme().Buckets())
+				if rs.Buckets.Space() != scheme32 || rs.PendingBuckets.Space() != scheme32 {
+					t.Errorf("shard %s: sets of %d and %d buckets, want 32", rs.ID, rs.Buckets.Space().Buckets(), rs.PendingBuckets.Space().Buckets())
 				}
 			}
 			if view := viewRules(got); !reflect.DeepEqual(view, tt.want) {
@@ -271,8 +271,8 @@ func TestPreviousPlacement(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := previousPlacement(scheme32, tt.rules)
-			if got.Scheme != scheme32 {
-				t.Errorf("scheme of %d buckets, want 32", got.Scheme.Buckets())
+			if got.Space != scheme32 {
+				t.Errorf("space of %d buckets, want 32", got.Space.Buckets())
 			}
 			if view := viewPlacement(got); !reflect.DeepEqual(view, tt.want) {
 				t.Errorf("shards\n got %+v\nwant %+v", view, tt.want)

@@ -55,7 +55,7 @@ func TestBucketMathMatchesAPIServer(t *testing.T) {
 	}()
 
 	const namespaces = 64
-	scheme32 := sharding.MustScheme(32)
+	scheme32 := sharding.MustSpace(32)
 	sharded := clientset(t, fleet.Cluster("sharded"))
 	plain := clientset(t, fleet.Cluster("plain"))
 	for _, cs := range []*kubernetes.Clientset{sharded, plain} {
@@ -97,8 +97,8 @@ func TestBucketMathMatchesAPIServer(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s of %d", tc.set, tc.buckets), func(t *testing.T) {
-			scheme := sharding.MustScheme(tc.buckets)
-			set, err := scheme.ParseSet(tc.set)
+			space := sharding.MustSpace(tc.buckets)
+			set, err := space.ParseSet(tc.set)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -107,7 +107,7 @@ func TestBucketMathMatchesAPIServer(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := expected(all, set)
-			if partial := set.Len() < scheme.Buckets(); partial && (len(want) == 0 || len(want) == len(all)) {
+			if partial := set.Len() < space.Buckets(); partial && (len(want) == 0 || len(want) == len(all)) {
 				t.Fatalf("buckets %s select %d of %d namespaces: pick a set that splits them", tc.set, len(want), len(all))
 			}
 			resp := listWithShardSelector(t, ctx, sharded, selector)

@@ -7,7 +7,7 @@ import (
 )
 
 func ExampleSet_ShardSelector() {
-	set, err := sharding.MustScheme(32).ParseSet("0-7,12")
+	set, err := sharding.MustSpace(32).ParseSet("0-7,12")
 	if err != nil {
 		panic(err)
 	}
@@ -22,9 +22,9 @@ func ExampleSet_ShardSelector() {
 // Names that differ only in their last characters share few buckets: FNV-1a's
 // top bits hardly depend on the last bytes. docs/design.md quotes these
 // figures.
-func ExampleScheme_Bucket_spread() {
+func ExampleSpace_Bucket_spread() {
 	spread := func(buckets, count int, format string) int {
-		s := sharding.MustScheme(buckets)
+		s := sharding.MustSpace(buckets)
 		used := map[int]bool{}
 		for i := 0; i < count; i++ {
 			used[s.Bucket(fmt.Sprintf(format, i))] = true

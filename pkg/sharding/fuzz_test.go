@@ -12,7 +12,7 @@ func FuzzParseSet(f *testing.F) {
 	for _, seed := range []string{"", "0-7,12", "31", "1,,2", "7-3", " 3 , 4-5", "0-31", "00-0001", "-", "4096"} {
 		f.Add(seed)
 	}
-	s := MustScheme(32)
+	s := MustSpace(32)
 	f.Fuzz(func(t *testing.T, text string) {
 		set, err := s.ParseSet(text)
 		if err != nil {
@@ -42,7 +42,7 @@ func FuzzShardSelector(f *testing.F) {
 	f.Add(uint8(0), uint64(1), "kube-system")
 	f.Add(uint8(12), uint64(0xffffffffffffffff), "")
 	f.Fuzz(func(t *testing.T, bitsIn uint8, mask uint64, namespace string) {
-		s := MustScheme(1 << (bitsIn % 13))
+		s := MustSpace(1 << (bitsIn % 13))
 		var buckets []int
 		for b := 0; b < s.Buckets(); b++ {
 			// Spread the 64 mask bits over up to 4096 buckets.

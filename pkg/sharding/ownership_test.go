@@ -10,7 +10,7 @@ import (
 )
 
 func TestOwnership(t *testing.T) {
-	s := MustScheme(32)
+	s := MustSpace(32)
 	// Pick namespaces by their buckets so the cases do not depend on luck.
 	in, out := namespaceIn(t, s, 3), namespaceIn(t, s, 20)
 	inToo := namespaceInExcept(t, s, 3, in)
@@ -93,7 +93,7 @@ func TestOwnership(t *testing.T) {
 }
 
 func TestOwnershipEqualAndString(t *testing.T) {
-	s := MustScheme(8)
+	s := MustSpace(8)
 	a := NewOwnership(mustSet(t, s, "0-3"), []string{"b", "a", "a"}, nil)
 	b := NewOwnership(mustSet(t, s, "0,1,2,3"), []string{"a", "b"}, nil)
 	if !a.Equal(b) {
@@ -173,7 +173,7 @@ func FuzzParseShardSelector(f *testing.F) {
 func FuzzOwnershipRanges(f *testing.F) {
 	f.Add(uint32(0x0000ffff), "team-a", "team-b", "probe", uint64(0), uint64(1<<63))
 	f.Fuzz(func(t *testing.T, mask uint32, include, exclude, probe string, lo, hi uint64) {
-		s := MustScheme(32)
+		s := MustSpace(32)
 		var buckets []int
 		for b := 0; b < 32; b++ {
 			if mask&(1<<b) != 0 {
@@ -210,11 +210,11 @@ func inRanges(ranges []HashRange, h uint64) bool {
 	return false
 }
 
-func namespaceIn(t *testing.T, s Scheme, bucket int) string {
+func namespaceIn(t *testing.T, s Space, bucket int) string {
 	return namespaceInExcept(t, s, bucket, "")
 }
 
-func namespaceInExcept(t *testing.T, s Scheme, bucket int, except string) string {
+func namespaceInExcept(t *testing.T, s Space, bucket int, except string) string {
 	t.Helper()
 	for i := 0; i < 100000; i++ {
 		ns := "ns-" + LabelValue(i)

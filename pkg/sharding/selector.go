@@ -26,7 +26,7 @@ func (set Set) HashRanges() []HashRange {
 	runs := set.runs()
 	out := make([]HashRange, len(runs))
 	for i, r := range runs {
-		out[i] = set.scheme.runRange(r.first, r.last)
+		out[i] = set.space.runRange(r.first, r.last)
 	}
 	return out
 }

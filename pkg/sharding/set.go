@@ -8,17 +8,17 @@ import (
 	"github.com/bits-and-blooms/bitset"
 )
 
-// Set is a set of buckets of one Scheme. The zero Set is not usable; make
-// one with Scheme.NewSet or Scheme.ParseSet.
+// Set is a set of buckets of one Space. The zero Set is not usable; make
+// one with Space.NewSet or Space.ParseSet.
 type Set struct {
-	scheme Scheme
-	bits   *bitset.BitSet
+	space Space
+	bits  *bitset.BitSet
 }
 
-// NewSet returns the set of the given buckets. A bucket outside the scheme is
+// NewSet returns the set of the given buckets. A bucket outside the space is
 // an error.
-func (s Scheme) NewSet(buckets ...int) (Set, error) {
-	set := Set{scheme: s, bits: bitset.New(uint(s.buckets))}
+func (s Space) NewSet(buckets ...int) (Set, error) {
+	set := Set{space: s, bits: bitset.New(uint(s.buckets))}
 	for _, b := range buckets {
 		if err := s.check(b); err != nil {
 			return Set{}, err
@@ -28,22 +28,22 @@ func (s Scheme) NewSet(buckets ...int) (Set, error) {
 	return set, nil
 }
 
-// AllBuckets is the set of every bucket of the scheme.
-func (s Scheme) AllBuckets() Set {
-	set := Set{scheme: s, bits: bitset.New(uint(s.buckets))}
+// AllBuckets is the set of every bucket of the space.
+func (s Space) AllBuckets() Set {
+	set := Set{space: s, bits: bitset.New(uint(s.buckets))}
 	set.bits.FlipRange(0, uint(s.buckets))
 	return set
 }
 
-func (s Scheme) check(bucket int) error {
+func (s Space) check(bucket int) error {
 	if bucket < 0 || bucket >= s.buckets {
 		return fmt.Errorf("bucket %d is out of range: with %d buckets they are numbered 0 to %d", bucket, s.buckets, s.buckets-1)
 	}
 	return nil
 }
 
-// Scheme is the scheme the set belongs to.
-func (set Set) Scheme() Scheme { return set.scheme }
+// Space is the space the set belongs to.
+func (set Set) Space() Space { return set.space }
 
 // Has reports whether the bucket is in the set.
 func (set Set) Has(bucket int) bool {
@@ -52,7 +52,7 @@ func (set Set) Has(bucket int) bool {
 
 // HasNamespace reports whether the namespace's bucket is in the set.
 func (set Set) HasNamespace(namespace string) bool {
-	return set.Has(set.scheme.Bucket(namespace))
+	return set.Has(set.space.Bucket(namespace))
 }
 
 // Len is the number of buckets in the set.
@@ -61,9 +61,9 @@ func (set Set) Len() int { return int(set.bits.Count()) }
 // IsEmpty reports whether the set has no bucket.
 func (set Set) IsEmpty() bool { return set.bits.None() }
 
-// Equal reports whether both sets hold the same buckets of the same scheme.
+// Equal reports whether both sets hold the same buckets of the same space.
 func (set Set) Equal(other Set) bool {
-	return set.scheme == other.scheme && set.bits.Equal(other.bits)
+	return set.space == other.space && set.bits.Equal(other.bits)
 }
 
 // Buckets lists the buckets in increasing order.
@@ -78,26 +78,26 @@ func (set Set) Buckets() []int {
 // Union is the set of buckets in either set.
 func (set Set) Union(other Set) Set {
 	set.mustMatch(other)
-	return Set{scheme: set.scheme, bits: set.bits.Union(other.bits)}
+	return Set{space: set.space, bits: set.bits.Union(other.bits)}
 }
 
 // Intersection is the set of buckets in both sets.
 func (set Set) Intersection(other Set) Set {
 	set.mustMatch(other)
-	return Set{scheme: set.scheme, bits: set.bits.Intersection(other.bits)}
+	return Set{space: set.space, bits: set.bits.Intersection(other.bits)}
 }
 
 // Difference is the set of buckets in set and not in other.
 func (set Set) Difference(other Set) Set {
 	set.mustMatch(other)
-	return Set{scheme: set.scheme, bits: set.bits.Difference(other.bits)}
+	return Set{space: set.space, bits: set.bits.Difference(other.bits)}
 }
 
 // mustMatch guards the set algebra: sets of different bucket counts number
 // different hash ranges, so combining them is a programming error.
 func (set Set) mustMatch(other Set) {
-	if set.scheme != other.scheme {
-		panic(fmt.Sprintf("sharding: combining sets of %d and %d buckets", set.scheme.buckets, other.scheme.buckets))
+	if set.space != other.space {
+		panic(fmt.Sprintf("sharding: combining sets of %d and %d buckets", set.space.buckets, other.space.buckets))
 	}
 }
 
@@ -108,8 +108,8 @@ func (set Set) runs() []run {
 	var out []run
 	for b, ok := set.bits.NextSet(0); ok; {
 		end, more := set.bits.NextClear(b)
-		if !more || end > uint(set.scheme.buckets) {
-			end = uint(set.scheme.buckets)
+		if !more || end > uint(set.space.buckets) {
+			end = uint(set.space.buckets)
 		}
 		out = append(out, run{first: int(b), last: int(end) - 1})
 		b, ok = set.bits.NextSet(end)
@@ -138,7 +138,7 @@ func (set Set) String() string {
 // ParseSet reads compact notation ("0-7,12"; "" is the empty set). Items may
 // overlap and come in any order; spaces around items are ignored. Errors name
 // the item at fault.
-func (s Scheme) ParseSet(text string) (Set, error) {
+func (s Space) ParseSet(text string) (Set, error) {
 	set, err := s.NewSet()
 	if err != nil {
 		return Set{}, err
@@ -172,7 +172,7 @@ func (s Scheme) ParseSet(text string) (Set, error) {
 	return set, nil
 }
 
-func (s Scheme) parseBucket(text, field string) (int, error) {
+func (s Space) parseBucket(text, field string) (int, error) {
 	field = strings.TrimSpace(field)
 	// Digits only: strconv.Atoi would also take signs.
 	if field == "" || strings.TrimLeft(field, "0123456789") != "" || len(field) > 5 {

@@ -25,7 +25,7 @@ func TestHashIsFNV1a64(t *testing.T) {
 	}
 }
 
-func TestNewScheme(t *testing.T) {
+func TestNewSpace(t *testing.T) {
 	tests := []struct {
 		buckets int
 		wantErr bool
@@ -35,19 +35,19 @@ func TestNewScheme(t *testing.T) {
 		{0, true, 0}, {-4, true, 0}, {3, true, 0}, {48, true, 0}, {8192, true, 0},
 	}
 	for _, tt := range tests {
-		s, err := NewScheme(tt.buckets)
+		s, err := NewSpace(tt.buckets)
 		if (err != nil) != tt.wantErr {
-			t.Errorf("NewScheme(%d) error = %v, wantErr %v", tt.buckets, err, tt.wantErr)
+			t.Errorf("NewSpace(%d) error = %v, wantErr %v", tt.buckets, err, tt.wantErr)
 			continue
 		}
 		if err != nil {
 			if !strings.Contains(err.Error(), "power of two") {
-				t.Errorf("NewScheme(%d) error %q does not say what is allowed", tt.buckets, err)
+				t.Errorf("NewSpace(%d) error %q does not say what is allowed", tt.buckets, err)
 			}
 			continue
 		}
 		if s.bits != tt.bits || s.Buckets() != tt.buckets {
-			t.Errorf("NewScheme(%d) = %+v, want bits %d", tt.buckets, s, tt.bits)
+			t.Errorf("NewSpace(%d) = %+v, want bits %d", tt.buckets, s, tt.bits)
 		}
 	}
 }
@@ -64,7 +64,7 @@ func TestBucketIsTopBits(t *testing.T) {
 		{4096, 0x859},
 	}
 	for _, tt := range tests {
-		if got := MustScheme(tt.buckets).Bucket("foobar"); got != tt.want {
+		if got := MustSpace(tt.buckets).Bucket("foobar"); got != tt.want {
 			t.Errorf("with %d buckets Bucket(foobar) = %d, want %d", tt.buckets, got, tt.want)
 		}
 	}
@@ -83,7 +83,7 @@ func TestRange(t *testing.T) {
 		{32, 31, HashRange{31 << 59, ^uint64(0)}},
 	}
 	for _, tt := range tests {
-		if got := MustScheme(tt.buckets).Range(tt.bucket); got != tt.want {
+		if got := MustSpace(tt.buckets).Range(tt.bucket); got != tt.want {
 			t.Errorf("Range(%d of %d) = %#x, want %#x", tt.bucket, tt.buckets, got, tt.want)
 		}
 	}
@@ -91,7 +91,7 @@ func TestRange(t *testing.T) {
 
 func TestEveryNamespaceLandsInItsBucketRange(t *testing.T) {
 	for _, n := range []int{1, 2, 32, 4096} {
-		s := MustScheme(n)
+		s := MustSpace(n)
 		for i := 0; i < 2000; i++ {
 			ns := "ns-" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + LabelValue(i)
 			if !s.Range(s.Bucket(ns)).Contains(Hash(ns)) {
@@ -102,7 +102,7 @@ func TestEveryNamespaceLandsInItsBucketRange(t *testing.T) {
 }
 
 func TestParseSet(t *testing.T) {
-	s := MustScheme(32)
+	s := MustSpace(32)
 	tests := []struct {
 		in      string
 		want    []int
@@ -150,7 +150,7 @@ func TestParseSet(t *testing.T) {
 }
 
 func TestSetAlgebra(t *testing.T) {
-	s := MustScheme(16)
+	s := MustSpace(16)
 	a := mustSet(t, s, "0-7")
 	b := mustSet(t, s, "4-11")
 	if got := a.Union(b).String(); got != "0-11" {
@@ -173,10 +173,10 @@ func TestSetAlgebra(t *testing.T) {
 	}
 	defer func() {
 		if recover() == nil {
-			t.Error("combining sets of different schemes did not panic")
+			t.Error("combining sets of different spaces did not panic")
 		}
 	}()
-	a.Union(mustSet(t, MustScheme(32), "1"))
+	a.Union(mustSet(t, MustSpace(32), "1"))
 }
 
 func TestShardSelector(t *testing.T) {
@@ -193,7 +193,7 @@ func TestShardSelector(t *testing.T) {
 		{4096, "1", "shardRange(object.metadata.namespace, '0x0010000000000000', '0x0020000000000000')"},
 	}
 	for _, tt := range tests {
-		got, err := mustSet(t, MustScheme(tt.buckets), tt.set).ShardSelector()
+		got, err := mustSet(t, MustSpace(tt.buckets), tt.set).ShardSelector()
 		if err != nil {
 			t.Fatalf("ShardSelector(%s of %d): %v", tt.set, tt.buckets, err)
 		}
@@ -201,25 +201,25 @@ func TestShardSelector(t *testing.T) {
 			t.Errorf("ShardSelector(%s of %d) =\n %s\nwant\n %s", tt.set, tt.buckets, got, tt.want)
 		}
 	}
-	if _, err := mustSet(t, MustScheme(32), "").ShardSelector(); !errors.Is(err, ErrEmptySet) {
+	if _, err := mustSet(t, MustSpace(32), "").ShardSelector(); !errors.Is(err, ErrEmptySet) {
 		t.Errorf("empty set selector error = %v, want ErrEmptySet", err)
 	}
 }
 
 func TestLabelSelector(t *testing.T) {
-	sel, err := mustSet(t, MustScheme(32), "0-1,12").LabelSelector()
+	sel, err := mustSet(t, MustSpace(32), "0-1,12").LabelSelector()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, want := sel.String(), "ctrlmesh.io/sharding-hash in (0,1,12)"; got != want {
 		t.Errorf("LabelSelector = %q, want %q", got, want)
 	}
-	if _, err := mustSet(t, MustScheme(32), "").LabelRequirement(); !errors.Is(err, ErrEmptySet) {
+	if _, err := mustSet(t, MustSpace(32), "").LabelRequirement(); !errors.Is(err, ErrEmptySet) {
 		t.Errorf("empty set requirement error = %v, want ErrEmptySet", err)
 	}
 }
 
-func mustSet(t *testing.T, s Scheme, text string) Set {
+func mustSet(t *testing.T, s Space, text string) Set {
 	t.Helper()
 	set, err := s.ParseSet(text)
 	if err != nil {

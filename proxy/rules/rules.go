@@ -66,7 +66,7 @@ type Snapshot struct {
 	// LeaderElectionName is the lock to rename, "" for none.
 	LeaderElectionName string
 
-	scheme sharding.Scheme
+	space sharding.Space
 	// owners of each bucket and exact namespace, for routing admission
 	// requests to the shard that serves an object.
 	bucketOwner    []*ctrlmeshv1alpha1.RouteShard
@@ -93,7 +93,7 @@ func (s *Snapshot) Owns(namespace string) bool {
 }
 
 // Bucket is the namespace's bucket under these rules.
-func (s *Snapshot) Bucket(namespace string) int { return s.scheme.Bucket(namespace) }
+func (s *Snapshot) Bucket(namespace string) int { return s.space.Bucket(namespace) }
 
 // LimitFor returns the limit that shards the resource, if any.
 func (s *Snapshot) LimitFor(gr schema.GroupResource) (*Limit, bool) {
@@ -111,7 +111,7 @@ func (s *Snapshot) OwnerOf(namespace string) *ctrlmeshv1alpha1.RouteShard {
 	if owner, ok := s.namespaceOwner[namespace]; ok {
 		return owner
 	}
-	return s.bucketOwner[s.scheme.Bucket(namespace)]
+	return s.bucketOwner[s.space.Bucket(namespace)]
 }
 
 // SameSelectionOf reports whether both snapshots select the same objects of
@@ -170,7 +170,7 @@ func Compile(route *ctrlmeshv1alpha1.ShardRoute, pod string, mode Mode, scopes S
 	if spec.RulesHash == "" {
 		return nil, errors.New("rules have no rulesHash")
 	}
-	scheme, err := sharding.NewScheme(int(spec.Buckets))
+	space, err := sharding.NewSpace(int(spec.Buckets))
 	if err != nil {
 		return nil, fmt.Errorf("spec.buckets: %w", err)
 	}
@@ -183,8 +183,8 @@ func Compile(route *ctrlmeshv1alpha1.ShardRoute, pod string, mode Mode, scopes S
 		Pod:            pod,
 		Mode:           mode,
 		Limits:         limits,
-		scheme:         scheme,
-		bucketOwner:    make([]*ctrlmeshv1alpha1.RouteShard, scheme.Buckets()),
+		space:          space,
+		bucketOwner:    make([]*ctrlmeshv1alpha1.RouteShard, space.Buckets()),
 		namespaceOwner: map[string]*ctrlmeshv1alpha1.RouteShard{},
 	}
 	if spec.Controller != nil {
@@ -197,11 +197,11 @@ func Compile(route *ctrlmeshv1alpha1.ShardRoute, pod string, mode Mode, scopes S
 	shards := snap.Route.Spec.Shards
 	for i := range shards {
 		shard := &shards[i]
-		served, err := scheme.ParseSet(shard.Buckets)
+		served, err := space.ParseSet(shard.Buckets)
 		if err != nil {
 			return nil, fmt.Errorf("shard %q buckets: %w", shard.ID, err)
 		}
-		pending, err := scheme.ParseSet(shard.PendingBuckets)
+		pending, err := space.ParseSet(shard.PendingBuckets)
 		if err != nil {
 			return nil, fmt.Errorf("shard %q pendingBuckets: %w", shard.ID, err)
 		}

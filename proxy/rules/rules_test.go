@@ -98,7 +98,7 @@ func TestCompileRefusesBadRules(t *testing.T) {
 }
 
 func TestCompile(t *testing.T) {
-	s := sharding.MustScheme(32)
+	s := sharding.MustSpace(32)
 	tests := []struct {
 		pod       string
 		shard     string

@@ -301,10 +301,10 @@ func (r *router) outcome(t *testing.T, outcome string) float64 {
 // namespaceIn returns a namespace name, with prefix, whose bucket is in
 // [first, last].
 func namespaceIn(prefix string, first, last int) string {
-	scheme := sharding.MustScheme(32)
+	space := sharding.MustSpace(32)
 	for i := 0; ; i++ {
 		ns := fmt.Sprintf("%s-%d", prefix, i)
-		if b := scheme.Bucket(ns); b >= first && b <= last {
+		if b := space.Bucket(ns); b >= first && b <= last {
 			return ns
 		}
 	}

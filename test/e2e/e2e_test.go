@@ -225,7 +225,7 @@ func managedObjects(t *testing.T, ctx context.Context, c client.Client) []client
 	var objects []client.ObjectKey
 	// canaryNamespace and others, each in a bucket of its own (of the
 	// default 32), so that every pod gets objects.
-	spread, _ := env.SpreadNamespaces(sharding.MustScheme(32), "t", []string{canaryNamespace}, namespaces)
+	spread, _ := env.SpreadNamespaces(sharding.MustSpace(32), "t", []string{canaryNamespace}, namespaces)
 	for _, nsName := range spread {
 		env.Create(t, ctx, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName}})
 		for j := range perNamespace {
@@ -471,7 +471,7 @@ func partition(sc *ctrlmeshv1alpha1.ShardingConfig) error {
 	if buckets == 0 {
 		buckets = 32
 	}
-	scheme := sharding.MustScheme(buckets)
+	space := sharding.MustSpace(buckets)
 	owners := map[string][]string{}
 	if sc.Spec.Scope == ctrlmeshv1alpha1.ScopeFleet {
 		owners["fleet"] = make([]string, buckets)
@@ -485,7 +485,7 @@ func partition(sc *ctrlmeshv1alpha1.ShardingConfig) error {
 		if p.State != ctrlmeshv1alpha1.ShardServing {
 			continue
 		}
-		set, err := scheme.ParseSet(p.Buckets)
+		set, err := space.ParseSet(p.Buckets)
 		if err != nil {
 			return err
 		}
@@ -521,7 +521,7 @@ func partition(sc *ctrlmeshv1alpha1.ShardingConfig) error {
 // bucket.
 func owners(sc *ctrlmeshv1alpha1.ShardingConfig, domain, namespace string) []string {
 	var byBucket []string
-	scheme := sharding.MustScheme(32)
+	space := sharding.MustSpace(32)
 	for _, p := range sc.Status.Placement {
 		if p.State != ctrlmeshv1alpha1.ShardServing || domainOf(sc, p) != domain {
 			continue
@@ -529,7 +529,7 @@ func owners(sc *ctrlmeshv1alpha1.ShardingConfig, domain, namespace string) []str
 		if slices.Contains(p.Namespaces, namespace) {
 			return p.Pods
 		}
-		if set, err := scheme.ParseSet(p.Buckets); err == nil && set.HasNamespace(namespace) {
+		if set, err := space.ParseSet(p.Buckets); err == nil && set.HasNamespace(namespace) {
 			byBucket = append(byBucket, p.Pods...)
 		}
 	}

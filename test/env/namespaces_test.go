@@ -8,7 +8,7 @@ import (
 )
 
 func TestSpreadNamespaces(t *testing.T) {
-	scheme := sharding.MustScheme(32)
+	space := sharding.MustSpace(32)
 	tests := []struct {
 		name  string
 		given []string
@@ -22,7 +22,7 @@ func TestSpreadNamespaces(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			names, count := SpreadNamespaces(scheme, "ns", tt.given, tt.n)
+			names, count := SpreadNamespaces(space, "ns", tt.given, tt.n)
 			if len(names) != tt.n {
 				t.Fatalf("%d names, want %d", len(names), tt.n)
 			}
@@ -32,19 +32,19 @@ func TestSpreadNamespaces(t *testing.T) {
 			if slices.Max(count)-slices.Min(count) > 1 {
 				t.Errorf("bucket counts %v differ by more than one", count)
 			}
-			got := make([]int, scheme.Buckets())
+			got := make([]int, space.Buckets())
 			seen := map[string]bool{}
 			for _, name := range names {
 				if seen[name] {
 					t.Errorf("%s twice", name)
 				}
 				seen[name] = true
-				got[scheme.Bucket(name)]++
+				got[space.Bucket(name)]++
 			}
 			if !slices.Equal(got, count) {
 				t.Errorf("counts %v, the names fall %v", count, got)
 			}
-			if tt.n <= scheme.Buckets() && slices.Max(count) > 1 {
+			if tt.n <= space.Buckets() && slices.Max(count) > 1 {
 				t.Errorf("%d names, but a bucket holds %d", tt.n, slices.Max(count))
 			}
 		})

@@ -33,9 +33,9 @@ type ClusterSelection struct {
 	Selector *metav1.LabelSelector `json:"selector,omitempty"`
 }
 
-// ShardingScheme says how many buckets there are and how pods form shards.
+// ShardingLayout says how many buckets there are and how pods form shards.
 // +kubebuilder:validation:XValidation:rule="!has(self.shards) || self.shards <= self.buckets",message="sharding.shards cannot exceed sharding.buckets: every shard needs at least one bucket"
-type ShardingScheme struct {
+type ShardingLayout struct {
 	// Buckets is the number of hash buckets the namespaces fall into: a power
 	// of two from 1 to 4096. A namespace's bucket is the top log2(buckets) bits
 	// of the 64-bit FNV-1a hash of its name.
@@ -126,7 +126,7 @@ type ShardingConfigSpec struct {
 	// Sharding sets the bucket count and how pods form shards.
 	// +kubebuilder:default={}
 	// +optional
-	Sharding ShardingScheme `json:"sharding,omitempty"`
+	Sharding ShardingLayout `json:"sharding,omitempty"`
 	// Canary sends chosen buckets or namespaces to canary pods.
 	// +optional
 	Canary *CanarySpec `json:"canary,omitempty"`

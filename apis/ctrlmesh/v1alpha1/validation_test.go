@@ -66,7 +66,7 @@ func TestShardingConfigValidation(t *testing.T) {
 		{name: "valid with everything", mutate: func(sc *v1alpha1.ShardingConfig) {
 			sc.Spec.Scope = v1alpha1.ScopeFleet
 			sc.Spec.Clusters.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}
-			sc.Spec.Sharding = v1alpha1.ShardingScheme{Buckets: 64, Shards: ptr.To[int32](8), PodsPerShard: 2}
+			sc.Spec.Sharding = v1alpha1.ShardingLayout{Buckets: 64, Shards: ptr.To[int32](8), PodsPerShard: 2}
 			sc.Spec.Canary = &v1alpha1.CanarySpec{
 				Selector: metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}},
 				Steps:    []v1alpha1.CanaryStep{{Namespaces: []string{"team-a"}}, {Buckets: "0-3,63"}},

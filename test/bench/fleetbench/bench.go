@@ -40,7 +40,7 @@ const (
 	readyWithin = 3 * time.Minute
 )
 
-var scheme = sharding.MustScheme(buckets)
+var space = sharding.MustSpace(buckets)
 
 // bench is one run.
 type bench struct {
@@ -225,13 +225,13 @@ func placementText(sc *ctrlmeshv1alpha1.ShardingConfig) string {
 // podBuckets is the union of the buckets of the placed shards pod serves in
 // cluster.
 func podBuckets(sc *ctrlmeshv1alpha1.ShardingConfig, cluster, pod string) (sharding.Set, error) {
-	set := scheme.AllBuckets()
+	set := space.AllBuckets()
 	var parts []sharding.Set
 	for _, p := range sc.Status.Placement {
 		if p.Cluster != cluster || !slices.Contains(p.Pods, pod) {
 			continue
 		}
-		s, err := scheme.ParseSet(p.Buckets)
+		s, err := space.ParseSet(p.Buckets)
 		if err != nil {
 			return set, fmt.Errorf("placement of shard %s: %w", p.Shard, err)
 		}
@@ -251,7 +251,7 @@ func union(sets ...sharding.Set) sharding.Set {
 			}
 		}
 	}
-	out, _ := scheme.NewSet(have...)
+	out, _ := space.NewSet(have...)
 	return out
 }
 

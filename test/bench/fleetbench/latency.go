@@ -254,7 +254,7 @@ func (b *bench) failovers(ctx context.Context, lf *latencyFleet) (*failoverResul
 		var sets []sharding.Set
 		for _, s := range st.route.Spec.Shards {
 			if slices.ContainsFunc(s.Pods, func(p ctrlmeshv1alpha1.RoutePod) bool { return p.Name == victim.Name }) {
-				set, err := scheme.ParseSet(s.Buckets)
+				set, err := space.ParseSet(s.Buckets)
 				if err != nil {
 					return nil, err
 				}
@@ -329,7 +329,7 @@ func takenOver(st *memberState, served sharding.Set, survivors []string, lease b
 		}
 		ok := false
 		for _, s := range r.Spec.Shards {
-			set, err := scheme.ParseSet(s.Buckets)
+			set, err := space.ParseSet(s.Buckets)
 			if err != nil || !set.Has(bk) {
 				continue
 			}
@@ -363,7 +363,7 @@ func reassignedTo(st *memberState, killed string, served sharding.Set, survivors
 		if !slices.ContainsFunc(s.Pods, func(p ctrlmeshv1alpha1.RoutePod) bool { return slices.Contains(survivors, p.Name) }) {
 			continue
 		}
-		set, err := scheme.ParseSet(s.Buckets)
+		set, err := space.ParseSet(s.Buckets)
 		if err != nil {
 			return false
 		}

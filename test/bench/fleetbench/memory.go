@@ -106,7 +106,7 @@ func (b *bench) memory(ctx context.Context, res *results) (_ *memoryResult, err 
 	}
 
 	// 2. The ConfigMaps, without the operator's annotations.
-	nss, perBucket := env.SpreadNamespaces(scheme, "bench", nil, o.namespaces)
+	nss, perBucket := env.SpreadNamespaces(space, "bench", nil, o.namespaces)
 	mr.minPerBucket, mr.maxPerBucket = slices.Min(perBucket), slices.Max(perBucket)
 	objs := makeObjects(nss, o.objects, o.payload)
 	b.step("creating %d namespaces (%d-%d per bucket) and %d ConfigMaps (%d-byte payload) with %d writers",
@@ -189,7 +189,7 @@ func (b *bench) memory(ctx context.Context, res *results) (_ *memoryResult, err 
 		}
 	}
 	for _, obj := range objs {
-		n := owner[scheme.Bucket(obj.Namespace)]
+		n := owner[space.Bucket(obj.Namespace)]
 		shares[slices.Index(names, n)][key(obj.Namespace, obj.Name)] = true
 	}
 	b.step("placement: %s", placementText(placed))

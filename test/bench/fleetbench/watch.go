@@ -246,7 +246,7 @@ func settled(st *memberState, pods []string) bool {
 		if s.Buckets == "" {
 			continue
 		}
-		set, err := scheme.ParseSet(s.Buckets)
+		set, err := space.ParseSet(s.Buckets)
 		if err != nil {
 			return false
 		}

@@ -180,7 +180,7 @@ func objectKey(i int) (namespace, name string) {
 
 // seed creates the namespaces and ConfigMaps, concurrently.
 func (b *bench) seed(ctx context.Context) error {
-	scheme := sharding.MustScheme(buckets)
+	space := sharding.MustSpace(buckets)
 	for n := range namespaces {
 		ns, _ := objectKey(n * perNamespace)
 		if _, err := b.direct.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -210,7 +210,7 @@ func (b *bench) seed(ctx context.Context) error {
 				cm := &corev1.ConfigMap{
 					ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{
 						benchLabel:                         benchValue,
-						ctrlmeshv1alpha1.ShardingHashLabel: sharding.LabelValue(scheme.Bucket(ns)),
+						ctrlmeshv1alpha1.ShardingHashLabel: sharding.LabelValue(space.Bucket(ns)),
 					}},
 					Data: map[string]string{"config": payload},
 				}

@@ -31,25 +31,27 @@ func Hash(namespace string) uint64 {
 	return h.Sum64()
 }
 
-// Scheme is a bucket count: a power of two from 1 to MaxBuckets.
-type Scheme struct {
+// Space is the hash space of namespaces cut into buckets: a bucket count, a
+// power of two from 1 to MaxBuckets. (A "scheme" in ctrlmesh is only ever a
+// runtime.Scheme; see pkg/scheme.)
+type Space struct {
 	buckets int
 	// bits is log2(buckets): how many top bits of the hash make the bucket.
 	bits uint
 }
 
-// NewScheme returns the scheme for a bucket count, or an error saying why the
+// NewSpace returns the space for a bucket count, or an error saying why the
 // count is not one.
-func NewScheme(buckets int) (Scheme, error) {
+func NewSpace(buckets int) (Space, error) {
 	if buckets < 1 || buckets > MaxBuckets || buckets&(buckets-1) != 0 {
-		return Scheme{}, fmt.Errorf("bucket count must be a power of two from 1 to %d, got %d", MaxBuckets, buckets)
+		return Space{}, fmt.Errorf("bucket count must be a power of two from 1 to %d, got %d", MaxBuckets, buckets)
 	}
-	return Scheme{buckets: buckets, bits: uint(bits.TrailingZeros(uint(buckets)))}, nil
+	return Space{buckets: buckets, bits: uint(bits.TrailingZeros(uint(buckets)))}, nil
 }
 
-// MustScheme is NewScheme for counts known to be valid, such as constants.
-func MustScheme(buckets int) Scheme {
-	s, err := NewScheme(buckets)
+// MustSpace is NewSpace for counts known to be valid, such as constants.
+func MustSpace(buckets int) Space {
+	s, err := NewSpace(buckets)
 	if err != nil {
 		panic(err)
 	}
@@ -57,14 +59,14 @@ func MustScheme(buckets int) Scheme {
 }
 
 // Buckets is the number of buckets.
-func (s Scheme) Buckets() int { return s.buckets }
+func (s Space) Buckets() int { return s.buckets }
 
 // Bucket is the bucket a namespace falls into.
-func (s Scheme) Bucket(namespace string) int {
+func (s Space) Bucket(namespace string) int {
 	return s.bucketOfHash(Hash(namespace))
 }
 
-func (s Scheme) bucketOfHash(h uint64) int {
+func (s Space) bucketOfHash(h uint64) int {
 	if s.bits == 0 {
 		return 0
 	}
@@ -81,12 +83,12 @@ type HashRange struct {
 func (r HashRange) Contains(h uint64) bool { return h >= r.First && h <= r.Last }
 
 // Range is the hash range of one bucket: [b·2^(64−k), (b+1)·2^(64−k)).
-func (s Scheme) Range(bucket int) HashRange {
+func (s Space) Range(bucket int) HashRange {
 	return s.runRange(bucket, bucket)
 }
 
 // runRange is the hash range of the consecutive buckets first..last.
-func (s Scheme) runRange(first, last int) HashRange {
+func (s Space) runRange(first, last int) HashRange {
 	shift := 64 - s.bits
 	// Shifts of 64 yield 0 in Go, and (N << shift) - 1 wraps to MaxUint64 for
 	// the last bucket, so the top of the space needs no special case.
