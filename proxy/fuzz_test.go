@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
-	v1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	ctrlmeshscheme "github.com/ctrlmesh/ctrlmesh/pkg/scheme"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
@@ -189,10 +189,10 @@ func FuzzNarrow(f *testing.F) {
 		if rangeMode {
 			mode = rules.ModeRange
 		}
-		route := &v1alpha1.ShardRoute{Spec: v1alpha1.ShardRouteSpec{
+		route := &ctrlmeshv1alpha1.ShardRoute{Spec: ctrlmeshv1alpha1.ShardRouteSpec{
 			RoutingGeneration: 1, RulesHash: "h", Buckets: 32,
-			Limits: v1alpha1.Limits{{RelateResources: []v1alpha1.ResourceGroup{{APIGroups: []string{"*"}, Resources: []string{"*"}}}}},
-			Shards: []v1alpha1.RouteShard{{ID: "0", Buckets: mustSet(t, space, buckets).String(), Pods: []v1alpha1.RoutePod{{Name: "p"}}}},
+			Limits: ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{APIGroups: []string{"*"}, Resources: []string{"*"}}}}},
+			Shards: []ctrlmeshv1alpha1.RouteShard{{ID: "0", Buckets: mustSet(t, space, buckets).String(), Pods: []ctrlmeshv1alpha1.RoutePod{{Name: "p"}}}},
 		}}
 		snap, err := rules.Compile(route, "p", mode, nil)
 		if err != nil {

@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	v1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 	"github.com/ctrlmesh/ctrlmesh/scenarios/demo-operator/operator"
@@ -170,7 +170,7 @@ func mustParse(t *testing.T, buckets string) sharding.Set {
 	return set
 }
 
-func operatorRoute(hash string, generation int64, bucketsA, bucketsB string) *v1alpha1.ShardRoute {
+func operatorRoute(hash string, generation int64, bucketsA, bucketsB string) *ctrlmeshv1alpha1.ShardRoute {
 	r := route(hash, generation, bucketsA, bucketsB)
 	r.Spec.Controller.LeaderElectionName = "demo-op"
 	r.Spec.Limits[0].Selector = nil
@@ -186,8 +186,8 @@ func seedManaged(t *testing.T, ctx context.Context, cs kubernetes.Interface) {
 		cm := &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: "managed", Namespace: ns, Labels: map[string]string{
 				operator.ManagedLabel:      operator.ManagedValue,
-				v1alpha1.ShardingHashLabel: sharding.LabelValue(scheme32.Bucket(ns)),
-				v1alpha1.NamespaceLabel:    ns,
+				ctrlmeshv1alpha1.ShardingHashLabel: sharding.LabelValue(scheme32.Bucket(ns)),
+				ctrlmeshv1alpha1.NamespaceLabel:    ns,
 			}},
 			Data: map[string]string{"n": fmt.Sprint(i)},
 		}

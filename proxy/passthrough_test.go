@@ -20,7 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	v1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 )
 
@@ -50,7 +50,7 @@ func TestProtocolFeaturesPassThrough(t *testing.T) {
 			for _, ns := range owned("0-15")[:8] {
 				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "big", Namespace: ns, Labels: map[string]string{
 					"app": "demo", "size": "big",
-					v1alpha1.ShardingHashLabel: sharding.LabelValue(scheme32.Bucket(ns)), v1alpha1.NamespaceLabel: ns,
+					ctrlmeshv1alpha1.ShardingHashLabel: sharding.LabelValue(scheme32.Bucket(ns)), ctrlmeshv1alpha1.NamespaceLabel: ns,
 				}}, Data: map[string]string{"x": big}}
 				if _, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 					t.Fatal(err)

@@ -26,7 +26,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/yaml"
 
-	v1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 	"github.com/ctrlmesh/ctrlmesh/proxy"
 	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
@@ -78,8 +78,8 @@ func seed(t *testing.T, ctx context.Context, cs kubernetes.Interface) {
 			t.Fatal(err)
 		}
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm", Namespace: ns, Labels: map[string]string{
-			v1alpha1.ShardingHashLabel: sharding.LabelValue(scheme32.Bucket(ns)),
-			v1alpha1.NamespaceLabel:    ns,
+			ctrlmeshv1alpha1.ShardingHashLabel: sharding.LabelValue(scheme32.Bucket(ns)),
+			ctrlmeshv1alpha1.NamespaceLabel:    ns,
 			"app":                      "demo",
 		}}}
 		if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -88,27 +88,27 @@ func seed(t *testing.T, ctx context.Context, cs kubernetes.Interface) {
 	}
 }
 
-func route(hash string, generation int64, bucketsA, bucketsB string) *v1alpha1.ShardRoute {
-	return &v1alpha1.ShardRoute{
-		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ShardRoute"},
+func route(hash string, generation int64, bucketsA, bucketsB string) *ctrlmeshv1alpha1.ShardRoute {
+	return &ctrlmeshv1alpha1.ShardRoute{
+		TypeMeta:   metav1.TypeMeta{APIVersion: ctrlmeshv1alpha1.GroupVersion.String(), Kind: "ShardRoute"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: "operators", Name: "demo"},
-		Spec: v1alpha1.ShardRouteSpec{
-			Cluster: "member", RoutingGeneration: generation, RulesHash: hash, Scope: v1alpha1.ScopePerCluster, Buckets: 32,
+		Spec: ctrlmeshv1alpha1.ShardRouteSpec{
+			Cluster: "member", RoutingGeneration: generation, RulesHash: hash, Scope: ctrlmeshv1alpha1.ScopePerCluster, Buckets: 32,
 			Selector:   metav1.LabelSelector{MatchLabels: map[string]string{"app": "demo-operator"}},
-			Controller: &v1alpha1.ControllerConfig{LeaderElectionName: "demo"},
-			Limits: v1alpha1.Limits{{
-				RelateResources: []v1alpha1.ResourceGroup{{APIGroups: []string{""}, Resources: []string{"configmaps"}}},
+			Controller: &ctrlmeshv1alpha1.ControllerConfig{LeaderElectionName: "demo"},
+			Limits: ctrlmeshv1alpha1.Limits{{
+				RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{APIGroups: []string{""}, Resources: []string{"configmaps"}}},
 				Selector:        &metav1.LabelSelector{MatchLabels: map[string]string{"app": "demo"}},
 			}},
-			Shards: []v1alpha1.RouteShard{
-				{ID: "0", Buckets: bucketsA, Pods: []v1alpha1.RoutePod{{Name: "pod-a"}}},
-				{ID: "1", Buckets: bucketsB, Pods: []v1alpha1.RoutePod{{Name: "pod-b"}}},
+			Shards: []ctrlmeshv1alpha1.RouteShard{
+				{ID: "0", Buckets: bucketsA, Pods: []ctrlmeshv1alpha1.RoutePod{{Name: "pod-a"}}},
+				{ID: "1", Buckets: bucketsB, Pods: []ctrlmeshv1alpha1.RoutePod{{Name: "pod-b"}}},
 			},
 		},
 	}
 }
 
-func writeRules(t *testing.T, path string, r *v1alpha1.ShardRoute) {
+func writeRules(t *testing.T, path string, r *ctrlmeshv1alpha1.ShardRoute) {
 	t.Helper()
 	data, err := yaml.Marshal(r)
 	if err != nil {

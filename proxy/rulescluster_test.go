@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/proxy"
 )
 
@@ -67,7 +67,7 @@ func TestRulesClusterApartFromUpstream(t *testing.T) {
 	awaitReported(t, ctx, member.Client, client.ObjectKeyFromObject(r), "pod-a", "f1")
 	waitReady(t, a.health, "f1")
 	checkMetric(t, a.health, `ctrlmesh_proxy_rules_info{generation="1",hash="f1",mode="range",shard="0"} 1`)
-	if err := hub.Client.Get(ctx, client.ObjectKeyFromObject(r), &v1alpha1.ShardRoute{}); !apierrors.IsNotFound(err) {
+	if err := hub.Client.Get(ctx, client.ObjectKeyFromObject(r), &ctrlmeshv1alpha1.ShardRoute{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("a ShardRoute %s exists on the upstream: %v", client.ObjectKeyFromObject(r), err)
 	}
 

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	v1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/proxy"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
@@ -71,7 +71,7 @@ func TestRulesFromTheAPIServer(t *testing.T) {
 	waitReady(t, health, "a1")
 
 	// New rules: applied and reported.
-	var current v1alpha1.ShardRoute
+	var current ctrlmeshv1alpha1.ShardRoute
 	if err := c.Get(ctx, client.ObjectKeyFromObject(r), &current); err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestRulesFromTheAPIServer(t *testing.T) {
 func awaitReported(t *testing.T, ctx context.Context, c client.Client, key client.ObjectKey, pod, hash string) {
 	t.Helper()
 	eventually(t, pod+" reports "+hash, func() (bool, string) {
-		var got v1alpha1.ShardRoute
+		var got ctrlmeshv1alpha1.ShardRoute
 		if err := c.Get(ctx, key, &got); err != nil {
 			return false, err.Error()
 		}
@@ -182,7 +182,7 @@ func restrictedOperator(t *testing.T, ctx context.Context, cluster *env.Cluster,
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := restricted.List(ctx, &v1alpha1.ShardRouteList{}, client.InNamespace("default")); !apierrors.IsForbidden(err) {
+	if err := restricted.List(ctx, &ctrlmeshv1alpha1.ShardRouteList{}, client.InNamespace("default")); !apierrors.IsForbidden(err) {
 		t.Fatalf("the proxy's credentials list ShardRoutes outside %s: %v", namespace, err)
 	}
 	return cfg

@@ -3,7 +3,7 @@ package routestatus
 import (
 	rbacv1 "k8s.io/api/rbac/v1"
 
-	v1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 )
 
 // MemberRBACRules are the member-cluster rights of the controller, for the
@@ -14,8 +14,8 @@ import (
 func MemberRBACRules() []rbacv1.PolicyRule {
 	read := []string{"get", "list", "watch"}
 	return []rbacv1.PolicyRule{
-		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"shardroutes"}, Verbs: read},
-		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"shardroutes/status"}, Verbs: []string{"update"}},
+		{APIGroups: []string{ctrlmeshv1alpha1.GroupVersion.Group}, Resources: []string{"shardroutes"}, Verbs: read},
+		{APIGroups: []string{ctrlmeshv1alpha1.GroupVersion.Group}, Resources: []string{"shardroutes/status"}, Verbs: []string{"update"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: read},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: read},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},

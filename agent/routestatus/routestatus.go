@@ -42,7 +42,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
-	v1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 )
 
@@ -72,7 +72,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.scopes = rules.NewMapperScopes(mgr.GetRESTMapper())
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
-		For(&v1alpha1.ShardRoute{}).
+		For(&ctrlmeshv1alpha1.ShardRoute{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.routesSelecting), builder.WithPredicates(podChanged)).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.routesLockedBy), builder.WithPredicates(leaseChanged)).
 		Complete(r)
@@ -82,7 +82,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // the cache shows, and asks to come back when a shard's lease expires.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
-	var route v1alpha1.ShardRoute
+	var route ctrlmeshv1alpha1.ShardRoute
 	if err := r.client.Get(ctx, req.NamespacedName, &route); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -128,7 +128,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	log.V(1).Info("status written", "resourceVersion", updated.ResourceVersion)
 	if refusal != nil && refusal.Status == metav1.ConditionFalse {
 		// Once per refused generation: the status now records the refusal.
-		r.recorder.Eventf(&route, corev1.EventTypeWarning, v1alpha1.ReasonInvalidRules,
+		r.recorder.Eventf(&route, corev1.EventTypeWarning, ctrlmeshv1alpha1.ReasonInvalidRules,
 			"rules %s (routing generation %d) refused: %s", route.Spec.RulesHash, route.Spec.RoutingGeneration, refusal.Message)
 	}
 	return result, nil
@@ -139,17 +139,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // proxies, which offer each generation once, the agent checks each
 // generation once: a resource that the API server learns later does not
 // turn refused rules into good ones.
-func (r *Reconciler) recheckRules(route *v1alpha1.ShardRoute) *metav1.Condition {
-	if cond := meta.FindStatusCondition(route.Status.Conditions, v1alpha1.ConditionRulesApplied); cond != nil &&
+func (r *Reconciler) recheckRules(route *ctrlmeshv1alpha1.ShardRoute) *metav1.Condition {
+	if cond := meta.FindStatusCondition(route.Status.Conditions, ctrlmeshv1alpha1.ConditionRulesApplied); cond != nil &&
 		cond.ObservedGeneration == route.Generation && route.Status.ObservedGeneration == route.Generation {
 		return nil
 	}
 	cond := metav1.Condition{
-		Type: v1alpha1.ConditionRulesApplied, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonRulesValid,
+		Type: ctrlmeshv1alpha1.ConditionRulesApplied, Status: metav1.ConditionTrue, Reason: ctrlmeshv1alpha1.ReasonRulesValid,
 		Message: "the proxies can enforce the rules", ObservedGeneration: route.Generation,
 	}
 	if err := checkRules(route, r.Mode, r.scopes); err != nil {
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, v1alpha1.ReasonInvalidRules, err.Error()
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonInvalidRules, err.Error()
 	}
 	return &cond
 }
@@ -157,7 +157,7 @@ func (r *Reconciler) recheckRules(route *v1alpha1.ShardRoute) *metav1.Condition 
 // checkRules refuses what a proxy would refuse. A proxy compiles the rules
 // for its own pod: with a pod the shards do not list, Compile checks what
 // all pods share; each listed pod adds the checks of its own shard.
-func checkRules(route *v1alpha1.ShardRoute, mode rules.Mode, scopes rules.Scopes) error {
+func checkRules(route *ctrlmeshv1alpha1.ShardRoute, mode rules.Mode, scopes rules.Scopes) error {
 	if _, err := metav1.LabelSelectorAsSelector(&route.Spec.Selector); err != nil {
 		return fmt.Errorf("spec.selector: %w", err)
 	}
@@ -179,7 +179,7 @@ func checkRules(route *v1alpha1.ShardRoute, mode rules.Mode, scopes rules.Scopes
 
 // shardLeases returns the renamed leader-election Lease of every shard that
 // has one, by shard ID.
-func (r *Reconciler) shardLeases(ctx context.Context, route *v1alpha1.ShardRoute) (map[string]*coordinationv1.Lease, error) {
+func (r *Reconciler) shardLeases(ctx context.Context, route *ctrlmeshv1alpha1.ShardRoute) (map[string]*coordinationv1.Lease, error) {
 	if route.Spec.Controller == nil {
 		return nil, nil
 	}

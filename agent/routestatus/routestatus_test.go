@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/proxy"
 	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 )
@@ -32,9 +32,9 @@ func TestPodsAndProxyReports(t *testing.T) {
 	ns := namespace(t)
 	route := newRoute(ns, "h1", 1)
 	route.Spec.CanarySelector = &metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}}
-	route.Spec.Shards = []v1alpha1.RouteShard{
-		{ID: "s0", Buckets: "0-15", Pods: []v1alpha1.RoutePod{{Name: "op-a"}}},
-		{ID: "s1", Buckets: "16-31", Pods: []v1alpha1.RoutePod{{Name: "op-b"}}},
+	route.Spec.Shards = []ctrlmeshv1alpha1.RouteShard{
+		{ID: "s0", Buckets: "0-15", Pods: []ctrlmeshv1alpha1.RoutePod{{Name: "op-a"}}},
+		{ID: "s1", Buckets: "16-31", Pods: []ctrlmeshv1alpha1.RoutePod{{Name: "op-b"}}},
 	}
 	create(t, route)
 	createPod(t, ns, "op-a", operatorLabels, "10.0.0.1", true, corev1.PodRunning)
@@ -43,23 +43,23 @@ func TestPodsAndProxyReports(t *testing.T) {
 	createPod(t, ns, "other", map[string]string{"app": "other"}, "10.0.0.4", true, corev1.PodRunning)
 	createPod(t, ns, "op-done", operatorLabels, "10.0.0.5", false, corev1.PodSucceeded)
 
-	want := []v1alpha1.PodRouteStatus{
+	want := []ctrlmeshv1alpha1.PodRouteStatus{
 		{Name: "op-a", Address: "10.0.0.1", Ready: true, Shard: "s0"},
 		{Name: "op-b", Address: "10.0.0.2", Canary: true, Shard: "s1"},
 		{Name: "op-c", Address: "10.0.0.3", Ready: true},
 	}
 	// A pod is created before its status is written: the status may show
 	// it without its address or readiness first.
-	got := waitFor(t, route, "the candidate pods, pending proxies", func(r *v1alpha1.ShardRoute) bool {
-		return fmt.Sprint(r.Status.Pods) == fmt.Sprint(want) && hasCondition(r, v1alpha1.ConditionProxiesReady, metav1.ConditionFalse, v1alpha1.ReasonProxiesPending)
+	got := waitFor(t, route, "the candidate pods, pending proxies", func(r *ctrlmeshv1alpha1.ShardRoute) bool {
+		return fmt.Sprint(r.Status.Pods) == fmt.Sprint(want) && hasCondition(r, ctrlmeshv1alpha1.ConditionProxiesReady, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonProxiesPending)
 	})
 	if got.Status.ObservedGeneration != got.Generation || got.Status.ObservedRoutingGeneration != 1 {
 		t.Fatalf("observed generations %d/%d, want %d/1", got.Status.ObservedGeneration, got.Status.ObservedRoutingGeneration, got.Generation)
 	}
-	if !hasCondition(got, v1alpha1.ConditionRulesApplied, metav1.ConditionTrue, v1alpha1.ReasonRulesValid) {
+	if !hasCondition(got, ctrlmeshv1alpha1.ConditionRulesApplied, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonRulesValid) {
 		t.Fatalf("conditions %+v, want RulesApplied True", got.Status.Conditions)
 	}
-	if msg := condition(got, v1alpha1.ConditionProxiesReady).Message; !strings.Contains(msg, "3 of 3") || !strings.Contains(msg, "op-c (reports nothing)") {
+	if msg := condition(got, ctrlmeshv1alpha1.ConditionProxiesReady).Message; !strings.Contains(msg, "3 of 3") || !strings.Contains(msg, "op-c (reports nothing)") {
 		t.Fatalf("ProxiesReady message %q names not all lagging pods", msg)
 	}
 
@@ -71,24 +71,24 @@ func TestPodsAndProxyReports(t *testing.T) {
 	if err := report(ctx, route, "op-c", "h1"); err != nil {
 		t.Fatalf("op-c's report: %v", err)
 	}
-	waitFor(t, route, "ProxiesReady", func(r *v1alpha1.ShardRoute) bool {
-		return hasCondition(r, v1alpha1.ConditionProxiesReady, metav1.ConditionTrue, v1alpha1.ReasonProxiesApplied)
+	waitFor(t, route, "ProxiesReady", func(r *ctrlmeshv1alpha1.ShardRoute) bool {
+		return hasCondition(r, ctrlmeshv1alpha1.ConditionProxiesReady, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonProxiesApplied)
 	})
 
 	// New rules: op-c lags and is named; its later report lands unforced.
-	updateSpec(t, route, func(r *v1alpha1.ShardRoute) { r.Spec.RulesHash, r.Spec.RoutingGeneration = "h2", 2 })
+	updateSpec(t, route, func(r *ctrlmeshv1alpha1.ShardRoute) { r.Spec.RulesHash, r.Spec.RoutingGeneration = "h2", 2 })
 	// The proxies' reports land before the agent's next status, so the
 	// message is waited for, not read at the first h2 report.
-	waitFor(t, route, "op-c named as lagging", func(r *v1alpha1.ShardRoute) bool {
+	waitFor(t, route, "op-c named as lagging", func(r *ctrlmeshv1alpha1.ShardRoute) bool {
 		return r.Status.ObservedRoutingGeneration == 2 && hashOf(r, "op-a") == "h2" && hashOf(r, "op-b") == "h2" &&
-			hasCondition(r, v1alpha1.ConditionProxiesReady, metav1.ConditionFalse, v1alpha1.ReasonProxiesPending) &&
-			condition(r, v1alpha1.ConditionProxiesReady).Message == "1 of 3 candidate pods do not report rules h2: op-c (reports h1)"
+			hasCondition(r, ctrlmeshv1alpha1.ConditionProxiesReady, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonProxiesPending) &&
+			condition(r, ctrlmeshv1alpha1.ConditionProxiesReady).Message == "1 of 3 candidate pods do not report rules h2: op-c (reports h1)"
 	})
 	if err := report(ctx, route, "op-c", "h2"); err != nil {
 		t.Fatalf("op-c's later report: %v", err)
 	}
-	got = waitFor(t, route, "ProxiesReady again", func(r *v1alpha1.ShardRoute) bool {
-		return hasCondition(r, v1alpha1.ConditionProxiesReady, metav1.ConditionTrue, v1alpha1.ReasonProxiesApplied)
+	got = waitFor(t, route, "ProxiesReady again", func(r *ctrlmeshv1alpha1.ShardRoute) bool {
+		return hasCondition(r, ctrlmeshv1alpha1.ConditionProxiesReady, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonProxiesApplied)
 	})
 	if fields := managedStatusFields(got, proxy.FieldManager("op-c")); !strings.Contains(fields, "appliedRulesHash") {
 		t.Fatalf("op-c's manager does not own its hash: %s", fields)
@@ -108,10 +108,10 @@ func TestPodsAndProxyReports(t *testing.T) {
 	if err := admin.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "op-b"}}); err != nil {
 		t.Fatal(err)
 	}
-	got = waitFor(t, route, "op-b and ghost pruned", func(r *v1alpha1.ShardRoute) bool {
+	got = waitFor(t, route, "op-b and ghost pruned", func(r *ctrlmeshv1alpha1.ShardRoute) bool {
 		return len(r.Status.Pods) == 3 && hashOf(r, "op-b") == "" && hashOf(r, "ghost") == ""
 	})
-	if other := got.Status.Pods[2]; other != (v1alpha1.PodRouteStatus{Name: "other", AppliedRulesHash: "h2"}) {
+	if other := got.Status.Pods[2]; other != (ctrlmeshv1alpha1.PodRouteStatus{Name: "other", AppliedRulesHash: "h2"}) {
 		t.Fatalf("entry of the pod the selector does not match: %+v", other)
 	}
 	for _, pod := range []string{"op-b", "ghost"} {
@@ -119,7 +119,7 @@ func TestPodsAndProxyReports(t *testing.T) {
 			t.Fatalf("%s's field manager outlived its entry: %s", pod, fields)
 		}
 	}
-	if !hasCondition(got, v1alpha1.ConditionProxiesReady, metav1.ConditionTrue, v1alpha1.ReasonProxiesApplied) {
+	if !hasCondition(got, ctrlmeshv1alpha1.ConditionProxiesReady, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonProxiesApplied) {
 		t.Fatalf("conditions %+v, want ProxiesReady True", got.Status.Conditions)
 	}
 }
@@ -130,8 +130,8 @@ func TestPodsAndProxyReports(t *testing.T) {
 func TestLeaders(t *testing.T) {
 	ns := namespace(t)
 	route := newRoute(ns, "h1", 1)
-	route.Spec.Controller = &v1alpha1.ControllerConfig{LeaderElectionName: "op-lock"}
-	route.Spec.Shards = []v1alpha1.RouteShard{{ID: "s0", Buckets: "0-15"}, {ID: "s1", Buckets: "16-31"}}
+	route.Spec.Controller = &ctrlmeshv1alpha1.ControllerConfig{LeaderElectionName: "op-lock"}
+	route.Spec.Shards = []ctrlmeshv1alpha1.RouteShard{{ID: "s0", Buckets: "0-15"}, {ID: "s1", Buckets: "16-31"}}
 	create(t, route)
 	createPod(t, ns, "op-a", operatorLabels, "10.0.0.1", true, corev1.PodRunning)
 	create(t, lease(ns, "op-lock---s0", "op-a_4c1d6a4e-0000-4000-8000-000000000000", time.Hour))
@@ -140,29 +140,29 @@ func TestLeaders(t *testing.T) {
 	// The unrenamed lock is no shard's.
 	create(t, lease(ns, "op-lock", "op-a_1", time.Hour))
 
-	waitFor(t, route, "both leaders", func(r *v1alpha1.ShardRoute) bool {
+	waitFor(t, route, "both leaders", func(r *ctrlmeshv1alpha1.ShardRoute) bool {
 		return fmt.Sprint(r.Status.Leaders) == "[{s0 op-a} {s1 elsewhere_1}]"
 	})
-	waitFor(t, route, "s1's leader gone at expiry", func(r *v1alpha1.ShardRoute) bool {
+	waitFor(t, route, "s1's leader gone at expiry", func(r *ctrlmeshv1alpha1.ShardRoute) bool {
 		return fmt.Sprint(r.Status.Leaders) == "[{s0 op-a}]"
 	})
 	short.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
 	if err := admin.Update(t.Context(), short); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, route, "s1's leader back on renewal", func(r *v1alpha1.ShardRoute) bool {
+	waitFor(t, route, "s1's leader back on renewal", func(r *ctrlmeshv1alpha1.ShardRoute) bool {
 		return fmt.Sprint(r.Status.Leaders) == "[{s0 op-a} {s1 elsewhere_1}]"
 	})
 
 	// A shard the hub dissolved still has a leader until its lease
 	// expires: the hub must see it before it grants those buckets.
 	// (s0's lease lasts an hour, so its leader stands however slow this is.)
-	updateSpec(t, route, func(r *v1alpha1.ShardRoute) {
+	updateSpec(t, route, func(r *ctrlmeshv1alpha1.ShardRoute) {
 		r.Spec.Shards = r.Spec.Shards[1:]
 		r.Spec.RulesHash, r.Spec.RoutingGeneration = "h2", 2
 	})
-	waitFor(t, route, "the dissolved shard's leader still reported", func(r *v1alpha1.ShardRoute) bool {
-		return r.Status.ObservedRoutingGeneration == 2 && slices.Contains(r.Status.Leaders, v1alpha1.ShardLeader{Shard: "s0", Pod: "op-a"})
+	waitFor(t, route, "the dissolved shard's leader still reported", func(r *ctrlmeshv1alpha1.ShardRoute) bool {
+		return r.Status.ObservedRoutingGeneration == 2 && slices.Contains(r.Status.Leaders, ctrlmeshv1alpha1.ShardLeader{Shard: "s0", Pod: "op-a"})
 	})
 }
 
@@ -176,10 +176,10 @@ func TestInvalidRules(t *testing.T) {
 	route.Spec.Limits[0].RelateResources[0].Resources = []string{"configmapz"}
 	create(t, route)
 
-	got := waitFor(t, route, "RulesApplied False", func(r *v1alpha1.ShardRoute) bool {
-		return hasCondition(r, v1alpha1.ConditionRulesApplied, metav1.ConditionFalse, v1alpha1.ReasonInvalidRules)
+	got := waitFor(t, route, "RulesApplied False", func(r *ctrlmeshv1alpha1.ShardRoute) bool {
+		return hasCondition(r, ctrlmeshv1alpha1.ConditionRulesApplied, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonInvalidRules)
 	})
-	if msg := condition(got, v1alpha1.ConditionRulesApplied).Message; !strings.Contains(msg, `"configmapz"`) {
+	if msg := condition(got, ctrlmeshv1alpha1.ConditionRulesApplied).Message; !strings.Contains(msg, `"configmapz"`) {
 		t.Fatalf("RulesApplied message %q does not name the unknown resource", msg)
 	}
 	eventually(t, "a Warning Event on the route", func() (bool, string) {
@@ -189,19 +189,19 @@ func TestInvalidRules(t *testing.T) {
 		}
 		for _, e := range events.Items {
 			if e.InvolvedObject.Name == route.Name && e.InvolvedObject.Kind == "ShardRoute" &&
-				e.Type == corev1.EventTypeWarning && e.Reason == v1alpha1.ReasonInvalidRules && strings.Contains(e.Message, "configmapz") {
+				e.Type == corev1.EventTypeWarning && e.Reason == ctrlmeshv1alpha1.ReasonInvalidRules && strings.Contains(e.Message, "configmapz") {
 				return true, ""
 			}
 		}
 		return false, fmt.Sprintf("events %+v", events.Items)
 	})
 
-	updateSpec(t, route, func(r *v1alpha1.ShardRoute) {
+	updateSpec(t, route, func(r *ctrlmeshv1alpha1.ShardRoute) {
 		r.Spec.Limits[0].RelateResources[0].Resources = []string{"configmaps"}
 		r.Spec.RulesHash, r.Spec.RoutingGeneration = "h2", 2
 	})
-	waitFor(t, route, "RulesApplied True", func(r *v1alpha1.ShardRoute) bool {
-		return hasCondition(r, v1alpha1.ConditionRulesApplied, metav1.ConditionTrue, v1alpha1.ReasonRulesValid)
+	waitFor(t, route, "RulesApplied True", func(r *ctrlmeshv1alpha1.ShardRoute) bool {
+		return hasCondition(r, ctrlmeshv1alpha1.ConditionRulesApplied, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonRulesValid)
 	})
 }
 
@@ -211,7 +211,7 @@ func TestInvalidRules(t *testing.T) {
 func TestNothingTicks(t *testing.T) {
 	ns := namespace(t)
 	route := newRoute(ns, "h1", 1)
-	route.Spec.Controller = &v1alpha1.ControllerConfig{LeaderElectionName: "op-lock"}
+	route.Spec.Controller = &ctrlmeshv1alpha1.ControllerConfig{LeaderElectionName: "op-lock"}
 	create(t, route)
 	held := lease(ns, "op-lock---s0", "somebody", 2*time.Second)
 	create(t, held)
@@ -231,8 +231,8 @@ func TestNothingTicks(t *testing.T) {
 			}
 		}
 	}()
-	got := waitFor(t, route, "NoCandidatePods and the leader", func(r *v1alpha1.ShardRoute) bool {
-		return hasCondition(r, v1alpha1.ConditionProxiesReady, metav1.ConditionFalse, v1alpha1.ReasonNoCandidatePods) &&
+	got := waitFor(t, route, "NoCandidatePods and the leader", func(r *ctrlmeshv1alpha1.ShardRoute) bool {
+		return hasCondition(r, ctrlmeshv1alpha1.ConditionProxiesReady, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonNoCandidatePods) &&
 			len(r.Status.Leaders) == 1
 	})
 	time.Sleep(5 * time.Second)
@@ -244,16 +244,16 @@ func TestNothingTicks(t *testing.T) {
 
 var operatorLabels = map[string]string{"app": "op"}
 
-func newRoute(ns, hash string, generation int64) *v1alpha1.ShardRoute {
-	return &v1alpha1.ShardRoute{
+func newRoute(ns, hash string, generation int64) *ctrlmeshv1alpha1.ShardRoute {
+	return &ctrlmeshv1alpha1.ShardRoute{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "op"},
-		Spec: v1alpha1.ShardRouteSpec{
-			Cluster: "member", RoutingGeneration: generation, RulesHash: hash, Scope: v1alpha1.ScopePerCluster, Buckets: 32,
+		Spec: ctrlmeshv1alpha1.ShardRouteSpec{
+			Cluster: "member", RoutingGeneration: generation, RulesHash: hash, Scope: ctrlmeshv1alpha1.ScopePerCluster, Buckets: 32,
 			Selector: metav1.LabelSelector{MatchLabels: operatorLabels},
-			Limits: v1alpha1.Limits{{
-				RelateResources: []v1alpha1.ResourceGroup{{APIGroups: []string{""}, Resources: []string{"configmaps"}}},
+			Limits: ctrlmeshv1alpha1.Limits{{
+				RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{APIGroups: []string{""}, Resources: []string{"configmaps"}}},
 			}},
-			Shards: []v1alpha1.RouteShard{{ID: "s0", Buckets: "0-31"}},
+			Shards: []ctrlmeshv1alpha1.RouteShard{{ID: "s0", Buckets: "0-31"}},
 		},
 	}
 }
@@ -308,7 +308,7 @@ func lease(ns, name, holder string, duration time.Duration) *coordinationv1.Leas
 	}
 }
 
-func updateSpec(t *testing.T, route *v1alpha1.ShardRoute, change func(*v1alpha1.ShardRoute)) {
+func updateSpec(t *testing.T, route *ctrlmeshv1alpha1.ShardRoute, change func(*ctrlmeshv1alpha1.ShardRoute)) {
 	t.Helper()
 	current := getRoute(t, route)
 	change(current)
@@ -319,7 +319,7 @@ func updateSpec(t *testing.T, route *v1alpha1.ShardRoute, change func(*v1alpha1.
 
 // runProxy runs the real proxy of pod, following route from the API server
 // and reporting the hashes it applies; the returned function stops it.
-func runProxy(t *testing.T, route *v1alpha1.ShardRoute, pod string) func() {
+func runProxy(t *testing.T, route *ctrlmeshv1alpha1.ShardRoute, pod string) func() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -345,9 +345,9 @@ func runProxy(t *testing.T, route *v1alpha1.ShardRoute, pod string) func() {
 
 // report is a proxy's report as proxy/source.go applies it, except
 // that it does not force: it fails on any conflict with the agent's fields.
-func report(ctx context.Context, route *v1alpha1.ShardRoute, pod, hash string) error {
+func report(ctx context.Context, route *ctrlmeshv1alpha1.ShardRoute, pod, hash string) error {
 	patch := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1alpha1.GroupVersion.String(),
+		"apiVersion": ctrlmeshv1alpha1.GroupVersion.String(),
 		"kind":       "ShardRoute",
 		"metadata":   map[string]any{"namespace": route.Namespace, "name": route.Name},
 		"status": map[string]any{"pods": []any{
@@ -357,9 +357,9 @@ func report(ctx context.Context, route *v1alpha1.ShardRoute, pod, hash string) e
 	return admin.Status().Patch(ctx, patch, client.Apply, client.FieldOwner(proxy.FieldManager(pod)))
 }
 
-func getRoute(t *testing.T, route *v1alpha1.ShardRoute) *v1alpha1.ShardRoute {
+func getRoute(t *testing.T, route *ctrlmeshv1alpha1.ShardRoute) *ctrlmeshv1alpha1.ShardRoute {
 	t.Helper()
-	var got v1alpha1.ShardRoute
+	var got ctrlmeshv1alpha1.ShardRoute
 	if err := admin.Get(t.Context(), client.ObjectKeyFromObject(route), &got); err != nil {
 		t.Fatalf("getting the route: %v", err)
 	}
@@ -367,9 +367,9 @@ func getRoute(t *testing.T, route *v1alpha1.ShardRoute) *v1alpha1.ShardRoute {
 }
 
 // waitFor waits until the route satisfies ok, and returns it.
-func waitFor(t *testing.T, route *v1alpha1.ShardRoute, what string, ok func(*v1alpha1.ShardRoute) bool) *v1alpha1.ShardRoute {
+func waitFor(t *testing.T, route *ctrlmeshv1alpha1.ShardRoute, what string, ok func(*ctrlmeshv1alpha1.ShardRoute) bool) *ctrlmeshv1alpha1.ShardRoute {
 	t.Helper()
-	var got *v1alpha1.ShardRoute
+	var got *ctrlmeshv1alpha1.ShardRoute
 	eventually(t, what, func() (bool, string) {
 		got = getRoute(t, route)
 		return ok(got), fmt.Sprintf("status %+v", got.Status)
@@ -392,19 +392,19 @@ func eventually(t *testing.T, what string, check func() (bool, string)) {
 	}
 }
 
-func condition(route *v1alpha1.ShardRoute, conditionType string) metav1.Condition {
+func condition(route *ctrlmeshv1alpha1.ShardRoute, conditionType string) metav1.Condition {
 	if c := meta.FindStatusCondition(route.Status.Conditions, conditionType); c != nil {
 		return *c
 	}
 	return metav1.Condition{}
 }
 
-func hasCondition(route *v1alpha1.ShardRoute, conditionType string, status metav1.ConditionStatus, reason string) bool {
+func hasCondition(route *ctrlmeshv1alpha1.ShardRoute, conditionType string, status metav1.ConditionStatus, reason string) bool {
 	c := condition(route, conditionType)
 	return c.Status == status && c.Reason == reason && c.ObservedGeneration == route.Generation
 }
 
-func hashOf(route *v1alpha1.ShardRoute, pod string) string {
+func hashOf(route *ctrlmeshv1alpha1.ShardRoute, pod string) string {
 	for _, p := range route.Status.Pods {
 		if p.Name == pod {
 			return p.AppliedRulesHash
@@ -414,7 +414,7 @@ func hashOf(route *v1alpha1.ShardRoute, pod string) string {
 }
 
 // managedStatusFields is the status fields manager owns, "" when it owns none.
-func managedStatusFields(route *v1alpha1.ShardRoute, manager string) string {
+func managedStatusFields(route *ctrlmeshv1alpha1.ShardRoute, manager string) string {
 	for _, mf := range route.ManagedFields {
 		if mf.Manager == manager && mf.Subresource == "status" && mf.FieldsV1 != nil {
 			return string(mf.FieldsV1.Raw)

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	v1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/proxy"
 )
 
@@ -25,7 +25,7 @@ const maxNamedPods = 5
 // make the proxy write it again, and again. Entries of gone pods are
 // dropped. Every reported hash is kept as the proxy wrote it. Both come in
 // the order of pod names; pods is sorted by name in place.
-func podStatuses(route *v1alpha1.ShardRoute, pods []corev1.Pod) (candidates, others []v1alpha1.PodRouteStatus) {
+func podStatuses(route *ctrlmeshv1alpha1.ShardRoute, pods []corev1.Pod) (candidates, others []ctrlmeshv1alpha1.PodRouteStatus) {
 	slices.SortFunc(pods, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 	// Selectors that do not parse select nothing; RulesApplied reports why.
 	selector, err := metav1.LabelSelectorAsSelector(&route.Spec.Selector)
@@ -53,11 +53,11 @@ func podStatuses(route *v1alpha1.ShardRoute, pods []corev1.Pod) (candidates, oth
 		}
 		if !selector.Matches(labels.Set(pod.Labels)) {
 			if hash := reported[pod.Name]; hash != "" {
-				others = append(others, v1alpha1.PodRouteStatus{Name: pod.Name, AppliedRulesHash: hash})
+				others = append(others, ctrlmeshv1alpha1.PodRouteStatus{Name: pod.Name, AppliedRulesHash: hash})
 			}
 			continue
 		}
-		candidates = append(candidates, v1alpha1.PodRouteStatus{
+		candidates = append(candidates, ctrlmeshv1alpha1.PodRouteStatus{
 			Name:             pod.Name,
 			Address:          pod.Status.PodIP,
 			Ready:            isReady(pod),
@@ -69,9 +69,9 @@ func podStatuses(route *v1alpha1.ShardRoute, pods []corev1.Pod) (candidates, oth
 	return candidates, others
 }
 
-func mergeByName(a, b []v1alpha1.PodRouteStatus) []v1alpha1.PodRouteStatus {
+func mergeByName(a, b []ctrlmeshv1alpha1.PodRouteStatus) []ctrlmeshv1alpha1.PodRouteStatus {
 	merged := slices.Concat(a, b)
-	slices.SortFunc(merged, func(x, y v1alpha1.PodRouteStatus) int { return strings.Compare(x.Name, y.Name) })
+	slices.SortFunc(merged, func(x, y ctrlmeshv1alpha1.PodRouteStatus) int { return strings.Compare(x.Name, y.Name) })
 	return merged
 }
 
@@ -84,7 +84,7 @@ func isReady(pod *corev1.Pod) bool {
 	return false
 }
 
-func shardLockName(route *v1alpha1.ShardRoute, shard string) string {
+func shardLockName(route *ctrlmeshv1alpha1.ShardRoute, shard string) string {
 	return proxy.ShardLockName(route.Spec.Controller.LeaderElectionName, shard)
 }
 
@@ -92,8 +92,8 @@ func shardLockName(route *v1alpha1.ShardRoute, shard string) string {
 // shards of the spec and any other whose renamed lock exists — sorted by
 // shard, and the earliest time one of those leases expires unless renewed
 // (zero when none will).
-func leaders(leases map[string]*coordinationv1.Lease, candidates []v1alpha1.PodRouteStatus, now time.Time) ([]v1alpha1.ShardLeader, time.Time) {
-	var out []v1alpha1.ShardLeader
+func leaders(leases map[string]*coordinationv1.Lease, candidates []ctrlmeshv1alpha1.PodRouteStatus, now time.Time) ([]ctrlmeshv1alpha1.ShardLeader, time.Time) {
+	var out []ctrlmeshv1alpha1.ShardLeader
 	var nextExpiry time.Time
 	for _, shard := range slices.Sorted(maps.Keys(leases)) {
 		lease := leases[shard]
@@ -108,7 +108,7 @@ func leaders(leases map[string]*coordinationv1.Lease, candidates []v1alpha1.PodR
 				nextExpiry = at
 			}
 		}
-		out = append(out, v1alpha1.ShardLeader{Shard: shard, Pod: holderPod(*lease.Spec.HolderIdentity, candidates)})
+		out = append(out, ctrlmeshv1alpha1.ShardLeader{Shard: shard, Pod: holderPod(*lease.Spec.HolderIdentity, candidates)})
 	}
 	return out, nextExpiry
 }
@@ -117,9 +117,9 @@ func leaders(leases map[string]*coordinationv1.Lease, candidates []v1alpha1.PodR
 // the pod's name, or controller-runtime's "<hostname>_<uuid>" with the pod's
 // name as hostname. Pod names cannot contain "_". Other identities are
 // reported as they are.
-func holderPod(identity string, candidates []v1alpha1.PodRouteStatus) string {
+func holderPod(identity string, candidates []ctrlmeshv1alpha1.PodRouteStatus) string {
 	host, _, _ := strings.Cut(identity, "_")
-	if slices.ContainsFunc(candidates, func(p v1alpha1.PodRouteStatus) bool { return p.Name == host }) {
+	if slices.ContainsFunc(candidates, func(p ctrlmeshv1alpha1.PodRouteStatus) bool { return p.Name == host }) {
 		return host
 	}
 	return identity
@@ -127,10 +127,10 @@ func holderPod(identity string, candidates []v1alpha1.PodRouteStatus) string {
 
 // proxiesReady is the ProxiesReady condition: every candidate pod's proxy
 // reports spec.rulesHash.
-func proxiesReady(route *v1alpha1.ShardRoute, candidates []v1alpha1.PodRouteStatus) metav1.Condition {
-	cond := metav1.Condition{Type: v1alpha1.ConditionProxiesReady, ObservedGeneration: route.Generation}
+func proxiesReady(route *ctrlmeshv1alpha1.ShardRoute, candidates []ctrlmeshv1alpha1.PodRouteStatus) metav1.Condition {
+	cond := metav1.Condition{Type: ctrlmeshv1alpha1.ConditionProxiesReady, ObservedGeneration: route.Generation}
 	if len(candidates) == 0 {
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, v1alpha1.ReasonNoCandidatePods, "no pod matches spec.selector"
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonNoCandidatePods, "no pod matches spec.selector"
 		return cond
 	}
 	var lagging []string
@@ -145,7 +145,7 @@ func proxiesReady(route *v1alpha1.ShardRoute, candidates []v1alpha1.PodRouteStat
 		lagging = append(lagging, fmt.Sprintf("%s (reports %s)", p.Name, reports))
 	}
 	if len(lagging) == 0 {
-		cond.Status, cond.Reason = metav1.ConditionTrue, v1alpha1.ReasonProxiesApplied
+		cond.Status, cond.Reason = metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonProxiesApplied
 		cond.Message = fmt.Sprintf("all %d candidate pods report rules %s", len(candidates), route.Spec.RulesHash)
 		return cond
 	}
@@ -153,7 +153,7 @@ func proxiesReady(route *v1alpha1.ShardRoute, candidates []v1alpha1.PodRouteStat
 	if more := len(lagging) - maxNamedPods; more > 0 {
 		named += fmt.Sprintf(" and %d more", more)
 	}
-	cond.Status, cond.Reason = metav1.ConditionFalse, v1alpha1.ReasonProxiesPending
+	cond.Status, cond.Reason = metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonProxiesPending
 	cond.Message = fmt.Sprintf("%d of %d candidate pods do not report rules %s: %s", len(lagging), len(candidates), route.Spec.RulesHash, named)
 	return cond
 }

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	v1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 )
 
 // CacheByObject is the cache configuration the controller expects of its
@@ -34,7 +34,7 @@ import (
 //     few seconds and no operator elects its leader.
 func CacheByObject() map[client.Object]cache.ByObject {
 	return map[client.Object]cache.ByObject{
-		&v1alpha1.ShardRoute{}: {Transform: cache.TransformStripManagedFields()},
+		&ctrlmeshv1alpha1.ShardRoute{}: {Transform: cache.TransformStripManagedFields()},
 		&corev1.Pod{}:          {Transform: leanPod},
 		&coordinationv1.Lease{}: {
 			Field:     fields.OneTermNotEqualSelector("metadata.namespace", corev1.NamespaceNodeLease),
@@ -128,7 +128,7 @@ func expired(lease *coordinationv1.Lease, now time.Time) bool {
 // Updates map both the old and the new pod, so a pod whose labels stop
 // matching still reaches its route.
 func (r *Reconciler) routesSelecting(ctx context.Context, obj client.Object) []reconcile.Request {
-	return r.routesIn(ctx, obj.GetNamespace(), func(route *v1alpha1.ShardRoute) bool {
+	return r.routesIn(ctx, obj.GetNamespace(), func(route *ctrlmeshv1alpha1.ShardRoute) bool {
 		selector, err := metav1.LabelSelectorAsSelector(&route.Spec.Selector)
 		return err == nil && selector.Matches(labels.Set(obj.GetLabels()))
 	})
@@ -137,13 +137,13 @@ func (r *Reconciler) routesSelecting(ctx context.Context, obj client.Object) []r
 // routesLockedBy maps a lease to the routes of its namespace whose shard
 // locks it may be.
 func (r *Reconciler) routesLockedBy(ctx context.Context, obj client.Object) []reconcile.Request {
-	return r.routesIn(ctx, obj.GetNamespace(), func(route *v1alpha1.ShardRoute) bool {
+	return r.routesIn(ctx, obj.GetNamespace(), func(route *ctrlmeshv1alpha1.ShardRoute) bool {
 		return route.Spec.Controller != nil && strings.HasPrefix(obj.GetName(), shardLockName(route, ""))
 	})
 }
 
-func (r *Reconciler) routesIn(ctx context.Context, namespace string, wanted func(*v1alpha1.ShardRoute) bool) []reconcile.Request {
-	var routes v1alpha1.ShardRouteList
+func (r *Reconciler) routesIn(ctx context.Context, namespace string, wanted func(*ctrlmeshv1alpha1.ShardRoute) bool) []reconcile.Request {
+	var routes ctrlmeshv1alpha1.ShardRouteList
 	if err := r.client.List(ctx, &routes, client.InNamespace(namespace)); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "listing the ShardRoutes to map an event to", "namespace", namespace)
 		return nil

@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	v1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 )
 
@@ -30,19 +30,19 @@ var served = mapScopes{
 	{Resource: "nodes"}:                      false,
 }
 
-func route(mutate func(*v1alpha1.ShardRoute)) *v1alpha1.ShardRoute {
-	r := &v1alpha1.ShardRoute{Spec: v1alpha1.ShardRouteSpec{
-		Cluster: "m1", RoutingGeneration: 4, RulesHash: "h4", Scope: v1alpha1.ScopePerCluster, Buckets: 32,
-		Controller: &v1alpha1.ControllerConfig{LeaderElectionName: "op"},
-		Limits: v1alpha1.Limits{
-			{RelateResources: []v1alpha1.ResourceGroup{{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets"}}}},
-			{RelateResources: []v1alpha1.ResourceGroup{{APIGroups: []string{"apps"}, Resources: []string{"*"}}},
+func route(mutate func(*ctrlmeshv1alpha1.ShardRoute)) *ctrlmeshv1alpha1.ShardRoute {
+	r := &ctrlmeshv1alpha1.ShardRoute{Spec: ctrlmeshv1alpha1.ShardRouteSpec{
+		Cluster: "m1", RoutingGeneration: 4, RulesHash: "h4", Scope: ctrlmeshv1alpha1.ScopePerCluster, Buckets: 32,
+		Controller: &ctrlmeshv1alpha1.ControllerConfig{LeaderElectionName: "op"},
+		Limits: ctrlmeshv1alpha1.Limits{
+			{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets"}}}},
+			{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{APIGroups: []string{"apps"}, Resources: []string{"*"}}},
 				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "web"}}},
 		},
-		Shards: []v1alpha1.RouteShard{
-			{ID: "0", Buckets: "0-15", Pods: []v1alpha1.RoutePod{{Name: "op-0"}, {Name: "op-standby"}}},
-			{ID: "1", Buckets: "16-29", PendingBuckets: "30-31", Pods: []v1alpha1.RoutePod{{Name: "op-1"}}},
-			{ID: "canary", Namespaces: []string{"team-a"}, Canary: true, Pods: []v1alpha1.RoutePod{{Name: "op-canary"}}},
+		Shards: []ctrlmeshv1alpha1.RouteShard{
+			{ID: "0", Buckets: "0-15", Pods: []ctrlmeshv1alpha1.RoutePod{{Name: "op-0"}, {Name: "op-standby"}}},
+			{ID: "1", Buckets: "16-29", PendingBuckets: "30-31", Pods: []ctrlmeshv1alpha1.RoutePod{{Name: "op-1"}}},
+			{ID: "canary", Namespaces: []string{"team-a"}, Canary: true, Pods: []ctrlmeshv1alpha1.RoutePod{{Name: "op-canary"}}},
 		},
 	}}
 	if mutate != nil {
@@ -54,37 +54,37 @@ func route(mutate func(*v1alpha1.ShardRoute)) *v1alpha1.ShardRoute {
 func TestCompileRefusesBadRules(t *testing.T) {
 	tests := []struct {
 		name   string
-		mutate func(*v1alpha1.ShardRoute)
+		mutate func(*ctrlmeshv1alpha1.ShardRoute)
 		mode   Mode
 		want   string
 	}{
-		{"unknown resource", func(r *v1alpha1.ShardRoute) { r.Spec.Limits[0].RelateResources[0].Resources[0] = "configmapz" },
+		{"unknown resource", func(r *ctrlmeshv1alpha1.ShardRoute) { r.Spec.Limits[0].RelateResources[0].Resources[0] = "configmapz" },
 			ModeRange, `limit 0: resource "configmapz": the API server does not serve it`},
-		{"cluster-scoped resource", func(r *v1alpha1.ShardRoute) { r.Spec.Limits[0].RelateResources[0].Resources[0] = "nodes" },
+		{"cluster-scoped resource", func(r *ctrlmeshv1alpha1.ShardRoute) { r.Spec.Limits[0].RelateResources[0].Resources[0] = "nodes" },
 			ModeRange, `resource "nodes" is cluster-scoped`},
-		{"malformed selector", func(r *v1alpha1.ShardRoute) {
+		{"malformed selector", func(r *ctrlmeshv1alpha1.ShardRoute) {
 			r.Spec.Limits[1].Selector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: "Sometimes"}}}
 		}, ModeRange, `limit 1 selector: "Sometimes" is not a valid label selector operator`},
-		{"empty bucket set", func(r *v1alpha1.ShardRoute) { r.Spec.Shards[0].Buckets = "" },
+		{"empty bucket set", func(r *ctrlmeshv1alpha1.ShardRoute) { r.Spec.Shards[0].Buckets = "" },
 			ModeRange, `shard "0" of pod "op-0" has an empty bucket set, no pending buckets and no namespaces`},
-		{"bucket out of range", func(r *v1alpha1.ShardRoute) { r.Spec.Shards[0].Buckets = "0-32" },
+		{"bucket out of range", func(r *ctrlmeshv1alpha1.ShardRoute) { r.Spec.Shards[0].Buckets = "0-32" },
 			ModeRange, `shard "0" buckets: bucket set "0-32": bucket 32 is out of range`},
-		{"two owners", func(r *v1alpha1.ShardRoute) { r.Spec.Shards[1].Buckets = "15-29" },
+		{"two owners", func(r *ctrlmeshv1alpha1.ShardRoute) { r.Spec.Shards[1].Buckets = "15-29" },
 			ModeRange, `bucket 15 is served by both shard "0" and shard "1"`},
-		{"namespace twice", func(r *v1alpha1.ShardRoute) { r.Spec.Shards[1].Namespaces = []string{"team-a"} },
+		{"namespace twice", func(r *ctrlmeshv1alpha1.ShardRoute) { r.Spec.Shards[1].Namespaces = []string{"team-a"} },
 			ModeRange, `namespace "team-a" is served by both shard "1" and shard "canary"`},
-		{"pod twice", func(r *v1alpha1.ShardRoute) {
-			r.Spec.Shards[1].Pods = append(r.Spec.Shards[1].Pods, v1alpha1.RoutePod{Name: "op-0"})
+		{"pod twice", func(r *ctrlmeshv1alpha1.ShardRoute) {
+			r.Spec.Shards[1].Pods = append(r.Spec.Shards[1].Pods, ctrlmeshv1alpha1.RoutePod{Name: "op-0"})
 		},
 			ModeRange, `pod "op-0" is listed in both shard "0" and shard "1"`},
-		{"overlapping limits", func(r *v1alpha1.ShardRoute) {
-			r.Spec.Limits[1].RelateResources[0] = v1alpha1.ResourceGroup{APIGroups: []string{"*"}, Resources: []string{"secrets"}}
+		{"overlapping limits", func(r *ctrlmeshv1alpha1.ShardRoute) {
+			r.Spec.Limits[1].RelateResources[0] = ctrlmeshv1alpha1.ResourceGroup{APIGroups: []string{"*"}, Resources: []string{"secrets"}}
 		}, ModeRange, "limits 0 and 1 name the same resource"},
-		{"bad bucket count", func(r *v1alpha1.ShardRoute) { r.Spec.Buckets = 24 },
+		{"bad bucket count", func(r *ctrlmeshv1alpha1.ShardRoute) { r.Spec.Buckets = 24 },
 			ModeRange, "spec.buckets: bucket count must be a power of two"},
-		{"no hash", func(r *v1alpha1.ShardRoute) { r.Spec.RulesHash = "" }, ModeRange, "rules have no rulesHash"},
-		{"no limits", func(r *v1alpha1.ShardRoute) { r.Spec.Limits = nil }, ModeRange, "rules have no limits"},
-		{"label mode mix", func(r *v1alpha1.ShardRoute) { r.Spec.Shards[0].Namespaces = []string{"team-b"} },
+		{"no hash", func(r *ctrlmeshv1alpha1.ShardRoute) { r.Spec.RulesHash = "" }, ModeRange, "rules have no rulesHash"},
+		{"no limits", func(r *ctrlmeshv1alpha1.ShardRoute) { r.Spec.Limits = nil }, ModeRange, "rules have no limits"},
+		{"label mode mix", func(r *ctrlmeshv1alpha1.ShardRoute) { r.Spec.Shards[0].Namespaces = []string{"team-b"} },
 			ModeLabel, `shard "0" in label mode: buckets plus single namespaces`},
 	}
 	for _, tt := range tests {
@@ -133,7 +133,7 @@ func TestCompile(t *testing.T) {
 
 	// A new shard whose buckets are all pending leads its lock but serves
 	// nothing until they are granted.
-	pendingOnly, err := Compile(route(func(r *v1alpha1.ShardRoute) { r.Spec.Shards[1].Buckets = "" }), "op-1", ModeLabel, served)
+	pendingOnly, err := Compile(route(func(r *ctrlmeshv1alpha1.ShardRoute) { r.Spec.Shards[1].Buckets = "" }), "op-1", ModeLabel, served)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestCompile(t *testing.T) {
 }
 
 func TestSameSelection(t *testing.T) {
-	compile := func(pod string, mutate func(*v1alpha1.ShardRoute)) *Snapshot {
+	compile := func(pod string, mutate func(*ctrlmeshv1alpha1.ShardRoute)) *Snapshot {
 		t.Helper()
 		snap, err := Compile(route(mutate), pod, ModeRange, served)
 		if err != nil {
@@ -194,13 +194,13 @@ func TestSameSelection(t *testing.T) {
 		other *Snapshot
 		same  bool
 	}{
-		{"another pod's pending buckets", compile("op-0", func(r *v1alpha1.ShardRoute) {
+		{"another pod's pending buckets", compile("op-0", func(r *ctrlmeshv1alpha1.ShardRoute) {
 			r.Spec.RoutingGeneration, r.Spec.RulesHash = 5, "h5"
 			r.Spec.Shards[1].PendingBuckets = ""
 		}), true},
-		{"own buckets", compile("op-0", func(r *v1alpha1.ShardRoute) { r.Spec.Shards[0].Buckets = "0-14" }), false},
-		{"canary namespace", compile("op-0", func(r *v1alpha1.ShardRoute) { r.Spec.Shards[2].Namespaces = []string{"team-b"} }), false},
-		{"limit selector", compile("op-0", func(r *v1alpha1.ShardRoute) { r.Spec.Limits[1].Selector = nil }), false},
+		{"own buckets", compile("op-0", func(r *ctrlmeshv1alpha1.ShardRoute) { r.Spec.Shards[0].Buckets = "0-14" }), false},
+		{"canary namespace", compile("op-0", func(r *ctrlmeshv1alpha1.ShardRoute) { r.Spec.Shards[2].Namespaces = []string{"team-b"} }), false},
+		{"limit selector", compile("op-0", func(r *ctrlmeshv1alpha1.ShardRoute) { r.Spec.Limits[1].Selector = nil }), false},
 		{"standby of the same shard", compile("op-standby", nil), true},
 	}
 	for _, tt := range tests {

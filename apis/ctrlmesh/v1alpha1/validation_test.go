@@ -13,7 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
@@ -37,19 +37,19 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func validShardingConfig(name string) *v1alpha1.ShardingConfig {
-	return &v1alpha1.ShardingConfig{
+func validShardingConfig(name string) *ctrlmeshv1alpha1.ShardingConfig {
+	return &ctrlmeshv1alpha1.ShardingConfig{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-		Spec: v1alpha1.ShardingConfigSpec{
+		Spec: ctrlmeshv1alpha1.ShardingConfigSpec{
 			Selector:   metav1.LabelSelector{MatchLabels: map[string]string{"app": "op"}},
-			Controller: &v1alpha1.ControllerConfig{LeaderElectionName: "op-leader"},
-			Webhook:    &v1alpha1.WebhookConfig{CertDir: "/tmp/certs", Port: 9443},
-			Limits: v1alpha1.Limits{
-				{RelateResources: []v1alpha1.ResourceGroup{{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets"}}}},
-				{RelateResources: []v1alpha1.ResourceGroup{{APIGroups: []string{"apps"}, Resources: []string{"deployments"}}},
+			Controller: &ctrlmeshv1alpha1.ControllerConfig{LeaderElectionName: "op-leader"},
+			Webhook:    &ctrlmeshv1alpha1.WebhookConfig{CertDir: "/tmp/certs", Port: 9443},
+			Limits: ctrlmeshv1alpha1.Limits{
+				{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets"}}}},
+				{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{APIGroups: []string{"apps"}, Resources: []string{"deployments"}}},
 					Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "web"}}},
 			},
-			Clusters: v1alpha1.ClusterSelection{Names: []string{"member1"}},
+			Clusters: ctrlmeshv1alpha1.ClusterSelection{Names: []string{"member1"}},
 		},
 	}
 }
@@ -58,110 +58,110 @@ func TestShardingConfigValidation(t *testing.T) {
 	ctx := context.Background()
 	tests := []struct {
 		name   string
-		mutate func(*v1alpha1.ShardingConfig)
+		mutate func(*ctrlmeshv1alpha1.ShardingConfig)
 		// want is a part of the API server's message; "" means accepted.
 		want string
 	}{
-		{name: "valid", mutate: func(*v1alpha1.ShardingConfig) {}},
-		{name: "valid with everything", mutate: func(sc *v1alpha1.ShardingConfig) {
-			sc.Spec.Scope = v1alpha1.ScopeFleet
+		{name: "valid", mutate: func(*ctrlmeshv1alpha1.ShardingConfig) {}},
+		{name: "valid with everything", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
+			sc.Spec.Scope = ctrlmeshv1alpha1.ScopeFleet
 			sc.Spec.Clusters.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}
-			sc.Spec.Sharding = v1alpha1.ShardingLayout{Buckets: 64, Shards: ptr.To[int32](8), PodsPerShard: 2}
-			sc.Spec.Canary = &v1alpha1.CanarySpec{
+			sc.Spec.Sharding = ctrlmeshv1alpha1.ShardingLayout{Buckets: 64, Shards: ptr.To[int32](8), PodsPerShard: 2}
+			sc.Spec.Canary = &ctrlmeshv1alpha1.CanarySpec{
 				Selector: metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}},
-				Steps:    []v1alpha1.CanaryStep{{Namespaces: []string{"team-a"}}, {Buckets: "0-3,63"}},
+				Steps:    []ctrlmeshv1alpha1.CanaryStep{{Namespaces: []string{"team-a"}}, {Buckets: "0-3,63"}},
 			}
 		}},
-		{name: "wildcard limit alone", mutate: func(sc *v1alpha1.ShardingConfig) {
-			sc.Spec.Limits = v1alpha1.Limits{{RelateResources: []v1alpha1.ResourceGroup{{APIGroups: []string{"*"}, Resources: []string{"*"}}}}}
+		{name: "wildcard limit alone", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
+			sc.Spec.Limits = ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{APIGroups: []string{"*"}, Resources: []string{"*"}}}}}
 		}},
 
-		{name: "empty pod selector", mutate: func(sc *v1alpha1.ShardingConfig) {
+		{name: "empty pod selector", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
 			sc.Spec.Selector = metav1.LabelSelector{}
 		}, want: "selector must not be empty: select the operator's pods by their labels"},
-		{name: "no limits", mutate: func(sc *v1alpha1.ShardingConfig) {
-			sc.Spec.Limits = v1alpha1.Limits{}
+		{name: "no limits", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
+			sc.Spec.Limits = ctrlmeshv1alpha1.Limits{}
 		}, want: "spec.limits: Invalid value: 0: spec.limits in body should have at least 1 items"},
-		{name: "resource in two limits", mutate: func(sc *v1alpha1.ShardingConfig) {
-			sc.Spec.Limits[1].RelateResources[0] = v1alpha1.ResourceGroup{APIGroups: []string{"apps", ""}, Resources: []string{"secrets"}}
+		{name: "resource in two limits", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
+			sc.Spec.Limits[1].RelateResources[0] = ctrlmeshv1alpha1.ResourceGroup{APIGroups: []string{"apps", ""}, Resources: []string{"secrets"}}
 		}, want: "a resource may be listed in only one limit"},
-		{name: "wildcard group overlaps", mutate: func(sc *v1alpha1.ShardingConfig) {
-			sc.Spec.Limits[1].RelateResources[0] = v1alpha1.ResourceGroup{APIGroups: []string{"*"}, Resources: []string{"configmaps"}}
+		{name: "wildcard group overlaps", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
+			sc.Spec.Limits[1].RelateResources[0] = ctrlmeshv1alpha1.ResourceGroup{APIGroups: []string{"*"}, Resources: []string{"configmaps"}}
 		}, want: "a resource may be listed in only one limit"},
-		{name: "wildcard resource overlaps", mutate: func(sc *v1alpha1.ShardingConfig) {
-			sc.Spec.Limits[1].RelateResources[0] = v1alpha1.ResourceGroup{APIGroups: []string{""}, Resources: []string{"*"}}
+		{name: "wildcard resource overlaps", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
+			sc.Spec.Limits[1].RelateResources[0] = ctrlmeshv1alpha1.ResourceGroup{APIGroups: []string{""}, Resources: []string{"*"}}
 		}, want: "a resource may be listed in only one limit"},
-		{name: "identical limits", mutate: func(sc *v1alpha1.ShardingConfig) {
+		{name: "identical limits", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
 			sc.Spec.Limits[1] = *sc.Spec.Limits[0].DeepCopy()
 		}, want: "a resource may be listed in only one limit"},
-		{name: "limit without resources", mutate: func(sc *v1alpha1.ShardingConfig) {
+		{name: "limit without resources", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
 			sc.Spec.Limits[0].RelateResources[0].Resources = nil
 		}, want: "spec.limits[0].relateResources[0].resources: Required value"},
-		{name: "no clusters", mutate: func(sc *v1alpha1.ShardingConfig) {
-			sc.Spec.Clusters = v1alpha1.ClusterSelection{}
+		{name: "no clusters", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
+			sc.Spec.Clusters = ctrlmeshv1alpha1.ClusterSelection{}
 		}, want: "clusters must list cluster names or set a selector on ManagedCluster labels"},
-		{name: "bad cluster name", mutate: func(sc *v1alpha1.ShardingConfig) {
+		{name: "bad cluster name", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
 			sc.Spec.Clusters.Names = []string{"Member_1"}
 		}, want: `spec.clusters.names[0]: Invalid value: "Member_1": spec.clusters.names[0] in body should match`},
-		{name: "buckets not a power of two", mutate: func(sc *v1alpha1.ShardingConfig) {
+		{name: "buckets not a power of two", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
 			sc.Spec.Sharding.Buckets = 48
 		}, want: "spec.sharding.buckets: Invalid value: 48: sharding.buckets must be a power of two from 1 to 4096, such as 32"},
-		{name: "too many buckets", mutate: func(sc *v1alpha1.ShardingConfig) {
+		{name: "too many buckets", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
 			sc.Spec.Sharding.Buckets = 8192
 		}, want: "sharding.buckets must be a power of two from 1 to 4096"},
-		{name: "more shards than buckets", mutate: func(sc *v1alpha1.ShardingConfig) {
+		{name: "more shards than buckets", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
 			sc.Spec.Sharding.Buckets = 4
 			sc.Spec.Sharding.Shards = ptr.To[int32](5)
 		}, want: "sharding.shards cannot exceed sharding.buckets: every shard needs at least one bucket"},
-		{name: "zero pods per shard", mutate: func(sc *v1alpha1.ShardingConfig) {
+		{name: "zero pods per shard", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
 			sc.Spec.Sharding.PodsPerShard = -1
 		}, want: "spec.sharding.podsPerShard: Invalid value: -1: spec.sharding.podsPerShard in body should be greater than or equal to 1"},
-		{name: "unknown scope", mutate: func(sc *v1alpha1.ShardingConfig) {
+		{name: "unknown scope", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
 			sc.Spec.Scope = "Global"
 		}, want: `spec.scope: Unsupported value: "Global": supported values: "PerCluster", "Fleet"`},
-		{name: "bad leader election name", mutate: func(sc *v1alpha1.ShardingConfig) {
+		{name: "bad leader election name", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
 			sc.Spec.Controller.LeaderElectionName = "Op_Leader"
 		}, want: `spec.controller.leaderElectionName: Invalid value: "Op_Leader"`},
-		{name: "relative cert dir", mutate: func(sc *v1alpha1.ShardingConfig) {
+		{name: "relative cert dir", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
 			sc.Spec.Webhook.CertDir = "certs"
 		}, want: "webhook.certDir must be an absolute path"},
-		{name: "webhook port out of range", mutate: func(sc *v1alpha1.ShardingConfig) {
+		{name: "webhook port out of range", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
 			sc.Spec.Webhook.Port = 70000
 		}, want: "spec.webhook.port: Invalid value: 70000: spec.webhook.port in body should be less than or equal to 65535"},
-		{name: "empty canary selector", mutate: func(sc *v1alpha1.ShardingConfig) {
-			sc.Spec.Canary = &v1alpha1.CanarySpec{Steps: []v1alpha1.CanaryStep{{Buckets: "0"}}}
+		{name: "empty canary selector", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
+			sc.Spec.Canary = &ctrlmeshv1alpha1.CanarySpec{Steps: []ctrlmeshv1alpha1.CanaryStep{{Buckets: "0"}}}
 		}, want: "canary.selector must not be empty: it would make every operator pod a canary"},
-		{name: "canary without steps", mutate: func(sc *v1alpha1.ShardingConfig) {
-			sc.Spec.Canary = &v1alpha1.CanarySpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}}}
+		{name: "canary without steps", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
+			sc.Spec.Canary = &ctrlmeshv1alpha1.CanarySpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}}}
 		}, want: "spec.canary.steps: Required value"},
-		{name: "empty canary step", mutate: func(sc *v1alpha1.ShardingConfig) {
-			sc.Spec.Canary = &v1alpha1.CanarySpec{
+		{name: "empty canary step", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
+			sc.Spec.Canary = &ctrlmeshv1alpha1.CanarySpec{
 				Selector: metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}},
-				Steps:    []v1alpha1.CanaryStep{{}},
+				Steps:    []ctrlmeshv1alpha1.CanaryStep{{}},
 			}
 		}, want: "a canary step must name buckets or namespaces for the canary pods to serve"},
-		{name: "canary bucket out of range", mutate: func(sc *v1alpha1.ShardingConfig) {
-			sc.Spec.Canary = &v1alpha1.CanarySpec{
+		{name: "canary bucket out of range", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
+			sc.Spec.Canary = &ctrlmeshv1alpha1.CanarySpec{
 				Selector: metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}},
-				Steps:    []v1alpha1.CanaryStep{{Buckets: "0-3"}, {Buckets: "0-3,32"}},
+				Steps:    []ctrlmeshv1alpha1.CanaryStep{{Buckets: "0-3"}, {Buckets: "0-3,32"}},
 			}
 		}, want: "canary step buckets must be below sharding.buckets"},
-		{name: "canary bucket range backwards", mutate: func(sc *v1alpha1.ShardingConfig) {
-			sc.Spec.Canary = &v1alpha1.CanarySpec{
+		{name: "canary bucket range backwards", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
+			sc.Spec.Canary = &ctrlmeshv1alpha1.CanarySpec{
 				Selector: metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}},
-				Steps:    []v1alpha1.CanaryStep{{Buckets: "7-3"}},
+				Steps:    []ctrlmeshv1alpha1.CanaryStep{{Buckets: "7-3"}},
 			}
 		}, want: "canary step buckets: a range must run from low to high, such as 4-7"},
-		{name: "canary buckets malformed", mutate: func(sc *v1alpha1.ShardingConfig) {
-			sc.Spec.Canary = &v1alpha1.CanarySpec{
+		{name: "canary buckets malformed", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
+			sc.Spec.Canary = &ctrlmeshv1alpha1.CanarySpec{
 				Selector: metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}},
-				Steps:    []v1alpha1.CanaryStep{{Buckets: "0-3;5"}},
+				Steps:    []ctrlmeshv1alpha1.CanaryStep{{Buckets: "0-3;5"}},
 			}
 		}, want: `spec.canary.steps[0].buckets: Invalid value: "0-3;5": spec.canary.steps[0].buckets in body should match`},
-		{name: "canary namespace invalid", mutate: func(sc *v1alpha1.ShardingConfig) {
-			sc.Spec.Canary = &v1alpha1.CanarySpec{
+		{name: "canary namespace invalid", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
+			sc.Spec.Canary = &ctrlmeshv1alpha1.CanarySpec{
 				Selector: metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}},
-				Steps:    []v1alpha1.CanaryStep{{Namespaces: []string{"Team A"}}},
+				Steps:    []ctrlmeshv1alpha1.CanaryStep{{Namespaces: []string{"Team A"}}},
 			}
 		}, want: `spec.canary.steps[0].namespaces[0]: Invalid value: "Team A"`},
 	}
@@ -178,18 +178,18 @@ func TestShardingConfigValidation(t *testing.T) {
 func TestShardingConfigDefaults(t *testing.T) {
 	ctx := context.Background()
 	sc := validShardingConfig("defaults")
-	sc.Spec.Canary = &v1alpha1.CanarySpec{
+	sc.Spec.Canary = &ctrlmeshv1alpha1.CanarySpec{
 		Selector: metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}},
-		Steps:    []v1alpha1.CanaryStep{{Buckets: "31"}},
+		Steps:    []ctrlmeshv1alpha1.CanaryStep{{Buckets: "31"}},
 	}
 	if err := cluster.Client.Create(ctx, sc); err != nil {
 		t.Fatal(err)
 	}
-	var got v1alpha1.ShardingConfig
+	var got ctrlmeshv1alpha1.ShardingConfig
 	if err := cluster.Client.Get(ctx, client.ObjectKeyFromObject(sc), &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Spec.Scope != v1alpha1.ScopePerCluster || got.Spec.Sharding.Buckets != 32 ||
+	if got.Spec.Scope != ctrlmeshv1alpha1.ScopePerCluster || got.Spec.Sharding.Buckets != 32 ||
 		got.Spec.Sharding.PodsPerShard != 1 || got.Spec.Sharding.Shards != nil || got.Spec.Canary.MinHealthySeconds != 30 {
 		t.Errorf("defaults: scope %q, sharding %+v, canary minHealthySeconds %d", got.Spec.Scope, got.Spec.Sharding, got.Spec.Canary.MinHealthySeconds)
 	}
@@ -198,7 +198,7 @@ func TestShardingConfigDefaults(t *testing.T) {
 	broken := got.DeepCopy()
 	broken.Spec.Sharding.Buckets = 12
 	checkVerdict(t, cluster.Client.Update(ctx, broken), "sharding.buckets must be a power of two")
-	var after v1alpha1.ShardingConfig
+	var after ctrlmeshv1alpha1.ShardingConfig
 	if err := cluster.Client.Get(ctx, client.ObjectKeyFromObject(sc), &after); err != nil {
 		t.Fatal(err)
 	}
@@ -207,24 +207,24 @@ func TestShardingConfigDefaults(t *testing.T) {
 	}
 }
 
-func validShardRoute(name string) *v1alpha1.ShardRoute {
+func validShardRoute(name string) *ctrlmeshv1alpha1.ShardRoute {
 	sc := validShardingConfig(name)
-	return &v1alpha1.ShardRoute{
+	return &ctrlmeshv1alpha1.ShardRoute{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-		Spec: v1alpha1.ShardRouteSpec{
+		Spec: ctrlmeshv1alpha1.ShardRouteSpec{
 			Cluster:           "member1",
 			RoutingGeneration: 3,
 			RulesHash:         "9f2c",
-			Scope:             v1alpha1.ScopePerCluster,
+			Scope:             ctrlmeshv1alpha1.ScopePerCluster,
 			Buckets:           32,
 			Selector:          sc.Spec.Selector,
 			Controller:        sc.Spec.Controller,
 			Webhook:           sc.Spec.Webhook,
 			Limits:            sc.Spec.Limits,
-			Shards: []v1alpha1.RouteShard{
-				{ID: "0", Buckets: "0-15", Pods: []v1alpha1.RoutePod{{Name: "op-0", Address: "10.0.0.1"}}},
-				{ID: "1", Buckets: "16-29", PendingBuckets: "30-31", Pods: []v1alpha1.RoutePod{{Name: "op-1"}, {Name: "op-2"}}},
-				{ID: "canary", Namespaces: []string{"team-a"}, Canary: true, Pods: []v1alpha1.RoutePod{{Name: "op-canary"}}},
+			Shards: []ctrlmeshv1alpha1.RouteShard{
+				{ID: "0", Buckets: "0-15", Pods: []ctrlmeshv1alpha1.RoutePod{{Name: "op-0", Address: "10.0.0.1"}}},
+				{ID: "1", Buckets: "16-29", PendingBuckets: "30-31", Pods: []ctrlmeshv1alpha1.RoutePod{{Name: "op-1"}, {Name: "op-2"}}},
+				{ID: "canary", Namespaces: []string{"team-a"}, Canary: true, Pods: []ctrlmeshv1alpha1.RoutePod{{Name: "op-canary"}}},
 			},
 		},
 	}
@@ -234,32 +234,32 @@ func TestShardRouteValidation(t *testing.T) {
 	ctx := context.Background()
 	tests := []struct {
 		name   string
-		mutate func(*v1alpha1.ShardRoute)
+		mutate func(*ctrlmeshv1alpha1.ShardRoute)
 		want   string
 	}{
-		{name: "valid", mutate: func(*v1alpha1.ShardRoute) {}},
-		{name: "buckets not a power of two", mutate: func(r *v1alpha1.ShardRoute) {
+		{name: "valid", mutate: func(*ctrlmeshv1alpha1.ShardRoute) {}},
+		{name: "buckets not a power of two", mutate: func(r *ctrlmeshv1alpha1.ShardRoute) {
 			r.Spec.Buckets = 30
 		}, want: "buckets must be a power of two from 1 to 4096"},
-		{name: "shard with nothing to serve", mutate: func(r *v1alpha1.ShardRoute) {
+		{name: "shard with nothing to serve", mutate: func(r *ctrlmeshv1alpha1.ShardRoute) {
 			r.Spec.Shards[0].Buckets = ""
 		}, want: "a shard must be given buckets, pending buckets, namespaces or pending namespaces"},
-		{name: "malformed buckets", mutate: func(r *v1alpha1.ShardRoute) {
+		{name: "malformed buckets", mutate: func(r *ctrlmeshv1alpha1.ShardRoute) {
 			r.Spec.Shards[0].Buckets = "0..15"
 		}, want: `spec.shards[0].buckets: Invalid value: "0..15"`},
-		{name: "shard id not a DNS label", mutate: func(r *v1alpha1.ShardRoute) {
+		{name: "shard id not a DNS label", mutate: func(r *ctrlmeshv1alpha1.ShardRoute) {
 			r.Spec.Shards[0].ID = "Shard 0"
 		}, want: `spec.shards[0].id: Invalid value: "Shard 0"`},
-		{name: "duplicate shard id", mutate: func(r *v1alpha1.ShardRoute) {
+		{name: "duplicate shard id", mutate: func(r *ctrlmeshv1alpha1.ShardRoute) {
 			r.Spec.Shards[1].ID = "0"
 		}, want: `spec.shards[1]: Duplicate value: {"id":"0"}`},
-		{name: "duplicate pod", mutate: func(r *v1alpha1.ShardRoute) {
+		{name: "duplicate pod", mutate: func(r *ctrlmeshv1alpha1.ShardRoute) {
 			r.Spec.Shards[1].Pods[1].Name = "op-1"
 		}, want: `spec.shards[1].pods[1]: Duplicate value`},
-		{name: "routing generation zero", mutate: func(r *v1alpha1.ShardRoute) {
+		{name: "routing generation zero", mutate: func(r *ctrlmeshv1alpha1.ShardRoute) {
 			r.Spec.RoutingGeneration = 0
 		}, want: "spec.routingGeneration: Invalid value: 0: spec.routingGeneration in body should be greater than or equal to 1"},
-		{name: "resource in two limits", mutate: func(r *v1alpha1.ShardRoute) {
+		{name: "resource in two limits", mutate: func(r *ctrlmeshv1alpha1.ShardRoute) {
 			r.Spec.Limits = append(r.Spec.Limits, *r.Spec.Limits[0].DeepCopy())
 		}, want: "a resource may be listed in only one limit"},
 	}
@@ -279,13 +279,13 @@ func TestShardRouteStatusIsASubresource(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Status.ObservedRoutingGeneration = 3
-	r.Status.Pods = []v1alpha1.PodRouteStatus{{Name: "op-0", Ready: true, Shard: "0", AppliedRulesHash: "9f2c"}}
-	r.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionRulesApplied, Status: metav1.ConditionTrue, Reason: "Applied", Message: "rules of generation 3 applied", LastTransitionTime: metav1.Now()}}
+	r.Status.Pods = []ctrlmeshv1alpha1.PodRouteStatus{{Name: "op-0", Ready: true, Shard: "0", AppliedRulesHash: "9f2c"}}
+	r.Status.Conditions = []metav1.Condition{{Type: ctrlmeshv1alpha1.ConditionRulesApplied, Status: metav1.ConditionTrue, Reason: "Applied", Message: "rules of generation 3 applied", LastTransitionTime: metav1.Now()}}
 	// A write to the main resource does not touch status.
 	if err := cluster.Client.Update(ctx, r.DeepCopy()); err != nil {
 		t.Fatal(err)
 	}
-	var got v1alpha1.ShardRoute
+	var got ctrlmeshv1alpha1.ShardRoute
 	if err := cluster.Client.Get(ctx, client.ObjectKeyFromObject(r), &got); err != nil {
 		t.Fatal(err)
 	}

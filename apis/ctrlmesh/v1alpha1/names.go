@@ -1,0 +1,105 @@
+package v1alpha1
+
+import (
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The names ctrlmesh's components agree on, in one place as Karmada keeps its
+// in pkg/util/names: what one component writes and another reads (lock and
+// Lease names, field managers, the proxy's ports and flags the injector
+// writes, annotations and finalizers) is spelled here only, so that the hub,
+// the agent and the proxy need not import each other for one name, and tests
+// need not retype it.
+
+// ShardLockSeparator joins an operator's leader-election lock name and a
+// shard ID: the proxy renames lock "op" to "op---0" for shard "0". Three
+// dashes cannot end a DNS-1123 name, so a renamed lock never collides with a
+// name the operator could choose itself.
+const ShardLockSeparator = "---"
+
+// ShardLockName is the name of shard's leader-election lock for the
+// operator's lock name.
+func ShardLockName(lock, shard string) string { return lock + ShardLockSeparator + shard }
+
+// HeartbeatLeaseName is the name of a member's heartbeat Lease in its
+// execution namespace karmada-es-<cluster> on the hub. The namespace already
+// names the cluster, and a fixed name lets RBAC restrict the agent to that
+// one Lease.
+const HeartbeatLeaseName = "ctrlmesh-agent"
+
+// ShardingConfigFinalizer keeps a ShardingConfig until the hub has deleted its
+// Works.
+const ShardingConfigFinalizer = "ctrlmesh.io/works"
+
+// Field managers of ctrlmesh's writes in member clusters.
+const (
+	// WorkApplyFieldManager manages the ShardRoutes the agent applies from
+	// Works in standalone mode.
+	WorkApplyFieldManager = "ctrlmesh-agent-workapply"
+	// proxyFieldManagerPrefix, followed by the pod name, manages one proxy's
+	// entry status.pods[name=<pod>].appliedRulesHash of its ShardRoute.
+	proxyFieldManagerPrefix = "ctrlmesh-proxy/"
+)
+
+// ProxyFieldManager is the server-side-apply field manager under which the
+// proxy of pod reports the rules it applied. One manager per pod lets every
+// proxy own its own entry of the list map status.pods.
+func ProxyFieldManager(pod string) string { return proxyFieldManagerPrefix + pod }
+
+// SystemNamespaces are never sharded, labelled or injected into, whatever a
+// selector says: the cluster's own machinery runs there.
+func SystemNamespaces() []string {
+	return []string{metav1.NamespaceSystem, metav1.NamespacePublic, "kube-node-lease"}
+}
+
+// Annotations the agent's injection webhook writes on every pod that asks for
+// the proxy (EnableProxyLabel).
+const (
+	// ProxyInjectionAnnotation is ProxyInjected or ProxyInjectionSkipped.
+	ProxyInjectionAnnotation = "ctrlmesh.io/proxy-injection"
+	// ProxyInjectionReasonAnnotation says, for people, what was injected for
+	// which ShardRoute, or why nothing was.
+	ProxyInjectionReasonAnnotation = "ctrlmesh.io/proxy-injection-reason"
+
+	ProxyInjected         = "injected"
+	ProxyInjectionSkipped = "skipped"
+)
+
+// The proxy sidecar as the injector writes it: its container name, ports and
+// the flags and environment of ctrlmesh-proxy it sets. ctrlmesh-proxy
+// declares its flags with these names, so the two cannot drift apart.
+const (
+	// ProxyContainerName names the proxy container. A pod with a container of
+	// this name already has its proxy and is left alone.
+	ProxyContainerName = "ctrlmesh-proxy"
+	// ProxyListenPort serves the operator's API requests, on loopback only:
+	// the containers of a pod share its network namespace.
+	ProxyListenPort = 15080
+	// ProxyHealthPort serves the proxy's /healthz, /readyz and /metrics.
+	ProxyHealthPort = 15081
+	// ProxyWebhookRouterPort is where the proxy's webhook router listens when
+	// the ShardRoute has spec.webhook: point the operator's webhook Service's
+	// targetPort here. The operator keeps serving on spec.webhook.port,
+	// which must therefore differ.
+	ProxyWebhookRouterPort = 15443
+
+	ProxyFlagListenAddress        = "listen-address"
+	ProxyFlagHealthAddress        = "health-address"
+	ProxyFlagRulesName            = "rules-name"
+	ProxyFlagOperatorKubeconfig   = "operator-kubeconfig"
+	ProxyFlagWebhookListenAddress = "webhook-listen-address"
+	ProxyFlagWebhookCertDir       = "webhook-cert-dir"
+
+	// ProxyEnvPodName and ProxyEnvPodNamespace are the defaults of the proxy's
+	// --pod-name and --pod-namespace; the injector fills them from the
+	// downward API.
+	ProxyEnvPodName      = "POD_NAME"
+	ProxyEnvPodNamespace = "POD_NAMESPACE"
+	ProxyEnvPodIP        = "POD_IP"
+)
+
+// ProxyFlag is "--name=value", a flag of ctrlmesh-proxy as the injector
+// writes it.
+func ProxyFlag(name string, value any) string { return fmt.Sprintf("--%s=%v", name, value) }
