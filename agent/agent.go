@@ -20,6 +20,8 @@ import (
 	"fmt"
 	"time"
 
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+
 	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -169,7 +171,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	opts.Log.Info("Selector mode of the member API server", "mode", mode)
-	recorder := mgr.GetEventRecorderFor("ctrlmesh-agent")
+	recorder := mgr.GetEventRecorderFor(ctrlmeshv1alpha1.AgentComponent)
 
 	// Rules in: in standalone mode from the hub's Works, once the hub has
 	// accepted the cluster; in Karmada mode Karmada applies them.

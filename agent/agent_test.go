@@ -32,7 +32,6 @@ import (
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
-	"github.com/ctrlmesh/ctrlmesh/proxy"
 	"github.com/ctrlmesh/ctrlmesh/test/certs"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 	"github.com/ctrlmesh/ctrlmesh/test/golden"
@@ -205,10 +204,10 @@ func TestStandaloneAgent(t *testing.T) {
 			return err
 		}
 		if !slices.ContainsFunc(p.Spec.InitContainers, func(c corev1.Container) bool {
-			return c.Name == inject.ContainerName && c.Image == proxyImage
+			return c.Name == ctrlmeshv1alpha1.ProxyContainerName && c.Image == proxyImage
 		}) {
 			_ = f.member.Client.Delete(ctx, p, client.GracePeriodSeconds(0))
-			return fmt.Errorf("no proxy injected: %s", p.Annotations[inject.InjectionReasonAnnotation])
+			return fmt.Errorf("no proxy injected: %s", p.Annotations[ctrlmeshv1alpha1.ProxyInjectionReasonAnnotation])
 		}
 		pod = p
 		return nil
@@ -329,7 +328,7 @@ func reportHash(t *testing.T, ctx context.Context, c client.Client, pod, hash st
 	}
 	obj := &ctrlmeshv1alpha1.ShardRoute{ObjectMeta: metav1.ObjectMeta{Namespace: opsNamespace, Name: "demo-op"}}
 	err := c.Status().Patch(ctx, obj, client.RawPatch("application/apply-patch+yaml", mustJSON(t, patch)),
-		client.FieldOwner(proxy.FieldManager(pod)), client.ForceOwnership)
+		client.FieldOwner(ctrlmeshv1alpha1.ProxyFieldManager(pod)), client.ForceOwnership)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +360,7 @@ func (f *testFleet) workHealth(ctx context.Context, health workv1alpha1.Resource
 
 func (f *testFleet) renewTime(ctx context.Context) time.Time {
 	var lease coordinationv1.Lease
-	err := f.hub.Client.Get(ctx, client.ObjectKey{Namespace: f.execNS, Name: membership.LeaseName}, &lease)
+	err := f.hub.Client.Get(ctx, client.ObjectKey{Namespace: f.execNS, Name: ctrlmeshv1alpha1.HeartbeatLeaseName}, &lease)
 	if err != nil || lease.Spec.RenewTime == nil {
 		return time.Time{}
 	}

@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -96,7 +98,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	configs := &shardingconfig.Reconciler{
 		Client: mgr.GetClient(), Writer: &propagation.Writer{Client: mgr.GetClient(), KarmadaFinalizer: opts.KarmadaFinalizer},
-		Store: store, ClusterChanges: changes, Recorder: mgr.GetEventRecorderFor("ctrlmesh-hub"), Metrics: metrics,
+		Store: store, ClusterChanges: changes, Recorder: mgr.GetEventRecorderFor(ctrlmeshv1alpha1.HubComponent), Metrics: metrics,
 	}
 	if err := configs.SetupWithManager(mgr); err != nil {
 		return err

@@ -433,7 +433,7 @@ func TestPerClusterPlacement(t *testing.T) {
 	start := time.Now()
 	f.kill(t, ctx, pods["member1/demo-op-0"])
 	var lease coordinationv1.Lease
-	if err := f.members["member1"].Client.Get(ctx, client.ObjectKey{Namespace: "ops", Name: operator.DefaultLeaderElectionID + "---" + shard}, &lease); err != nil {
+	if err := f.members["member1"].Client.Get(ctx, client.ObjectKey{Namespace: "ops", Name: ctrlmeshv1alpha1.ShardLockName(operator.DefaultLeaderElectionID, shard)}, &lease); err != nil {
 		t.Fatal(err)
 	}
 	expiry := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)

@@ -23,9 +23,6 @@ var lockResources = []schema.GroupResource{
 
 func isLockResource(gr schema.GroupResource) bool { return slices.Contains(lockResources, gr) }
 
-// ShardLockName is the name a shard's leader-election lock gets.
-func ShardLockName(lock, shard string) string { return lock + "---" + shard }
-
 // renameNameSegment replaces the object-name segment of an API path. parts
 // are the path segments RequestInfo found after the group, version and
 // namespace — resource, name, subresource… — so the name is the segment

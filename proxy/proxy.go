@@ -20,6 +20,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -542,8 +544,8 @@ func (p *Proxy) serveLock(w http.ResponseWriter, r *http.Request, snap *rules.Sn
 		apistatus.Write(w, code, reason, "ctrlmesh proxy: "+msg, nil)
 		return nil, true
 	}
-	shardLock := ShardLockName(lock, snap.Shard)
-	if info.Name != lock && strings.HasPrefix(info.Name, ShardLockName(lock, "")) {
+	shardLock := ctrlmeshv1alpha1.ShardLockName(lock, snap.Shard)
+	if info.Name != lock && strings.HasPrefix(info.Name, ctrlmeshv1alpha1.ShardLockName(lock, "")) {
 		// Already a shard's lock: responses keep the renamed name, so
 		// client-go's lock renews <lock>---<shard> by that name. It lives
 		// with the shards' other locks: forwarded as is to LockUpstream.

@@ -128,10 +128,6 @@ type APISource struct {
 	Loader    *Loader
 }
 
-// FieldManager is the server-side-apply manager under which the proxy of a
-// pod reports its applied rules hash.
-func FieldManager(pod string) string { return "ctrlmesh-proxy/" + pod }
-
 // Run watches the rules until ctx ends.
 func (s *APISource) Run(ctx context.Context) error {
 	scheme, err := ctrlmeshscheme.New()
@@ -242,7 +238,7 @@ func (s *APISource) apply(ctx context.Context, c client.Client, route *ctrlmeshv
 			map[string]any{"name": s.Loader.Pod, "appliedRulesHash": hash},
 		}},
 	}}
-	return c.Status().Patch(ctx, patch, client.Apply, client.FieldOwner(FieldManager(s.Loader.Pod)), client.ForceOwnership)
+	return c.Status().Patch(ctx, patch, client.Apply, client.FieldOwner(ctrlmeshv1alpha1.ProxyFieldManager(s.Loader.Pod)), client.ForceOwnership)
 }
 
 func setReportedHash(route *ctrlmeshv1alpha1.ShardRoute, pod, hash string) {

@@ -131,11 +131,11 @@ func awaitReported(t *testing.T, ctx context.Context, c client.Client, key clien
 		for _, p := range got.Status.Pods {
 			if p.Name == pod && p.AppliedRulesHash == hash {
 				for _, mf := range got.ManagedFields {
-					if mf.Manager == proxy.FieldManager(pod) && mf.Subresource == "status" {
+					if mf.Manager == ctrlmeshv1alpha1.ProxyFieldManager(pod) && mf.Subresource == "status" {
 						return true, ""
 					}
 				}
-				return false, "no status field manager " + proxy.FieldManager(pod)
+				return false, "no status field manager " + ctrlmeshv1alpha1.ProxyFieldManager(pod)
 			}
 		}
 		return false, fmt.Sprintf("status %+v", got.Status)

@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/ctrlmesh/ctrlmesh/agent/labeler"
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 )
 
@@ -68,7 +67,7 @@ func WebhookConfiguration(opts WebhookOptions) (*admissionregistrationv1.Mutatin
 			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
 			MatchPolicy:   ptr.To(admissionregistrationv1.Equivalent),
 			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-				Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: labeler.SystemNamespaces(),
+				Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: ctrlmeshv1alpha1.SystemNamespaces(),
 			}}},
 			ObjectSelector:          &metav1.LabelSelector{MatchLabels: map[string]string{ctrlmeshv1alpha1.EnableProxyLabel: "true"}},
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),

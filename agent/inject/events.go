@@ -17,14 +17,6 @@ import (
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 )
 
-const (
-	// EventReasonNotInjected is the reason of the Warning Event on a pod that
-	// asked for the proxy and was created without it.
-	EventReasonNotInjected = "ProxyNotInjected"
-	// eventSource is the component the Events name.
-	eventSource = "ctrlmesh-agent"
-)
-
 // EventReconciler records a Warning Event, once per pod, on every pod that
 // asked for the proxy and that the Handler skipped, with the reason from the
 // pod's annotation. The Handler cannot: at admission a pod may have no name
@@ -46,7 +38,7 @@ type EventReconciler struct {
 // cache and recording Events with its recorder.
 func (r *EventReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.client = mgr.GetClient()
-	r.recorder = mgr.GetEventRecorderFor(eventSource)
+	r.recorder = mgr.GetEventRecorderFor(ctrlmeshv1alpha1.AgentComponent)
 	r.recorded = map[types.NamespacedName]types.UID{}
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("proxy-injection-events").
@@ -63,7 +55,7 @@ func (r *EventReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // same marks, so that Reconcile forgets it.
 func isSkipped(obj client.Object) bool {
 	return obj.GetLabels()[ctrlmeshv1alpha1.EnableProxyLabel] == "true" &&
-		obj.GetAnnotations()[InjectionAnnotation] == InjectionSkipped
+		obj.GetAnnotations()[ctrlmeshv1alpha1.ProxyInjectionAnnotation] == ctrlmeshv1alpha1.ProxyInjectionSkipped
 }
 
 // Reconcile records the Event of one skipped pod, unless it has one.
@@ -86,8 +78,8 @@ func (r *EventReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if r.recorded[req.NamespacedName] == pod.UID {
 		return ctrl.Result{}, nil
 	}
-	r.recorder.Event(&pod, corev1.EventTypeWarning, EventReasonNotInjected,
-		"ctrlmesh proxy not injected: "+pod.Annotations[InjectionReasonAnnotation])
+	r.recorder.Event(&pod, corev1.EventTypeWarning, ctrlmeshv1alpha1.ReasonProxyNotInjected,
+		"ctrlmesh proxy not injected: "+pod.Annotations[ctrlmeshv1alpha1.ProxyInjectionReasonAnnotation])
 	r.recorded[req.NamespacedName] = pod.UID
 	return ctrl.Result{}, nil
 }

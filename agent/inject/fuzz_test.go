@@ -37,7 +37,7 @@ func FuzzPodPatch(f *testing.F) {
 	withKubeconfig := fuzzPod(map[string]string{ctrlmeshv1alpha1.EnableProxyLabel: "true", "app": "op"})
 	withKubeconfig.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "KUBECONFIG", Value: "/etc/other"}}
 	withProxy := fuzzPod(map[string]string{ctrlmeshv1alpha1.EnableProxyLabel: "true", "app": "op"})
-	withProxy.Spec.Containers = append(withProxy.Spec.Containers, corev1.Container{Name: ContainerName})
+	withProxy.Spec.Containers = append(withProxy.Spec.Containers, corev1.Container{Name: ctrlmeshv1alpha1.ProxyContainerName})
 	pods = append(pods, withCerts, withKubeconfig, withProxy)
 	for _, p := range pods {
 		data, err := json.Marshal(&p)
@@ -101,7 +101,7 @@ func FuzzPodPatch(f *testing.F) {
 		}
 		proxies := 0
 		for _, c := range slices.Concat(got.Spec.InitContainers, got.Spec.Containers) {
-			if c.Name == ContainerName {
+			if c.Name == ctrlmeshv1alpha1.ProxyContainerName {
 				proxies++
 			}
 		}

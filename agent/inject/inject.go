@@ -24,41 +24,19 @@ import (
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 )
 
-// Annotations the webhook writes on every pod that asks for the proxy.
+// What the injected container shares with the pod. The container's name,
+// ports and flags are ctrlmeshv1alpha1's Proxy* names, which ctrlmesh-proxy
+// declares its flags with.
 const (
-	// InjectionAnnotation is InjectionInjected or InjectionSkipped.
-	InjectionAnnotation = "ctrlmesh.io/proxy-injection"
-	// InjectionReasonAnnotation says, for people, what was injected for which
-	// ShardRoute, or why nothing was.
-	InjectionReasonAnnotation = "ctrlmesh.io/proxy-injection-reason"
-
-	InjectionInjected = "injected"
-	InjectionSkipped  = "skipped"
-)
-
-// The injected container and what it shares with the pod.
-const (
-	// ContainerName names the proxy container. A pod with a container of
-	// this name already has its proxy and is left alone.
-	ContainerName = "ctrlmesh-proxy"
 	// KubeconfigVolume is the emptyDir through which the proxy hands the
 	// operator containers their kubeconfig.
 	KubeconfigVolume = "ctrlmesh-proxy-kubeconfig"
 	// KubeconfigDir is where KubeconfigVolume is mounted in every container.
 	KubeconfigDir = "/var/run/ctrlmesh"
 	// KubeconfigPath is the kubeconfig the proxy writes, pointing at
-	// ListenPort; $KUBECONFIG of the operator containers names it.
+	// ctrlmeshv1alpha1.ProxyListenPort; $KUBECONFIG of the operator
+	// containers names it.
 	KubeconfigPath = KubeconfigDir + "/kubeconfig"
-	// ListenPort serves the operator's API requests, on loopback only: the
-	// containers of a pod share its network namespace.
-	ListenPort = 15080
-	// HealthPort serves the proxy's /healthz, /readyz and /metrics.
-	HealthPort = 15081
-	// WebhookRouterPort is where the proxy's webhook router listens when the
-	// ShardRoute has spec.webhook: point the operator's webhook Service's
-	// targetPort here. The operator keeps serving on spec.webhook.port,
-	// which must therefore differ.
-	WebhookRouterPort = 15443
 )
 
 // Defaults of Options.
@@ -117,11 +95,11 @@ func mutate(pod *corev1.Pod, namespace string, routes []ctrlmeshv1alpha1.ShardRo
 	}
 	route, reason := selectRoute(pod, namespace, routes)
 	if route == nil {
-		annotate(pod, InjectionSkipped, reason)
+		annotate(pod, ctrlmeshv1alpha1.ProxyInjectionSkipped, reason)
 		return
 	}
 	if reason := conflict(pod); reason != "" {
-		annotate(pod, InjectionSkipped, reason)
+		annotate(pod, ctrlmeshv1alpha1.ProxyInjectionSkipped, reason)
 		return
 	}
 	certMount, noRouter := webhookCertMount(pod, route)
@@ -149,15 +127,15 @@ func mutate(pod *corev1.Pod, namespace string, routes []ctrlmeshv1alpha1.ShardRo
 	if noRouter != "" {
 		message += "; " + noRouter
 	}
-	annotate(pod, InjectionInjected, message)
+	annotate(pod, ctrlmeshv1alpha1.ProxyInjected, message)
 }
 
 // hasProxy reports whether the pod already runs a container named
-// ContainerName: injected before (a spec copied from an injected pod) or
+// ctrlmeshv1alpha1.ProxyContainerName: injected before (a spec copied from an injected pod) or
 // added by hand.
 func hasProxy(pod *corev1.Pod) bool {
 	return slices.ContainsFunc(slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers), func(c corev1.Container) bool {
-		return c.Name == ContainerName
+		return c.Name == ctrlmeshv1alpha1.ProxyContainerName
 	})
 }
 
@@ -192,7 +170,7 @@ func conflict(pod *corev1.Pod) string {
 	if pod.Spec.HostNetwork {
 		return "the pod uses the node's network, where the proxy's fixed ports would clash with other pods' proxies"
 	}
-	proxyPorts := []int32{ListenPort, HealthPort, WebhookRouterPort}
+	proxyPorts := []int32{ctrlmeshv1alpha1.ProxyListenPort, ctrlmeshv1alpha1.ProxyHealthPort, ctrlmeshv1alpha1.ProxyWebhookRouterPort}
 	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
 		for _, p := range c.Ports {
 			if slices.Contains(proxyPorts, p.ContainerPort) {
@@ -225,7 +203,7 @@ func webhookCertMount(pod *corev1.Pod, route *ctrlmeshv1alpha1.ShardRoute) (*cor
 	if wh == nil {
 		return nil, ""
 	}
-	if wh.Port == WebhookRouterPort {
+	if wh.Port == ctrlmeshv1alpha1.ProxyWebhookRouterPort {
 		return nil, fmt.Sprintf("without the webhook router: the operator's webhook port %d is the router's own", wh.Port)
 	}
 	certDir := path.Clean(wh.CertDir)
@@ -248,29 +226,29 @@ func webhookCertMount(pod *corev1.Pod, route *ctrlmeshv1alpha1.ShardRoute) (*cor
 // when certMount is set.
 func proxyContainer(rules string, certMount *corev1.VolumeMount, opts Options) corev1.Container {
 	health := func(path string) corev1.ProbeHandler {
-		return corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(HealthPort)}}
+		return corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(ctrlmeshv1alpha1.ProxyHealthPort)}}
 	}
 	fieldEnv := func(name, field string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: field}}}
 	}
 	c := corev1.Container{
-		Name:  ContainerName,
+		Name:  ctrlmeshv1alpha1.ProxyContainerName,
 		Image: opts.Image,
 		// No --upstream-kubeconfig: the proxy reaches the API server with
 		// the pod's own service account, in-cluster, so it never has rights
 		// the operator lacks.
 		Args: []string{
-			"--rules-name=" + rules,
-			"--operator-kubeconfig=" + KubeconfigPath,
-			fmt.Sprintf("--listen-address=127.0.0.1:%d", ListenPort),
-			fmt.Sprintf("--health-address=:%d", HealthPort),
+			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagRulesName, rules),
+			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagOperatorKubeconfig, KubeconfigPath),
+			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagListenAddress, fmt.Sprintf("127.0.0.1:%d", ctrlmeshv1alpha1.ProxyListenPort)),
+			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagHealthAddress, fmt.Sprintf(":%d", ctrlmeshv1alpha1.ProxyHealthPort)),
 		},
 		Env: []corev1.EnvVar{
-			fieldEnv("POD_NAME", "metadata.name"),
-			fieldEnv("POD_NAMESPACE", "metadata.namespace"),
-			fieldEnv("POD_IP", "status.podIP"),
+			fieldEnv(ctrlmeshv1alpha1.ProxyEnvPodName, "metadata.name"),
+			fieldEnv(ctrlmeshv1alpha1.ProxyEnvPodNamespace, "metadata.namespace"),
+			fieldEnv(ctrlmeshv1alpha1.ProxyEnvPodIP, "status.podIP"),
 		},
-		Ports: []corev1.ContainerPort{{Name: "proxy-health", ContainerPort: HealthPort, Protocol: corev1.ProtocolTCP}},
+		Ports: []corev1.ContainerPort{{Name: "proxy-health", ContainerPort: ctrlmeshv1alpha1.ProxyHealthPort, Protocol: corev1.ProtocolTCP}},
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: opts.CPURequest, corev1.ResourceMemory: opts.MemoryRequest},
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: opts.MemoryLimit},
@@ -294,9 +272,9 @@ func proxyContainer(rules string, certMount *corev1.VolumeMount, opts Options) c
 	}
 	if certMount != nil {
 		c.Args = append(c.Args,
-			fmt.Sprintf("--webhook-listen-address=:%d", WebhookRouterPort),
-			"--webhook-cert-dir="+certMount.MountPath)
-		c.Ports = append(c.Ports, corev1.ContainerPort{Name: "proxy-webhook", ContainerPort: WebhookRouterPort, Protocol: corev1.ProtocolTCP})
+			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagWebhookListenAddress, fmt.Sprintf(":%d", ctrlmeshv1alpha1.ProxyWebhookRouterPort)),
+			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagWebhookCertDir, certMount.MountPath))
+		c.Ports = append(c.Ports, corev1.ContainerPort{Name: "proxy-webhook", ContainerPort: ctrlmeshv1alpha1.ProxyWebhookRouterPort, Protocol: corev1.ProtocolTCP})
 		c.VolumeMounts = append(c.VolumeMounts, *certMount)
 	}
 	return c
@@ -307,6 +285,6 @@ func annotate(pod *corev1.Pod, outcome, reason string) {
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	pod.Annotations[InjectionAnnotation] = outcome
-	pod.Annotations[InjectionReasonAnnotation] = reason
+	pod.Annotations[ctrlmeshv1alpha1.ProxyInjectionAnnotation] = outcome
+	pod.Annotations[ctrlmeshv1alpha1.ProxyInjectionReasonAnnotation] = reason
 }

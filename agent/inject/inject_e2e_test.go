@@ -88,12 +88,12 @@ func proxyOf(t *testing.T, pod *corev1.Pod) corev1.Container {
 	t.Helper()
 	var found []corev1.Container
 	for _, c := range pod.Spec.InitContainers {
-		if c.Name == inject.ContainerName {
+		if c.Name == ctrlmeshv1alpha1.ProxyContainerName {
 			found = append(found, c)
 		}
 	}
 	for _, c := range pod.Spec.Containers {
-		if c.Name == inject.ContainerName {
+		if c.Name == ctrlmeshv1alpha1.ProxyContainerName {
 			t.Errorf("pod %s: the proxy is a regular container", pod.Name)
 		}
 	}
@@ -108,11 +108,11 @@ func proxyOf(t *testing.T, pod *corev1.Pod) corev1.Container {
 // pod wired to it.
 func checkInjected(t *testing.T, pod *corev1.Pod, rules string, extraArgs ...string) corev1.Container {
 	t.Helper()
-	if got := pod.Annotations[inject.InjectionAnnotation]; got != inject.InjectionInjected {
-		t.Errorf("annotation %s=%q, want %q (reason %q)", inject.InjectionAnnotation, got, inject.InjectionInjected, pod.Annotations[inject.InjectionReasonAnnotation])
+	if got := pod.Annotations[ctrlmeshv1alpha1.ProxyInjectionAnnotation]; got != ctrlmeshv1alpha1.ProxyInjected {
+		t.Errorf("annotation %s=%q, want %q (reason %q)", ctrlmeshv1alpha1.ProxyInjectionAnnotation, got, ctrlmeshv1alpha1.ProxyInjected, pod.Annotations[ctrlmeshv1alpha1.ProxyInjectionReasonAnnotation])
 	}
 	proxy := proxyOf(t, pod)
-	if last := pod.Spec.InitContainers[len(pod.Spec.InitContainers)-1].Name; last != inject.ContainerName {
+	if last := pod.Spec.InitContainers[len(pod.Spec.InitContainers)-1].Name; last != ctrlmeshv1alpha1.ProxyContainerName {
 		t.Errorf("last init container %q: the proxy must start after the pod's own init containers", last)
 	}
 	if proxy.RestartPolicy == nil || *proxy.RestartPolicy != corev1.ContainerRestartPolicyAlways {
@@ -182,7 +182,7 @@ func checkInjected(t *testing.T, pod *corev1.Pod, rules string, extraArgs ...str
 		}
 	}
 	for _, c := range pod.Spec.InitContainers {
-		if c.Name != inject.ContainerName && (len(c.Env) != 0 || len(c.VolumeMounts) != 0) {
+		if c.Name != ctrlmeshv1alpha1.ProxyContainerName && (len(c.Env) != 0 || len(c.VolumeMounts) != 0) {
 			t.Errorf("init container %s changed: env %+v, mounts %+v", c.Name, c.Env, c.VolumeMounts)
 		}
 	}
@@ -205,8 +205,8 @@ func checkProbe(t *testing.T, kind string, p *corev1.Probe, path string) {
 		t.Errorf("%s probe %+v, want an HTTP GET of %s", kind, p, path)
 		return
 	}
-	if p.HTTPGet.Path != path || p.HTTPGet.Port.IntValue() != inject.HealthPort {
-		t.Errorf("%s probe gets %s on port %s, want %s on %d", kind, p.HTTPGet.Path, p.HTTPGet.Port.String(), path, inject.HealthPort)
+	if p.HTTPGet.Path != path || p.HTTPGet.Port.IntValue() != ctrlmeshv1alpha1.ProxyHealthPort {
+		t.Errorf("%s probe gets %s on port %s, want %s on %d", kind, p.HTTPGet.Path, p.HTTPGet.Port.String(), path, ctrlmeshv1alpha1.ProxyHealthPort)
 	}
 }
 
@@ -257,13 +257,13 @@ func TestInjectsWebhookRouter(t *testing.T) {
 	if n := countMounts(proxy.VolumeMounts, corev1.VolumeMount{Name: "cert", MountPath: certDir, ReadOnly: true}); n != 1 {
 		t.Errorf("proxy mounts %+v: want the certificate volume read-only at %s", proxy.VolumeMounts, certDir)
 	}
-	if !slices.ContainsFunc(proxy.Ports, func(p corev1.ContainerPort) bool { return p.ContainerPort == inject.WebhookRouterPort }) {
+	if !slices.ContainsFunc(proxy.Ports, func(p corev1.ContainerPort) bool { return p.ContainerPort == ctrlmeshv1alpha1.ProxyWebhookRouterPort }) {
 		t.Errorf("proxy ports %+v: the webhook router's port is not declared", proxy.Ports)
 	}
 
 	bare := createPod(t, ctx, operatorPod(ns))
 	proxy = checkInjected(t, bare, "demo")
-	if reason := bare.Annotations[inject.InjectionReasonAnnotation]; !strings.Contains(reason, "without the webhook router") || !strings.Contains(reason, certDir) {
+	if reason := bare.Annotations[ctrlmeshv1alpha1.ProxyInjectionReasonAnnotation]; !strings.Contains(reason, "without the webhook router") || !strings.Contains(reason, certDir) {
 		t.Errorf("reason %q does not say why the webhook router is missing", reason)
 	}
 	if len(proxy.VolumeMounts) != 1 {
@@ -317,7 +317,7 @@ func TestSkipsConflictingPods(t *testing.T) {
 			p.Spec.Containers[1].Env = []corev1.EnvVar{{Name: "KUBECONFIG", Value: "/etc/hub"}}
 		}, `container "sidekick" sets KUBECONFIG`},
 		"proxy port": {func(p *corev1.Pod) {
-			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: inject.HealthPort}}
+			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: ctrlmeshv1alpha1.ProxyHealthPort}}
 		}, "port 15081"},
 		"second route": {func(p *corev1.Pod) { p.Labels["second"] = "true" }, "demo, second"},
 	} {
@@ -325,10 +325,10 @@ func TestSkipsConflictingPods(t *testing.T) {
 			want := operatorPod(ns)
 			tc.change(want)
 			pod := createPod(t, ctx, want)
-			if got := pod.Annotations[inject.InjectionAnnotation]; got != inject.InjectionSkipped {
-				t.Errorf("annotation %s=%q, want %q", inject.InjectionAnnotation, got, inject.InjectionSkipped)
+			if got := pod.Annotations[ctrlmeshv1alpha1.ProxyInjectionAnnotation]; got != ctrlmeshv1alpha1.ProxyInjectionSkipped {
+				t.Errorf("annotation %s=%q, want %q", ctrlmeshv1alpha1.ProxyInjectionAnnotation, got, ctrlmeshv1alpha1.ProxyInjectionSkipped)
 			}
-			if reason := pod.Annotations[inject.InjectionReasonAnnotation]; !strings.Contains(reason, tc.reason) {
+			if reason := pod.Annotations[ctrlmeshv1alpha1.ProxyInjectionReasonAnnotation]; !strings.Contains(reason, tc.reason) {
 				t.Errorf("reason %q, want it to name %q", reason, tc.reason)
 			}
 			if len(pod.Spec.InitContainers) != 1 || len(pod.Spec.Volumes) != 0 {
@@ -350,10 +350,10 @@ func TestSkipsUnselectedPodWithEvent(t *testing.T) {
 
 	want := operatorPod(ns)
 	pod := createPod(t, ctx, want.DeepCopy())
-	if got := pod.Annotations[inject.InjectionAnnotation]; got != inject.InjectionSkipped {
-		t.Fatalf("annotation %s=%q, want %q", inject.InjectionAnnotation, got, inject.InjectionSkipped)
+	if got := pod.Annotations[ctrlmeshv1alpha1.ProxyInjectionAnnotation]; got != ctrlmeshv1alpha1.ProxyInjectionSkipped {
+		t.Fatalf("annotation %s=%q, want %q", ctrlmeshv1alpha1.ProxyInjectionAnnotation, got, ctrlmeshv1alpha1.ProxyInjectionSkipped)
 	}
-	reason := pod.Annotations[inject.InjectionReasonAnnotation]
+	reason := pod.Annotations[ctrlmeshv1alpha1.ProxyInjectionReasonAnnotation]
 	if !strings.Contains(reason, "no ShardRoute") {
 		t.Errorf("reason %q does not say that no ShardRoute selects the pod", reason)
 	}
@@ -362,8 +362,8 @@ func TestSkipsUnselectedPodWithEvent(t *testing.T) {
 	}
 
 	events := waitForEvents(t, ctx, pod)
-	if e := events[0]; e.Type != corev1.EventTypeWarning || e.Reason != inject.EventReasonNotInjected || !strings.Contains(e.Message, reason) {
-		t.Errorf("event %s %s %q, want a Warning %s with the reason %q", e.Type, e.Reason, e.Message, inject.EventReasonNotInjected, reason)
+	if e := events[0]; e.Type != corev1.EventTypeWarning || e.Reason != ctrlmeshv1alpha1.ReasonProxyNotInjected || !strings.Contains(e.Message, reason) {
+		t.Errorf("event %s %s %q, want a Warning %s with the reason %q", e.Type, e.Reason, e.Message, ctrlmeshv1alpha1.ReasonProxyNotInjected, reason)
 	}
 
 	// A change of the pod is reconciled again, without a second Event.

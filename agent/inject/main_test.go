@@ -191,7 +191,7 @@ func waitForWebhook(ctx context.Context) error {
 		if err := cs.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 			return err
 		}
-		if got.Annotations[inject.InjectionAnnotation] != "" {
+		if got.Annotations[ctrlmeshv1alpha1.ProxyInjectionAnnotation] != "" {
 			return nil
 		}
 		select {

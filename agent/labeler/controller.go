@@ -343,7 +343,7 @@ func AddToManager(mgr manager.Manager, opts ManagerOptions) error {
 	}
 	mgr.GetWebhookServer().Register(WebhookPath, watcher)
 	return mgr.Add(&labelSweeper{
-		rules: watcher, dynamic: dyn, client: mgr.GetClient(), recorder: mgr.GetEventRecorderFor("ctrlmesh-agent"),
+		rules: watcher, dynamic: dyn, client: mgr.GetClient(), recorder: mgr.GetEventRecorderFor(ctrlmeshv1alpha1.AgentComponent),
 		mode: opts.Mode, clientConfig: opts.ClientConfig, period: period, registerer: opts.Registerer,
 		log: opts.Log.WithName("labeler"),
 	})

@@ -15,10 +15,6 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 )
 
-// ReasonBucketCountConflict is the reason of the Event on a ShardRoute whose
-// bucket count differs from the one the member's labels are written with.
-const ReasonBucketCountConflict = "BucketCountConflict"
-
 // Refusal is a ShardRoute the labels cannot serve, and why.
 type Refusal struct {
 	Route   *ctrlmeshv1alpha1.ShardRoute
@@ -61,7 +57,7 @@ func RulesForRoutes(routes []ctrlmeshv1alpha1.ShardRoute, served []schema.GroupV
 			}
 			r.Space = space
 		} else if int(route.Spec.Buckets) != r.Space.Buckets() {
-			refused = append(refused, Refusal{Route: route, Reason: ReasonBucketCountConflict, Message: fmt.Sprintf(
+			refused = append(refused, Refusal{Route: route, Reason: ctrlmeshv1alpha1.ReasonBucketCountConflict, Message: fmt.Sprintf(
 				"label mode writes one bucket number per object, counted in %d buckets as the oldest ShardRoute in this cluster counts them; this route counts %d, so its proxies would select the wrong objects: give its ShardingConfig %d buckets",
 				r.Space.Buckets(), route.Spec.Buckets, r.Space.Buckets())})
 			continue

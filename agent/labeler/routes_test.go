@@ -102,7 +102,7 @@ func TestRulesForRoutes(t *testing.T) {
 			var refusedNames []string
 			for _, r := range refused {
 				refusedNames = append(refusedNames, r.Route.Name)
-				if r.Reason != labeler.ReasonBucketCountConflict || r.Message == "" {
+				if r.Reason != ctrlmeshv1alpha1.ReasonBucketCountConflict || r.Message == "" {
 					t.Errorf("refusal of %s: reason %q, message %q", r.Route.Name, r.Reason, r.Message)
 				}
 			}

@@ -36,12 +36,6 @@ const controlValue = "true"
 // holding its name.
 const namespaceNameLabel = "kubernetes.io/metadata.name"
 
-// SystemNamespaces are never labelled, whatever the namespace selector says:
-// they hold the control plane's own objects, which no sharded operator owns.
-func SystemNamespaces() []string {
-	return []string{metav1.NamespaceSystem, metav1.NamespacePublic, "kube-node-lease"}
-}
-
 // Rules say which objects the labeller labels: those of Resources in the
 // namespaces NamespaceSelector selects.
 type Rules struct {
@@ -51,7 +45,7 @@ type Rules struct {
 	// Space computes the bucket of a namespace.
 	Space sharding.Space
 	// NamespaceSelector selects the controlled namespaces by their labels.
-	// Nil or empty selects every namespace. SystemNamespaces are excluded
+	// Nil or empty selects every namespace. ctrlmeshv1alpha1.SystemNamespaces are excluded
 	// either way.
 	NamespaceSelector *metav1.LabelSelector
 }
@@ -102,9 +96,9 @@ func (r Rules) hasResource(gvr schema.GroupVersionResource) bool {
 	return false
 }
 
-// isSystemNamespace reports whether ns is one of SystemNamespaces.
+// isSystemNamespace reports whether ns is one of ctrlmeshv1alpha1.SystemNamespaces.
 func isSystemNamespace(ns string) bool {
-	for _, s := range SystemNamespaces() {
+	for _, s := range ctrlmeshv1alpha1.SystemNamespaces() {
 		if ns == s {
 			return true
 		}

@@ -166,7 +166,7 @@ func (r Rules) WebhookConfiguration(opts WebhookOptions) (*admissionregistration
 		nsSel = r.NamespaceSelector.DeepCopy()
 	}
 	nsSel.MatchExpressions = append(nsSel.MatchExpressions, metav1.LabelSelectorRequirement{
-		Key: namespaceNameLabel, Operator: metav1.LabelSelectorOpNotIn, Values: SystemNamespaces(),
+		Key: namespaceNameLabel, Operator: metav1.LabelSelectorOpNotIn, Values: ctrlmeshv1alpha1.SystemNamespaces(),
 	})
 	rules := make([]admissionregistrationv1.RuleWithOperations, 0, len(r.Resources))
 	for _, gvr := range r.Resources {

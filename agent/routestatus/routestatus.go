@@ -6,7 +6,7 @@
 // plain Update of the status subresource, carrying the resourceVersion it
 // read; each pod's proxy writes only its own
 // status.pods[name=<pod>].appliedRulesHash by server-side apply, as field
-// manager proxy.FieldManager(pod). They coexist because:
+// manager ctrlmeshv1alpha1.ProxyFieldManager(pod). They coexist because:
 //
 //   - the agent copies every appliedRulesHash from the status it read, and
 //     the resourceVersion makes the server refuse the Update (409) when a

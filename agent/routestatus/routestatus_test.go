@@ -90,7 +90,7 @@ func TestPodsAndProxyReports(t *testing.T) {
 	got = waitFor(t, route, "ProxiesReady again", func(r *ctrlmeshv1alpha1.ShardRoute) bool {
 		return hasCondition(r, ctrlmeshv1alpha1.ConditionProxiesReady, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonProxiesApplied)
 	})
-	if fields := managedStatusFields(got, proxy.FieldManager("op-c")); !strings.Contains(fields, "appliedRulesHash") {
+	if fields := managedStatusFields(got, ctrlmeshv1alpha1.ProxyFieldManager("op-c")); !strings.Contains(fields, "appliedRulesHash") {
 		t.Fatalf("op-c's manager does not own its hash: %s", fields)
 	}
 
@@ -115,7 +115,7 @@ func TestPodsAndProxyReports(t *testing.T) {
 		t.Fatalf("entry of the pod the selector does not match: %+v", other)
 	}
 	for _, pod := range []string{"op-b", "ghost"} {
-		if fields := managedStatusFields(got, proxy.FieldManager(pod)); fields != "" {
+		if fields := managedStatusFields(got, ctrlmeshv1alpha1.ProxyFieldManager(pod)); fields != "" {
 			t.Fatalf("%s's field manager outlived its entry: %s", pod, fields)
 		}
 	}
@@ -354,7 +354,7 @@ func report(ctx context.Context, route *ctrlmeshv1alpha1.ShardRoute, pod, hash s
 			map[string]any{"name": pod, "appliedRulesHash": hash},
 		}},
 	}}
-	return admin.Status().Patch(ctx, patch, client.Apply, client.FieldOwner(proxy.FieldManager(pod)))
+	return admin.Status().Patch(ctx, patch, client.Apply, client.FieldOwner(ctrlmeshv1alpha1.ProxyFieldManager(pod)))
 }
 
 func getRoute(t *testing.T, route *ctrlmeshv1alpha1.ShardRoute) *ctrlmeshv1alpha1.ShardRoute {

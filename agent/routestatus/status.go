@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
-	"github.com/ctrlmesh/ctrlmesh/proxy"
 )
 
 // maxNamedPods bounds the pods a ProxiesPending message names.
@@ -85,7 +84,7 @@ func isReady(pod *corev1.Pod) bool {
 }
 
 func shardLockName(route *ctrlmeshv1alpha1.ShardRoute, shard string) string {
-	return proxy.ShardLockName(route.Spec.Controller.LeaderElectionName, shard)
+	return ctrlmeshv1alpha1.ShardLockName(route.Spec.Controller.LeaderElectionName, shard)
 }
 
 // leaders returns the holder of every shard's unexpired lease — the

@@ -289,7 +289,7 @@ func (a *Applier) apply(ctx context.Context, work *workv1alpha1.Work, desired *c
 			},
 			Spec: desired.Spec,
 		}
-		if err := a.member.Create(ctx, route, client.FieldOwner(FieldManager)); err != nil {
+		if err := a.member.Create(ctx, route, client.FieldOwner(ctrlmeshv1alpha1.WorkApplyFieldManager)); err != nil {
 			return nil, fmt.Errorf("creating ShardRoute %s: %w", key, err)
 		}
 		return route, nil
@@ -320,7 +320,7 @@ func (a *Applier) apply(ctx context.Context, work *workv1alpha1.Work, desired *c
 		return &current, nil
 	}
 	// The cached resourceVersion makes a stale view fail with a conflict.
-	if err := a.member.Update(ctx, route, client.FieldOwner(FieldManager)); err != nil {
+	if err := a.member.Update(ctx, route, client.FieldOwner(ctrlmeshv1alpha1.WorkApplyFieldManager)); err != nil {
 		return nil, fmt.Errorf("updating ShardRoute %s: %w", key, err)
 	}
 	return route, nil

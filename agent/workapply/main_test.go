@@ -115,7 +115,7 @@ func (a *agent) start(t *testing.T) (stop func()) {
 	}
 	applier := &workapply.Applier{
 		HubConfig: a.hubConfig, ClusterName: a.cluster,
-		Recorder: mgr.GetEventRecorderFor("ctrlmesh-agent"), Log: logr.Discard(),
+		Recorder: mgr.GetEventRecorderFor(ctrlmeshv1alpha1.AgentComponent), Log: logr.Discard(),
 	}
 	if err := applier.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)

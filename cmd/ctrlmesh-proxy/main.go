@@ -8,6 +8,8 @@ import (
 	"os"
 	"time"
 
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -90,20 +92,20 @@ shards' leader-election locks live.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.ListenAddress, "listen-address", "127.0.0.1:15080", "address serving the operator's API requests (plain HTTP; keep it on loopback)")
-	f.StringVar(&opts.HealthAddress, "health-address", ":15081", "address serving /healthz, /readyz and /metrics; empty disables")
+	f.StringVar(&opts.ListenAddress, ctrlmeshv1alpha1.ProxyFlagListenAddress, fmt.Sprintf("127.0.0.1:%d", ctrlmeshv1alpha1.ProxyListenPort), "address serving the operator's API requests (plain HTTP; keep it on loopback)")
+	f.StringVar(&opts.HealthAddress, ctrlmeshv1alpha1.ProxyFlagHealthAddress, fmt.Sprintf(":%d", ctrlmeshv1alpha1.ProxyHealthPort), "address serving /healthz, /readyz and /metrics; empty disables")
 	f.StringVar(&upstreamKubeconfig, "upstream-kubeconfig", "", "kubeconfig with the operator's own credentials for the real API server; empty uses in-cluster credentials")
 	f.StringVar(&rulesKubeconfig, "rules-kubeconfig", "", "kubeconfig for this pod's own cluster, which holds its ShardRoute and its shards' leader-election locks, when --upstream-kubeconfig points at another API server (Fleet scope over the hub's objects); empty: the upstream")
-	f.StringVar(&opts.Pod, "pod-name", os.Getenv("POD_NAME"), "name of this pod, as the rules list it (default $POD_NAME)")
-	f.StringVar(&opts.RulesNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "namespace of this pod and of its ShardRoute (default $POD_NAMESPACE)")
-	f.StringVar(&opts.RulesName, "rules-name", "", "name of the ShardRoute to enforce, watched through the API server (read-only), applied hash reported into its status")
+	f.StringVar(&opts.Pod, "pod-name", os.Getenv(ctrlmeshv1alpha1.ProxyEnvPodName), "name of this pod, as the rules list it (default $POD_NAME)")
+	f.StringVar(&opts.RulesNamespace, "pod-namespace", os.Getenv(ctrlmeshv1alpha1.ProxyEnvPodNamespace), "namespace of this pod and of its ShardRoute (default $POD_NAMESPACE)")
+	f.StringVar(&opts.RulesName, ctrlmeshv1alpha1.ProxyFlagRulesName, "", "name of the ShardRoute to enforce, watched through the API server (read-only), applied hash reported into its status")
 	f.StringVar(&opts.RulesFile, "rules-file", "", "static rules: a ShardRoute in YAML or JSON, reloaded when it changes (instead of --rules-name)")
 	f.DurationVar(&opts.RulesFileInterval, "rules-file-interval", time.Second, "how often --rules-file is checked for changes")
 	f.StringVar(&mode, "selector-mode", "auto", "how list and watch are narrowed: range (KEP-5866 shardSelector), label (ctrlmesh.io/sharding-hash), or auto (ask the API server)")
-	f.StringVar(&opts.OperatorKubeconfig, "operator-kubeconfig", "", "write a kubeconfig pointing at --listen-address to this path, for the operator")
-	f.StringVar(&opts.WebhookListenAddress, "webhook-listen-address", "", "address serving the operator's admission webhooks (HTTPS with the operator's certificate): each request goes to the pod whose shard owns the object's namespace; point the webhook Service's targetPort here; empty disables")
+	f.StringVar(&opts.OperatorKubeconfig, ctrlmeshv1alpha1.ProxyFlagOperatorKubeconfig, "", "write a kubeconfig pointing at --listen-address to this path, for the operator")
+	f.StringVar(&opts.WebhookListenAddress, ctrlmeshv1alpha1.ProxyFlagWebhookListenAddress, "", "address serving the operator's admission webhooks (HTTPS with the operator's certificate): each request goes to the pod whose shard owns the object's namespace; point the webhook Service's targetPort here; empty disables")
 	f.IntVar(&opts.WebhookPeerPort, "webhook-peer-port", 0, "port the other pods' webhook routers listen on; 0 uses the port of --webhook-listen-address")
-	f.StringVar(&opts.WebhookCertDir, "webhook-cert-dir", "", "where the operator's webhook certificate (tls.crt, tls.key, optional ca.crt) is mounted in this container; empty uses the rules' webhook.certDir")
+	f.StringVar(&opts.WebhookCertDir, ctrlmeshv1alpha1.ProxyFlagWebhookCertDir, "", "where the operator's webhook certificate (tls.crt, tls.key, optional ca.crt) is mounted in this container; empty uses the rules' webhook.certDir")
 	logFlags := flag.NewFlagSet("log", flag.ContinueOnError)
 	zapOpts.BindFlags(logFlags)
 	f.AddGoFlagSet(logFlags)

@@ -4,33 +4,13 @@ import (
 	"fmt"
 	"time"
 
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+
 	clusterv1alpha1 "github.com/karmada-io/karmada/pkg/apis/cluster/v1alpha1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
-)
-
-// Reasons of the ManagedCluster conditions the controller writes. OCM's API
-// has constants for the condition types only; where OCM's registration
-// controller has a reason for the same state, the reason is OCM's.
-const (
-	// ReasonAccepted: spec.hubAcceptsClient is true (HubAccepted True).
-	ReasonAccepted = "HubClusterAdminAccepted"
-	// ReasonNotAccepted: spec.hubAcceptsClient is false (HubAccepted False).
-	ReasonNotAccepted = "HubClusterAdminNotAccepted"
-	// ReasonAvailable: the heartbeat is fresh and Karmada, if it knows the
-	// cluster, has it Ready (Available True).
-	ReasonAvailable = "ManagedClusterAvailable"
-	// ReasonLeaseUpdateStopped: the heartbeat Lease ran out (Available False).
-	ReasonLeaseUpdateStopped = "ManagedClusterLeaseUpdateStopped"
-	// ReasonKarmadaClusterNotReady: the heartbeat is fresh but Karmada's
-	// Cluster of the same name is not Ready (Available False).
-	ReasonKarmadaClusterNotReady = "KarmadaClusterNotReady"
-	// ReasonNoHeartbeat: the member's agent has not written its heartbeat
-	// Lease, or wrote one without renewTime or leaseDurationSeconds
-	// (Available Unknown).
-	ReasonNoHeartbeat = "ManagedClusterLeaseNotFound"
 )
 
 // availability is the state of a cluster's Available condition.
@@ -47,12 +27,12 @@ type availability struct {
 // Cluster object for it (karmadaCluster not nil), while that is Ready.
 func assessAvailability(now time.Time, lease *coordinationv1.Lease, karmadaCluster *clusterv1alpha1.Cluster) availability {
 	if lease == nil || lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil {
-		return availability{status: metav1.ConditionUnknown, reason: ReasonNoHeartbeat,
+		return availability{status: metav1.ConditionUnknown, reason: ctrlmeshv1alpha1.ReasonNoHeartbeat,
 			message: "The cluster's agent has not renewed its heartbeat lease yet."}
 	}
 	expiry := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
 	if !now.Before(expiry) {
-		return availability{status: metav1.ConditionFalse, reason: ReasonLeaseUpdateStopped, heartbeatExpiry: expiry,
+		return availability{status: metav1.ConditionFalse, reason: ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, heartbeatExpiry: expiry,
 			message: "The cluster's agent stopped renewing its heartbeat lease."}
 	}
 	if karmadaCluster != nil {
@@ -61,20 +41,20 @@ func assessAvailability(now time.Time, lease *coordinationv1.Lease, karmadaClust
 			if ready != nil {
 				reason = fmt.Sprintf("Ready is %s (%s)", ready.Status, ready.Reason)
 			}
-			return availability{status: metav1.ConditionFalse, reason: ReasonKarmadaClusterNotReady, heartbeatExpiry: expiry,
+			return availability{status: metav1.ConditionFalse, reason: ctrlmeshv1alpha1.ReasonKarmadaClusterNotReady, heartbeatExpiry: expiry,
 				message: "Karmada's Cluster is not ready: " + reason + "."}
 		}
 	}
-	return availability{status: metav1.ConditionTrue, reason: ReasonAvailable, heartbeatExpiry: expiry,
+	return availability{status: metav1.ConditionTrue, reason: ctrlmeshv1alpha1.ReasonClusterAvailable, heartbeatExpiry: expiry,
 		message: "The cluster's agent renews its heartbeat lease."}
 }
 
 // conditions are the ManagedCluster conditions the controller owns.
 func conditions(accepted bool, a availability) []metav1.Condition {
 	hubAccepted := metav1.Condition{Type: clusterv1.ManagedClusterConditionHubAccepted, Status: metav1.ConditionTrue,
-		Reason: ReasonAccepted, Message: "Accepted by hub cluster admin"}
+		Reason: ctrlmeshv1alpha1.ReasonClusterAccepted, Message: "Accepted by hub cluster admin"}
 	if !accepted {
-		hubAccepted.Status, hubAccepted.Reason = metav1.ConditionFalse, ReasonNotAccepted
+		hubAccepted.Status, hubAccepted.Reason = metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonClusterNotAccepted
 		hubAccepted.Message = "Waiting for the hub cluster admin to accept the cluster."
 	}
 	return []metav1.Condition{hubAccepted, {

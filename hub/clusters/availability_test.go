@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+
 	clusterv1alpha1 "github.com/karmada-io/karmada/pkg/apis/cluster/v1alpha1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,19 +32,19 @@ func TestAssessAvailability(t *testing.T) {
 		wantReason string
 		wantExpiry time.Time
 	}{
-		{"no lease", renewed, nil, nil, metav1.ConditionUnknown, ReasonNoHeartbeat, time.Time{}},
+		{"no lease", renewed, nil, nil, metav1.ConditionUnknown, ctrlmeshv1alpha1.ReasonNoHeartbeat, time.Time{}},
 		{"a lease never renewed", renewed, &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](40)}},
-			nil, metav1.ConditionUnknown, ReasonNoHeartbeat, time.Time{}},
+			nil, metav1.ConditionUnknown, ctrlmeshv1alpha1.ReasonNoHeartbeat, time.Time{}},
 		{"a lease without duration", renewed, &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{RenewTime: lease.Spec.RenewTime}},
-			nil, metav1.ConditionUnknown, ReasonNoHeartbeat, time.Time{}},
-		{"fresh", renewed.Add(10 * time.Second), lease, nil, metav1.ConditionTrue, ReasonAvailable, expiry},
-		{"fresh until just before expiry", expiry.Add(-time.Microsecond), lease, nil, metav1.ConditionTrue, ReasonAvailable, expiry},
-		{"expired at expiry", expiry, lease, nil, metav1.ConditionFalse, ReasonLeaseUpdateStopped, expiry},
-		{"expired long ago", expiry.Add(time.Hour), lease, nil, metav1.ConditionFalse, ReasonLeaseUpdateStopped, expiry},
-		{"fresh and Karmada Ready", renewed, lease, karmada(ready), metav1.ConditionTrue, ReasonAvailable, expiry},
-		{"fresh but Karmada not Ready", renewed, lease, karmada(notReady), metav1.ConditionFalse, ReasonKarmadaClusterNotReady, expiry},
-		{"fresh but Karmada without Ready", renewed, lease, karmada(), metav1.ConditionFalse, ReasonKarmadaClusterNotReady, expiry},
-		{"expired and Karmada Ready", expiry, lease, karmada(ready), metav1.ConditionFalse, ReasonLeaseUpdateStopped, expiry},
+			nil, metav1.ConditionUnknown, ctrlmeshv1alpha1.ReasonNoHeartbeat, time.Time{}},
+		{"fresh", renewed.Add(10 * time.Second), lease, nil, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable, expiry},
+		{"fresh until just before expiry", expiry.Add(-time.Microsecond), lease, nil, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable, expiry},
+		{"expired at expiry", expiry, lease, nil, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, expiry},
+		{"expired long ago", expiry.Add(time.Hour), lease, nil, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, expiry},
+		{"fresh and Karmada Ready", renewed, lease, karmada(ready), metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable, expiry},
+		{"fresh but Karmada not Ready", renewed, lease, karmada(notReady), metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonKarmadaClusterNotReady, expiry},
+		{"fresh but Karmada without Ready", renewed, lease, karmada(), metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonKarmadaClusterNotReady, expiry},
+		{"expired and Karmada Ready", expiry, lease, karmada(ready), metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, expiry},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := assessAvailability(tc.now, tc.lease, tc.karmada)
@@ -58,7 +60,7 @@ func TestAssessAvailability(t *testing.T) {
 func TestSetConditions(t *testing.T) {
 	joined := metav1.Condition{Type: clusterv1.ManagedClusterConditionJoined, Status: metav1.ConditionTrue, Reason: "ManagedClusterJoined"}
 	existing := []metav1.Condition{joined}
-	avail := availability{status: metav1.ConditionTrue, reason: ReasonAvailable, message: "m"}
+	avail := availability{status: metav1.ConditionTrue, reason: ctrlmeshv1alpha1.ReasonClusterAvailable, message: "m"}
 	if !setConditions(&existing, conditions(true, avail)) {
 		t.Fatal("no change reported for new conditions")
 	}
@@ -68,7 +70,7 @@ func TestSetConditions(t *testing.T) {
 	if setConditions(&existing, conditions(true, avail)) {
 		t.Error("a change reported for the same conditions")
 	}
-	avail.status, avail.reason = metav1.ConditionFalse, ReasonLeaseUpdateStopped
+	avail.status, avail.reason = metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped
 	if !setConditions(&existing, conditions(true, avail)) {
 		t.Error("no change reported when availability changed")
 	}

@@ -12,6 +12,8 @@ import (
 	"maps"
 	"time"
 
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+
 	clusterv1alpha1 "github.com/karmada-io/karmada/pkg/apis/cluster/v1alpha1"
 	"github.com/karmada-io/karmada/pkg/util/names"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -34,7 +36,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
-	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
 )
 
 // ControllerName names the controller in logs and metrics.
@@ -87,7 +88,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	leases, err := cache.New(mgr.GetConfig(), cache.Options{
 		HTTPClient: mgr.GetHTTPClient(), Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
 		ByObject: map[client.Object]cache.ByObject{
-			&coordinationv1.Lease{}: {Field: fields.OneTermEqualSelector("metadata.name", membership.LeaseName)},
+			&coordinationv1.Lease{}: {Field: fields.OneTermEqualSelector("metadata.name", ctrlmeshv1alpha1.HeartbeatLeaseName)},
 		},
 	})
 	if err != nil {
@@ -104,7 +105,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(source.Kind(leases, &coordinationv1.Lease{},
 			handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, lease *coordinationv1.Lease) []reconcile.Request {
 				cluster, err := names.GetClusterName(lease.Namespace)
-				if err != nil || lease.Name != membership.LeaseName {
+				if err != nil || lease.Name != ctrlmeshv1alpha1.HeartbeatLeaseName {
 					return nil
 				}
 				return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: cluster}}}
@@ -191,7 +192,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // heartbeatLease returns the cluster's heartbeat Lease, or nil.
 func (r *Reconciler) heartbeatLease(ctx context.Context, cluster string) (*coordinationv1.Lease, error) {
 	var lease coordinationv1.Lease
-	err := r.leases.Get(ctx, client.ObjectKey{Namespace: names.GenerateExecutionSpaceName(cluster), Name: membership.LeaseName}, &lease)
+	err := r.leases.Get(ctx, client.ObjectKey{Namespace: names.GenerateExecutionSpaceName(cluster), Name: ctrlmeshv1alpha1.HeartbeatLeaseName}, &lease)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, nil

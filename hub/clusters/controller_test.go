@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -39,7 +41,7 @@ func acceptedWithNamespace(ctx context.Context, c *controller, name string) erro
 	if !mc.Spec.HubAcceptsClient {
 		return fmt.Errorf("not accepted")
 	}
-	if err := conditionIs(ctx, name, hubAccepted, metav1.ConditionTrue, clusters.ReasonAccepted); err != nil {
+	if err := conditionIs(ctx, name, hubAccepted, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAccepted); err != nil {
 		return err
 	}
 	if exists, err := namespaceExists(ctx, executionNamespace(name)); !exists {
@@ -62,10 +64,10 @@ func TestAutoAccept(t *testing.T) {
 			return err
 		}
 		// Accepted, with no heartbeat yet.
-		if err := conditionIs(ctx, name, available, metav1.ConditionUnknown, clusters.ReasonNoHeartbeat); err != nil {
+		if err := conditionIs(ctx, name, available, metav1.ConditionUnknown, ctrlmeshv1alpha1.ReasonNoHeartbeat); err != nil {
 			return err
 		}
-		if err := recorded(c.store, name, true, false, clusters.ReasonNoHeartbeat); err != nil {
+		if err := recorded(c.store, name, true, false, ctrlmeshv1alpha1.ReasonNoHeartbeat); err != nil {
 			return err
 		}
 		if c.changesOf(name) == 0 {
@@ -86,10 +88,10 @@ func TestAcceptByAdmin(t *testing.T) {
 	createCluster(t, ctx, name, false)
 	// Once the controller has written the condition it has done all it does.
 	env.Eventually(t, 20*time.Second, "the pending cluster", func() error {
-		if err := conditionIs(ctx, name, hubAccepted, metav1.ConditionFalse, clusters.ReasonNotAccepted); err != nil {
+		if err := conditionIs(ctx, name, hubAccepted, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonClusterNotAccepted); err != nil {
 			return err
 		}
-		return recorded(c.store, name, false, false, clusters.ReasonNoHeartbeat)
+		return recorded(c.store, name, false, false, ctrlmeshv1alpha1.ReasonNoHeartbeat)
 	})
 	if getCluster(t, ctx, name).Spec.HubAcceptsClient {
 		t.Fatal("accepted without AutoAccept")
@@ -125,7 +127,7 @@ func runHeartbeat(t *testing.T, cluster string, leaseDuration time.Duration) (st
 func leaseOf(t *testing.T, ctx context.Context, cluster string) *coordinationv1.Lease {
 	t.Helper()
 	var lease coordinationv1.Lease
-	if err := hub.Client.Get(ctx, client.ObjectKey{Namespace: executionNamespace(cluster), Name: membership.LeaseName}, &lease); err != nil {
+	if err := hub.Client.Get(ctx, client.ObjectKey{Namespace: executionNamespace(cluster), Name: ctrlmeshv1alpha1.HeartbeatLeaseName}, &lease); err != nil {
 		t.Fatal(err)
 	}
 	return &lease
@@ -141,7 +143,7 @@ func TestHeartbeatAvailability(t *testing.T) {
 	env.Eventually(t, 20*time.Second, "the execution namespace", func() error { return acceptedWithNamespace(ctx, c, name) })
 
 	isAvailable := func() error {
-		if err := conditionIs(ctx, name, available, metav1.ConditionTrue, clusters.ReasonAvailable); err != nil {
+		if err := conditionIs(ctx, name, available, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable); err != nil {
 			return err
 		}
 		if usable := c.store.Snapshot().UsableClusters(); !slices.ContainsFunc(usable, func(u state.Cluster) bool { return u.Name == name }) {
@@ -162,7 +164,7 @@ func TestHeartbeatAvailability(t *testing.T) {
 	lease := leaseOf(t, ctx, name)
 	expiry := lease.Spec.RenewTime.Add(leaseDuration)
 	env.Eventually(t, 10*time.Second, "unavailability after the lease ran out", func() error {
-		err := conditionIs(ctx, name, available, metav1.ConditionFalse, clusters.ReasonLeaseUpdateStopped)
+		err := conditionIs(ctx, name, available, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped)
 		if err == nil && time.Now().Before(expiry) {
 			t.Fatalf("unavailable at %s, before the lease's expiry %s", time.Now(), expiry)
 		}
@@ -171,7 +173,7 @@ func TestHeartbeatAvailability(t *testing.T) {
 	if late := time.Since(expiry); late > time.Second {
 		t.Errorf("unavailable %s after the lease's expiry, want within 1 s", late)
 	}
-	if err := recorded(c.store, name, true, false, clusters.ReasonLeaseUpdateStopped); err != nil {
+	if err := recorded(c.store, name, true, false, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped); err != nil {
 		t.Error(err)
 	}
 	if sc, _ := c.store.Snapshot().Cluster(name); !sc.HeartbeatExpiry.Equal(expiry) {
@@ -224,10 +226,10 @@ func TestClaimsSurviveConditionWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 		env.Eventually(t, 10*time.Second, "available", func() error {
-			return conditionIs(ctx, name, available, metav1.ConditionTrue, clusters.ReasonAvailable)
+			return conditionIs(ctx, name, available, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable)
 		})
 		env.Eventually(t, 10*time.Second, "unavailable", func() error {
-			return conditionIs(ctx, name, available, metav1.ConditionFalse, clusters.ReasonLeaseUpdateStopped)
+			return conditionIs(ctx, name, available, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped)
 		})
 	}
 	stopClaims()
@@ -245,10 +247,10 @@ func TestClaimsSurviveConditionWrites(t *testing.T) {
 	if claims[membership.ClaimKubeVersion] == "" || claims[membership.ClaimCtrlmeshVersion] == "" {
 		t.Errorf("claims %v", claims)
 	}
-	if err := conditionIs(ctx, name, hubAccepted, metav1.ConditionTrue, clusters.ReasonAccepted); err != nil {
+	if err := conditionIs(ctx, name, hubAccepted, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAccepted); err != nil {
 		t.Error(err)
 	}
-	if err := conditionIs(ctx, name, available, metav1.ConditionFalse, clusters.ReasonLeaseUpdateStopped); err != nil {
+	if err := conditionIs(ctx, name, available, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped); err != nil {
 		t.Error(err)
 	}
 	t.Logf("%d joins during 3 availability flips", last)
@@ -279,9 +281,9 @@ func TestRestartRebuildsWithoutWrites(t *testing.T) {
 		reason              string
 	}{
 		fresh:   {true, true, ""},
-		expired: {true, false, clusters.ReasonLeaseUpdateStopped},
-		pending: {false, false, clusters.ReasonNoHeartbeat},
-		noLease: {true, false, clusters.ReasonNoHeartbeat},
+		expired: {true, false, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped},
+		pending: {false, false, ctrlmeshv1alpha1.ReasonNoHeartbeat},
+		noLease: {true, false, ctrlmeshv1alpha1.ReasonNoHeartbeat},
 	}
 	env.Eventually(t, 20*time.Second, "the first hub's state", func() error {
 		for name, w := range want {
@@ -291,8 +293,8 @@ func TestRestartRebuildsWithoutWrites(t *testing.T) {
 			status, reason := metav1.ConditionFalse, w.reason
 			switch {
 			case w.available:
-				status, reason = metav1.ConditionTrue, clusters.ReasonAvailable
-			case w.reason == clusters.ReasonNoHeartbeat:
+				status, reason = metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable
+			case w.reason == ctrlmeshv1alpha1.ReasonNoHeartbeat:
 				status = metav1.ConditionUnknown
 			}
 			if err := conditionIs(ctx, name, available, status, reason); err != nil {

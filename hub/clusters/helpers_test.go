@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -81,7 +83,7 @@ func controllerUser(t *testing.T, ctx context.Context, opts clusters.Options) *r
 	// RBAC reaches the authorizer through an informer: wait until it has.
 	env.Eventually(t, 30*time.Second, "RBAC of the controller's user", func() error {
 		return c.List(ctx, &coordinationv1.LeaseList{}, client.MatchingFieldsSelector{
-			Selector: fields.OneTermEqualSelector("metadata.name", membership.LeaseName)})
+			Selector: fields.OneTermEqualSelector("metadata.name", ctrlmeshv1alpha1.HeartbeatLeaseName)})
 	})
 	installAcceptPolicy(t, ctx)
 	users[opts.AutoAccept] = cfg

@@ -3,7 +3,7 @@ package clusters
 import (
 	rbacv1 "k8s.io/api/rbac/v1"
 
-	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 )
 
 // RBACRules returns the hub RBAC the controller needs with opts, for one
@@ -15,7 +15,7 @@ import (
 //     subresource managedclusters/accept: membership.AcceptPolicy (and OCM's
 //     webhook, where OCM runs) lets only holders of the latter set
 //     spec.hubAcceptsClient;
-//   - the heartbeat Leases: get, list and watch of membership.LeaseName only, which
+//   - the heartbeat Leases: get, list and watch of ctrlmeshv1alpha1.HeartbeatLeaseName only, which
 //     the controller lists and watches by that name in every namespace;
 //   - namespaces: create, for the execution namespaces;
 //   - Karmada Clusters: get, list and watch, used only where the API is
@@ -28,7 +28,7 @@ func RBACRules(opts Options) []rbacv1.PolicyRule {
 	rules := []rbacv1.PolicyRule{
 		{APIGroups: []string{"cluster.open-cluster-management.io"}, Resources: []string{"managedclusters"}, Verbs: managedClusterVerbs},
 		{APIGroups: []string{"cluster.open-cluster-management.io"}, Resources: []string{"managedclusters/status"}, Verbs: []string{"update"}},
-		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{membership.LeaseName}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{ctrlmeshv1alpha1.HeartbeatLeaseName}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"create"}},
 		{APIGroups: []string{karmadaClusterGVK.Group}, Resources: []string{"clusters"}, Verbs: []string{"get", "list", "watch"}},
 	}

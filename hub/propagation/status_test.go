@@ -62,7 +62,7 @@ func startAgent(t *testing.T, ctx context.Context, cluster string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	applier := &workapply.Applier{HubConfig: hubConfig, ClusterName: cluster, Recorder: mgr.GetEventRecorderFor("ctrlmesh-agent"), Log: logr.Discard()}
+	applier := &workapply.Applier{HubConfig: hubConfig, ClusterName: cluster, Recorder: mgr.GetEventRecorderFor(ctrlmeshv1alpha1.AgentComponent), Log: logr.Discard()}
 	if err := applier.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}

@@ -46,9 +46,6 @@ import (
 // ControllerName names the controller in logs, metrics and Events.
 const ControllerName = "shardingconfig"
 
-// Finalizer keeps a ShardingConfig until its Works are deleted.
-const Finalizer = "ctrlmesh.io/works"
-
 // Reconciler reconciles ShardingConfigs.
 type Reconciler struct {
 	// Client reads ShardingConfigs and Works (from the cache) and writes
@@ -121,7 +118,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !sc.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, r.finalize(ctx, &sc)
 	}
-	if controllerutil.AddFinalizer(&sc, Finalizer) {
+	if controllerutil.AddFinalizer(&sc, ctrlmeshv1alpha1.ShardingConfigFinalizer) {
 		if err := r.Client.Update(ctx, &sc); err != nil {
 			return reconcile.Result{}, fmt.Errorf("adding the finalizer: %w", err)
 		}
@@ -148,7 +145,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 // finalize deletes the ShardingConfig's Works and then lets it go.
 func (r *Reconciler) finalize(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig) error {
-	if !controllerutil.ContainsFinalizer(sc, Finalizer) {
+	if !controllerutil.ContainsFinalizer(sc, ctrlmeshv1alpha1.ShardingConfigFinalizer) {
 		return nil
 	}
 	if _, err := r.Writer.Prune(ctx, sc, nil); err != nil {
@@ -163,7 +160,7 @@ func (r *Reconciler) finalize(ctx context.Context, sc *ctrlmeshv1alpha1.Sharding
 		// deletion is an event that brings the ShardingConfig back here.
 		return nil
 	}
-	controllerutil.RemoveFinalizer(sc, Finalizer)
+	controllerutil.RemoveFinalizer(sc, ctrlmeshv1alpha1.ShardingConfigFinalizer)
 	if err := r.Client.Update(ctx, sc); err != nil {
 		return fmt.Errorf("removing the finalizer: %w", err)
 	}
@@ -257,7 +254,7 @@ func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingCon
 	if pruned, err := r.Writer.Prune(ctx, sc, slices.Sorted(maps.Keys(out.members))); err != nil {
 		return nil, err
 	} else if len(pruned) > 0 {
-		r.Recorder.Eventf(sc, corev1.EventTypeNormal, "WorksDeleted", "Deleted the Works of clusters no longer selected: %v", pruned)
+		r.Recorder.Eventf(sc, corev1.EventTypeNormal, ctrlmeshv1alpha1.ReasonWorksDeleted, "Deleted the Works of clusters no longer selected: %v", pruned)
 	}
 
 	canary, err := canaryStep(sc, space, out.canaryStep)
@@ -444,11 +441,11 @@ func changedInPlace(built map[string]*ctrlmeshv1alpha1.ShardRoute, members map[s
 // recordMoves records what a published step revoked and granted.
 func (r *Reconciler) recordMoves(sc *ctrlmeshv1alpha1.ShardingConfig, clusters []string, step placement.Step) {
 	for _, c := range step.Revoked {
-		r.Recorder.Eventf(sc, corev1.EventTypeNormal, "Revoked", "Generation %d in %v: shard %s stops serving buckets %s namespaces %v",
+		r.Recorder.Eventf(sc, corev1.EventTypeNormal, ctrlmeshv1alpha1.ReasonRevoked, "Generation %d in %v: shard %s stops serving buckets %s namespaces %v",
 			step.Rules.Generation, clusters, c.Shard, c.Buckets, c.Namespaces)
 	}
 	for _, c := range step.Granted {
-		r.Recorder.Eventf(sc, corev1.EventTypeNormal, "Granted", "Generation %d in %v: shard %s starts serving buckets %s namespaces %v",
+		r.Recorder.Eventf(sc, corev1.EventTypeNormal, ctrlmeshv1alpha1.ReasonGranted, "Generation %d in %v: shard %s starts serving buckets %s namespaces %v",
 			step.Rules.Generation, clusters, c.Shard, c.Buckets, c.Namespaces)
 		r.Metrics.bucketsMoved.WithLabelValues(sc.Namespace, sc.Name).Add(float64(c.Buckets.Len()))
 	}

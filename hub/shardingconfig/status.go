@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,13 +16,6 @@ import (
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/hub/placement"
-)
-
-// Reasons of the conditions besides those in the API package.
-const (
-	ReasonAllShardsServing = "AllShardsServing"
-	ReasonShardsNotReady   = "ShardsNotReady"
-	ReasonAsExpected       = "AsExpected"
 )
 
 // writeStatus writes sc's status from the outcome and the canary's
@@ -50,10 +44,10 @@ func (r *Reconciler) writeStatus(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 		case reason != "":
 			setConditions(status, metav1.ConditionFalse, reason, message, sc.Generation)
 		case status.ReadyShards < status.Shards || status.Shards == 0:
-			setConditions(status, metav1.ConditionFalse, ReasonShardsNotReady,
+			setConditions(status, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonShardsNotReady,
 				fmt.Sprintf("%d of %d shards serve and are healthy", status.ReadyShards, status.Shards), sc.Generation)
 		default:
-			setConditions(status, metav1.ConditionTrue, ReasonAllShardsServing,
+			setConditions(status, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonAllShardsServing,
 				fmt.Sprintf("%d shards in %d clusters serve every bucket", status.Shards, status.Clusters), sc.Generation)
 		}
 	}
@@ -76,10 +70,10 @@ func setConditions(status *ctrlmeshv1alpha1.ShardingConfigStatus, ready metav1.C
 		Type: ctrlmeshv1alpha1.ConditionReady, Status: ready, Reason: reason, Message: message, ObservedGeneration: generation,
 	})
 	degraded := metav1.Condition{
-		Type: ctrlmeshv1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: ReasonAsExpected,
+		Type: ctrlmeshv1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: ctrlmeshv1alpha1.ReasonAsExpected,
 		Message: "nothing keeps the ShardingConfig from being served", ObservedGeneration: generation,
 	}
-	if ready == metav1.ConditionFalse && reason != ReasonShardsNotReady {
+	if ready == metav1.ConditionFalse && reason != ctrlmeshv1alpha1.ReasonShardsNotReady {
 		degraded.Status, degraded.Reason, degraded.Message = metav1.ConditionTrue, reason, message
 	}
 	meta.SetStatusCondition(&status.Conditions, degraded)
@@ -224,6 +218,6 @@ func (r *Reconciler) advanceCanary(sc *ctrlmeshv1alpha1.ShardingConfig, status *
 	}
 	status.Canary.Step++
 	status.Canary.HealthySince = nil
-	r.Recorder.Eventf(sc, "Normal", "CanaryAdvanced", "The canary shard was healthy for %ds: step %d of %d", spec.MinHealthySeconds, status.Canary.Step+1, len(spec.Steps))
+	r.Recorder.Eventf(sc, corev1.EventTypeNormal, ctrlmeshv1alpha1.ReasonCanaryAdvanced, "The canary shard was healthy for %ds: step %d of %d", spec.MinHealthySeconds, status.Canary.Step+1, len(spec.Steps))
 	return 0
 }

@@ -225,17 +225,17 @@ func TestSetConditions(t *testing.T) {
 		want    []metav1.Condition
 	}{{
 		name:  "ready",
-		ready: metav1.ConditionTrue, reason: ReasonAllShardsServing, message: "4 shards in 2 clusters serve every bucket",
+		ready: metav1.ConditionTrue, reason: ctrlmeshv1alpha1.ReasonAllShardsServing, message: "4 shards in 2 clusters serve every bucket",
 		want: []metav1.Condition{
-			{Type: ctrlmeshv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonAllShardsServing, Message: "4 shards in 2 clusters serve every bucket", ObservedGeneration: 3},
-			{Type: ctrlmeshv1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: ReasonAsExpected, Message: asExpected, ObservedGeneration: 3},
+			{Type: ctrlmeshv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: ctrlmeshv1alpha1.ReasonAllShardsServing, Message: "4 shards in 2 clusters serve every bucket", ObservedGeneration: 3},
+			{Type: ctrlmeshv1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: ctrlmeshv1alpha1.ReasonAsExpected, Message: asExpected, ObservedGeneration: 3},
 		},
 	}, {
 		name:  "shards starting are not degraded",
-		ready: metav1.ConditionFalse, reason: ReasonShardsNotReady, message: "1 of 4 shards serve and are healthy",
+		ready: metav1.ConditionFalse, reason: ctrlmeshv1alpha1.ReasonShardsNotReady, message: "1 of 4 shards serve and are healthy",
 		want: []metav1.Condition{
-			{Type: ctrlmeshv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonShardsNotReady, Message: "1 of 4 shards serve and are healthy", ObservedGeneration: 3},
-			{Type: ctrlmeshv1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: ReasonAsExpected, Message: asExpected, ObservedGeneration: 3},
+			{Type: ctrlmeshv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: ctrlmeshv1alpha1.ReasonShardsNotReady, Message: "1 of 4 shards serve and are healthy", ObservedGeneration: 3},
+			{Type: ctrlmeshv1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: ctrlmeshv1alpha1.ReasonAsExpected, Message: asExpected, ObservedGeneration: 3},
 		},
 	}, {
 		name:  "an invalid spec",
@@ -247,10 +247,10 @@ func TestSetConditions(t *testing.T) {
 	}, {
 		name:   "degraded no more",
 		before: before,
-		ready:  metav1.ConditionTrue, reason: ReasonAllShardsServing, message: "2 shards in 1 clusters serve every bucket",
+		ready:  metav1.ConditionTrue, reason: ctrlmeshv1alpha1.ReasonAllShardsServing, message: "2 shards in 1 clusters serve every bucket",
 		want: []metav1.Condition{
-			{Type: ctrlmeshv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonAllShardsServing, Message: "2 shards in 1 clusters serve every bucket", ObservedGeneration: 3},
-			{Type: ctrlmeshv1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: ReasonAsExpected, Message: asExpected, ObservedGeneration: 3},
+			{Type: ctrlmeshv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: ctrlmeshv1alpha1.ReasonAllShardsServing, Message: "2 shards in 1 clusters serve every bucket", ObservedGeneration: 3},
+			{Type: ctrlmeshv1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: ctrlmeshv1alpha1.ReasonAsExpected, Message: asExpected, ObservedGeneration: 3},
 		},
 	}, {
 		name:   "degraded for another reason",

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+
 	"github.com/go-logr/logr"
 	"github.com/karmada-io/karmada/pkg/util/names"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -14,11 +16,6 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
-
-// LeaseName is the name of the heartbeat Lease in the member's execution
-// namespace karmada-es-<cluster> on the hub. The namespace already names the
-// cluster, and a fixed name lets RBAC restrict the agent to that one Lease.
-const LeaseName = "ctrlmesh-agent"
 
 // Defaults of Heartbeat.
 const (
@@ -30,7 +27,7 @@ const (
 	DefaultRenewInterval = 10 * time.Second
 )
 
-// Heartbeat renews the member's Lease LeaseName in its execution namespace on
+// Heartbeat renews the member's Lease ctrlmeshv1alpha1.HeartbeatLeaseName in its execution namespace on
 // the hub. The Lease tells the hub the agent is alive; it is not a leader
 // election: the agent runs once per member and takes the Lease over from any
 // other holder.
@@ -96,7 +93,7 @@ func (h *Heartbeat) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	log := h.Log.WithValues("cluster", h.ClusterName, "lease", h.Namespace()+"/"+LeaseName)
+	log := h.Log.WithValues("cluster", h.ClusterName, "lease", h.Namespace()+"/"+ctrlmeshv1alpha1.HeartbeatLeaseName)
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	failing, started := false, false
@@ -140,7 +137,7 @@ func (h *Heartbeat) Renew(ctx context.Context) error {
 		return err
 	}
 	seconds := int32(leaseDuration / time.Second)
-	key := client.ObjectKey{Namespace: h.Namespace(), Name: LeaseName}
+	key := client.ObjectKey{Namespace: h.Namespace(), Name: ctrlmeshv1alpha1.HeartbeatLeaseName}
 
 	var lease coordinationv1.Lease
 	err = h.Hub.Get(ctx, key, &lease)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+
 	"github.com/go-logr/logr/testr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -27,7 +29,7 @@ func createNamespace(t *testing.T, ctx context.Context, name string) {
 func leaseRenewTime(t *testing.T, ctx context.Context, ns string) (*coordinationv1.Lease, time.Time) {
 	t.Helper()
 	var lease coordinationv1.Lease
-	err := hub.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: membership.LeaseName}, &lease)
+	err := hub.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: ctrlmeshv1alpha1.HeartbeatLeaseName}, &lease)
 	if apierrors.IsNotFound(err) {
 		return nil, time.Time{}
 	}

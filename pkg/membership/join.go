@@ -5,7 +5,7 @@
 //   - creates the member's OCM ManagedCluster on the hub (Join) and reports
 //     cluster claims in its status: the member's Kubernetes version and the
 //     ctrlmesh version;
-//   - renews a heartbeat Lease named LeaseName in the member's execution
+//   - renews a heartbeat Lease named ctrlmeshv1alpha1.HeartbeatLeaseName in the member's execution
 //     namespace karmada-es-<cluster> on the hub (Heartbeat);
 //   - asks whether the hub accepted the member (IsAccepted): until an
 //     administrator, or an auto-accept policy, sets spec.hubAcceptsClient, the

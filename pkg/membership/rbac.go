@@ -3,6 +3,8 @@ package membership
 import (
 	"fmt"
 
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+
 	"github.com/karmada-io/karmada/pkg/util/names"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -57,7 +59,7 @@ func HubClusterRole(cluster string) string { return "ctrlmesh-agent-hub:" + clus
 // Join, Heartbeat, IsAccepted and reading the member's Works need:
 //
 //   - ClusterRole ExecutionClusterRole (shared by all members): create Leases
-//     and get/update/patch the Lease LeaseName; get/list/watch Works and
+//     and get/update/patch the Lease ctrlmeshv1alpha1.HeartbeatLeaseName; get/list/watch Works and
 //     update/patch their status (not their spec);
 //   - ClusterRole HubClusterRole(cluster) and its ClusterRoleBinding: get the
 //     member's own ManagedCluster and get/update/patch its status;
@@ -91,7 +93,7 @@ func AgentHubRBAC(cluster string) []client.Object {
 			ObjectMeta: metav1.ObjectMeta{Name: ExecutionClusterRole, Labels: shared},
 			Rules: []rbacv1.PolicyRule{
 				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
-				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{LeaseName}, Verbs: []string{"get", "update", "patch"}},
+				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{ctrlmeshv1alpha1.HeartbeatLeaseName}, Verbs: []string{"get", "update", "patch"}},
 				{APIGroups: []string{"work.karmada.io"}, Resources: []string{"works"}, Verbs: []string{"get", "list", "watch"}},
 				{APIGroups: []string{"work.karmada.io"}, Resources: []string{"works/status"}, Verbs: []string{"update", "patch"}},
 			},

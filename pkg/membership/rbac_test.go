@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+
 	"github.com/go-logr/logr/testr"
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -64,7 +66,7 @@ func TestAgentHubRBACIsExactlyEnough(t *testing.T) {
 		&clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: other}},
 		work(ownNS, "own-work"),
 		work(otherNS, "other-work"),
-		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: otherNS, Name: membership.LeaseName}},
+		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: otherNS, Name: ctrlmeshv1alpha1.HeartbeatLeaseName}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ownNS, Name: "hub-secret"}},
 	} {
 		if err := hub.Client.Create(ctx, obj); err != nil {
@@ -180,13 +182,13 @@ func TestAgentHubRBACIsExactlyEnough(t *testing.T) {
 				Spec: clusterv1.ManagedClusterSpec{HubAcceptsClient: true}})
 		}},
 		{"get another member's Lease", func() error {
-			return agent.Get(ctx, client.ObjectKey{Namespace: otherNS, Name: membership.LeaseName}, &coordinationv1.Lease{})
+			return agent.Get(ctx, client.ObjectKey{Namespace: otherNS, Name: ctrlmeshv1alpha1.HeartbeatLeaseName}, &coordinationv1.Lease{})
 		}},
 		{"renew another member's Lease", func() error {
 			return (&membership.Heartbeat{Hub: agent, ClusterName: other, Identity: "agent-0"}).Renew(ctx)
 		}},
 		{"update another member's Lease", func() error {
-			l := adminGet(&coordinationv1.Lease{}, client.ObjectKey{Namespace: otherNS, Name: membership.LeaseName}).(*coordinationv1.Lease)
+			l := adminGet(&coordinationv1.Lease{}, client.ObjectKey{Namespace: otherNS, Name: ctrlmeshv1alpha1.HeartbeatLeaseName}).(*coordinationv1.Lease)
 			l.Spec.HolderIdentity = ptr.To("agent-0")
 			return agent.Update(ctx, l)
 		}},
@@ -219,7 +221,7 @@ func TestAgentHubRBACIsExactlyEnough(t *testing.T) {
 			return agent.List(ctx, &corev1.SecretList{}, client.InNamespace(ownNS))
 		}},
 		{"delete its Lease", func() error {
-			return agent.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ownNS, Name: membership.LeaseName}})
+			return agent.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ownNS, Name: ctrlmeshv1alpha1.HeartbeatLeaseName}})
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

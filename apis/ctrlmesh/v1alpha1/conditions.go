@@ -44,3 +44,63 @@ const (
 	ReasonInvalidSpec        = "InvalidSpec"
 	ReasonNoClusters         = "NoClustersSelected"
 )
+
+// Reasons of the Ready condition of ShardingConfig when it is True, and of
+// Degraded when it is False (the other reasons above say what is wrong).
+const (
+	// ReasonAllShardsServing: Ready is True, every shard serves its buckets
+	// and is healthy.
+	ReasonAllShardsServing = "AllShardsServing"
+	// ReasonShardsNotReady: Ready is False, some shard is pending or
+	// unhealthy; the message names them.
+	ReasonShardsNotReady = "ShardsNotReady"
+	// ReasonAsExpected: Degraded is False.
+	ReasonAsExpected = "AsExpected"
+)
+
+// Reasons of the hub's conditions on OCM ManagedClusters (HubAcceptedManagedCluster
+// and ManagedClusterConditionAvailable). OCM's API module has constants for
+// the condition types only; where OCM's registration controller has a reason
+// for the same state, the reason is OCM's.
+const (
+	// ReasonClusterAccepted: spec.hubAcceptsClient is true (HubAccepted True).
+	ReasonClusterAccepted = "HubClusterAdminAccepted"
+	// ReasonClusterNotAccepted: spec.hubAcceptsClient is false (HubAccepted
+	// False).
+	ReasonClusterNotAccepted = "HubClusterAdminNotAccepted"
+	// ReasonClusterAvailable: the heartbeat is fresh and Karmada, if it knows
+	// the cluster, has it Ready (Available True).
+	ReasonClusterAvailable = "ManagedClusterAvailable"
+	// ReasonLeaseUpdateStopped: the heartbeat Lease ran out (Available False).
+	ReasonLeaseUpdateStopped = "ManagedClusterLeaseUpdateStopped"
+	// ReasonKarmadaClusterNotReady: the heartbeat is fresh but Karmada's
+	// Cluster of the same name is not Ready (Available False).
+	ReasonKarmadaClusterNotReady = "KarmadaClusterNotReady"
+	// ReasonNoHeartbeat: the member's agent has not written its heartbeat
+	// Lease, or wrote one without renewTime or leaseDurationSeconds
+	// (Available Unknown).
+	ReasonNoHeartbeat = "ManagedClusterLeaseNotFound"
+)
+
+// Reasons of the Events ctrlmesh records.
+const (
+	// ReasonRevoked (Normal, on a ShardingConfig): a shard stops serving
+	// buckets or namespaces in a new generation of the rules.
+	ReasonRevoked = "Revoked"
+	// ReasonGranted (Normal, on a ShardingConfig): a shard starts serving
+	// buckets or namespaces, once nobody else serves them.
+	ReasonGranted = "Granted"
+	// ReasonCanaryAdvanced (Normal, on a ShardingConfig): the canary shard
+	// stayed healthy for canary.minHealthySeconds and takes the next step.
+	ReasonCanaryAdvanced = "CanaryAdvanced"
+	// ReasonWorksDeleted (Normal, on a ShardingConfig): the Works of clusters
+	// no longer selected were deleted.
+	ReasonWorksDeleted = "WorksDeleted"
+	// ReasonBucketCountConflict (Warning, on a ShardRoute in label mode): the
+	// route counts another number of buckets than the labels of the member
+	// are written with, so it cannot be served there.
+	ReasonBucketCountConflict = "BucketCountConflict"
+	// ReasonProxyNotInjected (Warning, on a Pod): the pod asked for the proxy
+	// and was created without it; the message says why and what to do.
+	ReasonProxyNotInjected = "ProxyNotInjected"
+)

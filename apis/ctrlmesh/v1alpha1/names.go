@@ -103,3 +103,9 @@ const (
 // ProxyFlag is "--name=value", a flag of ctrlmesh-proxy as the injector
 // writes it.
 func ProxyFlag(name string, value any) string { return fmt.Sprintf("--%s=%v", name, value) }
+
+// The components as the Events they record name them.
+const (
+	HubComponent   = "ctrlmesh-hub"
+	AgentComponent = "ctrlmesh-agent"
+)

@@ -219,7 +219,7 @@ func leaseName(route *ctrlmeshv1alpha1.ShardRoute, shard string) string {
 	if route.Spec.Controller != nil && route.Spec.Controller.LeaderElectionName != "" {
 		name = route.Spec.Controller.LeaderElectionName
 	}
-	return name + "---" + shard
+	return ctrlmeshv1alpha1.ShardLockName(name, shard)
 }
 
 // settled tells whether the member is at rest with exactly pods: every
