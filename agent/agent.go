@@ -8,7 +8,7 @@
 //     applies the ShardRoutes the hub's Works carry and reflects their status
 //     into the Works, as Karmada would; in Karmada mode Karmada does that;
 //   - the ShardRoute status controller (agent/routestatus, elected);
-//   - labelling (agent/labeler): the rules on every replica, for the
+//   - labeling (agent/labeler): the rules on every replica, for the
 //     webhook; sweeps and the webhook configuration on the elected one;
 //   - the proxy injection webhook (agent/inject, every replica) and the
 //     Events on pods it could not serve (elected).
@@ -82,9 +82,9 @@ type Options struct {
 	MetricsAddress string
 	// HealthAddress serves /healthz and /readyz; "0" disables.
 	HealthAddress string
-	// Webhook serves the labelling and injection webhooks.
+	// Webhook serves the labeling and injection webhooks.
 	Webhook WebhookOptions
-	// LabelPeriod is the time between labelling sweeps; zero for
+	// LabelPeriod is the time between labeling sweeps; zero for
 	// labeler.DefaultPeriod.
 	LabelPeriod time.Duration
 	// Proxy is what the injection webhook injects.
@@ -145,7 +145,7 @@ func Run(ctx context.Context, opts Options) error {
 		LeaderElectionID:        LeaderElectionID,
 		LeaderElectionNamespace: opts.Namespace,
 		// A new leader must not act before the old one stopped: the
-		// labeller and the Work applier write to the cluster.
+		// labeler and the Work applier write to the cluster.
 		LeaderElectionReleaseOnCancel: true,
 		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddress},
 		// controller-runtime keeps controller names in a process-wide

@@ -138,9 +138,9 @@ func (f *testFleet) startAgent(t *testing.T, ctx context.Context, applyWorks boo
 // TestStandaloneAgent runs the agent in standalone mode against a hub and a
 // member with only its shipped RBAC, through the whole path: join and
 // heartbeat; no rules before acceptance; the Work's ShardRoute applied after;
-// a labelled pod injected with the proxy; the route's status, driven by a
+// a labeled pod injected with the proxy; the route's status, driven by a
 // proxy's report, flowing back into the Work; objects of the sharded resource
-// labelled by the webhook; the Work's deletion; the heartbeat stopping with
+// labeled by the webhook; the Work's deletion; the heartbeat stopping with
 // the agent.
 func TestStandaloneAgent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -198,7 +198,7 @@ func TestStandaloneAgent(t *testing.T) {
 		}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "operator", Image: "example.com/demo-op"}}},
 	}
-	env.Eventually(t, 30*time.Second, "a labelled pod is created with the proxy injected", func() error {
+	env.Eventually(t, 30*time.Second, "a labeled pod is created with the proxy injected", func() error {
 		p := pod.DeepCopy()
 		if err := f.member.Client.Create(ctx, p); err != nil {
 			return err
@@ -227,10 +227,10 @@ func TestStandaloneAgent(t *testing.T) {
 		return f.workHealth(ctx, workv1alpha1.ResourceHealthy, "demo-op-0")
 	})
 
-	// Label mode (the member has no KEP-5866): the labelling webhook labels
+	// Label mode (the member has no KEP-5866): the labeling webhook labels
 	// new ConfigMaps.
 	env.Create(t, ctx, f.member.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}})
-	env.Eventually(t, 30*time.Second, "a new ConfigMap is labelled by the webhook", func() error {
+	env.Eventually(t, 30*time.Second, "a new ConfigMap is labeled by the webhook", func() error {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", GenerateName: "cm-"}}
 		if err := f.member.Client.Create(ctx, cm); err != nil {
 			return err

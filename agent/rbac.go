@@ -28,10 +28,10 @@ const (
 // MemberRBACRules are the agent's rights in its member cluster, cluster-wide:
 // those of the status controller, the injection webhook and the Work applier,
 // plus
-//   - the labeller's: list, watch and patch objects of every resource, since
+//   - the labeler's: list, watch and patch objects of every resource, since
 //     the ShardRoutes, not this role, say which resources are sharded (an
 //     admin who knows them may narrow "*" to them), and list namespaces;
-//   - the webhook configurations the elected agent writes for labelling (from
+//   - the webhook configurations the elected agent writes for labeling (from
 //     the rules) and injection. RBAC cannot restrict create to names.
 func MemberRBACRules() []rbacv1.PolicyRule {
 	return rbacutil.Merge(routestatus.MemberRBACRules(), inject.MemberRBACRules(), workapply.MemberRBACRules(), []rbacv1.PolicyRule{

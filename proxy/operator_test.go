@@ -185,7 +185,7 @@ func seedManaged(t *testing.T, ctx context.Context, cs kubernetes.Interface) {
 		ns := nsName(i)
 		cm := &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: "managed", Namespace: ns, Labels: map[string]string{
-				operator.ManagedLabel:      operator.ManagedValue,
+				operator.ManagedLabel:              operator.ManagedValue,
 				ctrlmeshv1alpha1.ShardingHashLabel: sharding.LabelValue(scheme32.Bucket(ns)),
 				ctrlmeshv1alpha1.NamespaceLabel:    ns,
 			}},

@@ -68,8 +68,8 @@ var scheme32 = sharding.MustSpace(32)
 
 func nsName(i int) string { return fmt.Sprintf("team-%d-prod", i) }
 
-// seed creates the namespaces with one ConfigMap each, labelled as the agent's
-// labeller would label them (the labels are ignored in range mode).
+// seed creates the namespaces with one ConfigMap each, labeled as the agent's
+// labeler would label them (the labels are ignored in range mode).
 func seed(t *testing.T, ctx context.Context, cs kubernetes.Interface) {
 	t.Helper()
 	for i := 0; i < namespaces; i++ {
@@ -80,7 +80,7 @@ func seed(t *testing.T, ctx context.Context, cs kubernetes.Interface) {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm", Namespace: ns, Labels: map[string]string{
 			ctrlmeshv1alpha1.ShardingHashLabel: sharding.LabelValue(scheme32.Bucket(ns)),
 			ctrlmeshv1alpha1.NamespaceLabel:    ns,
-			"app":                      "demo",
+			"app":                              "demo",
 		}}}
 		if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)

@@ -62,7 +62,7 @@ func TestRulesClusterApartFromUpstream(t *testing.T) {
 
 	// Mode "" detects it upstream: range, which only the hub supports.
 	a := runProxy(t, ctx, proxy.Options{
-		Upstream: hub.Config, Rules: member.Config, Pod: "pod-a", RulesNamespace: rulesNS, RulesName: r.Name,
+		Upstream: hub.Config, OwnCluster: member.Config, Pod: "pod-a", RulesNamespace: rulesNS, RulesName: r.Name,
 	})
 	awaitReported(t, ctx, member.Client, client.ObjectKeyFromObject(r), "pod-a", "f1")
 	waitReady(t, a.health, "f1")

@@ -25,13 +25,13 @@ import (
 type Options struct {
 	// Upstream is the real API server with the operator's credentials.
 	Upstream *rest.Config
-	// Rules is the pod's own cluster, with the pod's credentials there: it
+	// OwnCluster is the pod's own cluster, with the pod's credentials there: it
 	// holds the pod's ShardRoute (watched, and the applied hash reported
 	// into its status) and its shards' leader-election locks, which the
 	// pod's agent reads. nil means Upstream. It differs when Upstream is
 	// another API server (Fleet scope over the hub's objects); selectors,
 	// mode detection and discovery still go to Upstream.
-	Rules *rest.Config
+	OwnCluster *rest.Config
 	// ListenAddress serves the operator's API requests (plain HTTP on
 	// loopback: only containers of the pod reach it).
 	ListenAddress string
@@ -83,11 +83,11 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	scopes := rules.NewMapperScopes(mapper)
 	// The pod's own cluster: its ShardRoute and its shards' locks.
-	own := opts.Rules
+	own := opts.OwnCluster
 	if own == nil {
 		own = opts.Upstream
 	}
-	p, err := New(Config{Upstream: opts.Upstream, LockUpstream: opts.Rules, Scopes: scopes, Log: opts.Log})
+	p, err := New(Config{Upstream: opts.Upstream, LockUpstream: opts.OwnCluster, Scopes: scopes, Log: opts.Log})
 	if err != nil {
 		return err
 	}

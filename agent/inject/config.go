@@ -29,7 +29,7 @@ type WebhookOptions struct {
 }
 
 // WebhookConfiguration is the MutatingWebhookConfiguration that sends the
-// creation of every pod labelled ctrlmesh.io/enable-proxy=true, outside the
+// creation of every pod labeled ctrlmesh.io/enable-proxy=true, outside the
 // system namespaces, to the Handler.
 //
 // It fails closed (failurePolicy Fail): an operator pod started without its

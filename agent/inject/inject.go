@@ -1,5 +1,5 @@
 // Package inject is the agent's proxy injection: a mutating admission webhook
-// that adds the ctrlmesh proxy, as a native sidecar, to every pod labelled
+// that adds the ctrlmesh proxy, as a native sidecar, to every pod labeled
 // ctrlmesh.io/enable-proxy=true that a ShardRoute of its namespace selects,
 // and points the pod's containers at it through a kubeconfig the proxy
 // writes. Pods that ask for the proxy but cannot get it are admitted

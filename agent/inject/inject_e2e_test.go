@@ -271,17 +271,17 @@ func TestInjectsWebhookRouter(t *testing.T) {
 	}
 }
 
-// TestLeavesUnlabelledPodAlone creates a pod a ShardRoute selects but that
+// TestLeavesUnlabeledPodAlone creates a pod a ShardRoute selects but that
 // does not ask for the proxy.
-func TestLeavesUnlabelledPodAlone(t *testing.T) {
+func TestLeavesUnlabeledPodAlone(t *testing.T) {
 	ctx := testContext(t)
-	ns := createNamespace(t, ctx, "unlabelled")
+	ns := createNamespace(t, ctx, "unlabeled")
 	createRoute(t, ctx, route(ns, "demo", nil))
 	want := operatorPod(ns)
 	delete(want.Labels, ctrlmeshv1alpha1.EnableProxyLabel)
 	pod := createPod(t, ctx, want.DeepCopy())
 	if len(pod.Annotations) != 0 || len(pod.Spec.InitContainers) != 1 || len(pod.Spec.Volumes) != 0 {
-		t.Errorf("unlabelled pod changed: annotations %v, init containers %d, volumes %+v", pod.Annotations, len(pod.Spec.InitContainers), pod.Spec.Volumes)
+		t.Errorf("unlabeled pod changed: annotations %v, init containers %d, volumes %+v", pod.Annotations, len(pod.Spec.InitContainers), pod.Spec.Volumes)
 	}
 	for i, c := range pod.Spec.Containers {
 		if !equality.Semantic.DeepEqual(c.Env, want.Spec.Containers[i].Env) || len(c.VolumeMounts) != 0 {

@@ -171,7 +171,7 @@ func agentIdentity(ctx context.Context) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// waitForWebhook creates labelled probe pods in a namespace without
+// waitForWebhook creates labeled probe pods in a namespace without
 // ShardRoutes until one comes back annotated: the API server has picked up
 // the webhook configuration.
 func waitForWebhook(ctx context.Context) error {

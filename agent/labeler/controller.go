@@ -30,8 +30,8 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 )
 
-// Names of the labelling webhook: its MutatingWebhookConfiguration, which
-// the elected agent writes from the rules, the webhook in it, and the path
+// Names of the labeling webhook: its MutatingWebhookConfiguration, which
+// the elected agent writes from the targets, the webhook in it, and the path
 // the agent serves it on.
 const (
 	WebhookConfigurationName = "ctrlmesh-agent-labeler"
@@ -39,20 +39,20 @@ const (
 	WebhookPath              = "/label"
 )
 
-// labelRulesVersion is one state of the labelling rules.
-type labelRulesVersion struct {
-	rules   Rules
+// targetsVersion is one state of the labeling targets.
+type targetsVersion struct {
+	targets Targets
 	ok      bool
 	refused []Refusal
 	// changed is closed when a newer version replaces this one.
 	changed chan struct{}
 }
 
-// labelRules keeps the labelling rules the member's ShardRoutes imply, on
-// every agent replica: each serves the labelling webhook. It recomputes them
-// when a ShardRoute changes and every period, since wildcards in the rules
+// targetWatcher keeps the labeling targets the member's ShardRoutes imply, on
+// every agent replica: each serves the labeling webhook. It recomputes them
+// when a ShardRoute changes and every period, since wildcards in the targets
 // may match resources (CRDs) that appear later.
-type labelRules struct {
+type targetWatcher struct {
 	routes    cache.Cache
 	discovery discovery.CachedDiscoveryInterface
 	scopes    rules.Scopes
@@ -60,25 +60,25 @@ type labelRules struct {
 	log       logr.Logger
 
 	mu      sync.Mutex
-	current *labelRulesVersion
+	current *targetsVersion
 	handler atomic.Pointer[Handler]
 }
 
-func newLabelRules(routes cache.Cache, d discovery.CachedDiscoveryInterface, scopes rules.Scopes, period time.Duration, log logr.Logger) *labelRules {
-	return &labelRules{
+func newTargetWatcher(routes cache.Cache, d discovery.CachedDiscoveryInterface, scopes rules.Scopes, period time.Duration, log logr.Logger) *targetWatcher {
+	return &targetWatcher{
 		routes: routes, discovery: d, scopes: scopes, period: period, log: log,
-		current: &labelRulesVersion{changed: make(chan struct{})},
+		current: &targetsVersion{changed: make(chan struct{})},
 	}
 }
 
 // NeedLeaderElection is false: every replica serves the webhook.
-func (l *labelRules) NeedLeaderElection() bool { return false }
+func (l *targetWatcher) NeedLeaderElection() bool { return false }
 
 // Start follows the ShardRoutes until ctx ends.
-func (l *labelRules) Start(ctx context.Context) error {
+func (l *targetWatcher) Start(ctx context.Context) error {
 	informer, err := l.routes.GetInformer(ctx, &ctrlmeshv1alpha1.ShardRoute{})
 	if err != nil {
-		return fmt.Errorf("labelling: ShardRoute informer: %w", err)
+		return fmt.Errorf("labeling: ShardRoute informer: %w", err)
 	}
 	kick := make(chan struct{}, 1)
 	signal := func() {
@@ -93,7 +93,7 @@ func (l *labelRules) Start(ctx context.Context) error {
 		DeleteFunc: func(any) { signal() },
 	})
 	if err != nil {
-		return fmt.Errorf("labelling: ShardRoute handler: %w", err)
+		return fmt.Errorf("labeling: ShardRoute handler: %w", err)
 	}
 	defer func() { _ = informer.RemoveEventHandler(reg) }()
 	if !l.routes.WaitForCacheSync(ctx) {
@@ -103,7 +103,7 @@ func (l *labelRules) Start(ctx context.Context) error {
 	defer ticker.Stop()
 	for {
 		if err := l.recompute(ctx); err != nil {
-			l.log.Error(err, "Computing the labelling rules failed; the previous rules stay")
+			l.log.Error(err, "Computing the labeling targets failed; the previous targets stay")
 		}
 		select {
 		case <-ctx.Done():
@@ -116,7 +116,7 @@ func (l *labelRules) Start(ctx context.Context) error {
 	}
 }
 
-func (l *labelRules) recompute(ctx context.Context) error {
+func (l *targetWatcher) recompute(ctx context.Context) error {
 	var routes ctrlmeshv1alpha1.ShardRouteList
 	if err := l.routes.List(ctx, &routes); err != nil {
 		return fmt.Errorf("listing ShardRoutes: %w", err)
@@ -128,10 +128,10 @@ func (l *labelRules) recompute(ctx context.Context) error {
 		}
 		l.log.V(1).Info("Some API groups failed discovery", "error", err.Error())
 	}
-	next, ok, refused := RulesForRoutes(routes.Items, served, l.scopes)
+	next, ok, refused := TargetsForRoutes(routes.Items, served, l.scopes)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if ok == l.current.ok && reflect.DeepEqual(next, l.current.rules) && sameRefusals(refused, l.current.refused) {
+	if ok == l.current.ok && reflect.DeepEqual(next, l.current.targets) && sameRefusals(refused, l.current.refused) {
 		return nil
 	}
 	var handler *Handler
@@ -142,9 +142,9 @@ func (l *labelRules) recompute(ctx context.Context) error {
 	}
 	l.handler.Store(handler)
 	previous := l.current
-	l.current = &labelRulesVersion{rules: next, ok: ok, refused: refused, changed: make(chan struct{})}
+	l.current = &targetsVersion{targets: next, ok: ok, refused: refused, changed: make(chan struct{})}
 	close(previous.changed)
-	l.log.V(1).Info("Labelling rules changed", "resources", len(next.Resources), "buckets", next.Space.Buckets(), "refused", len(refused))
+	l.log.V(1).Info("Labeling targets changed", "resources", len(next.Resources), "buckets", next.Space.Buckets(), "refused", len(refused))
 	return nil
 }
 
@@ -161,31 +161,31 @@ func sameRefusals(a, b []Refusal) bool {
 	return true
 }
 
-// Current returns the rules now in force.
-func (l *labelRules) Current() *labelRulesVersion {
+// Current returns the targets now in force.
+func (l *targetWatcher) Current() *targetsVersion {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.current
 }
 
-// ServeHTTP serves the labelling webhook with the current rules. Without
-// rules the elected agent has removed the webhook configuration; a request
+// ServeHTTP serves the labeling webhook with the current targets. Without
+// targets the elected agent has removed the webhook configuration; a request
 // that still arrives fails, and the API server, whose failurePolicy for this
-// webhook is Ignore, admits the object unlabelled for the sweep to mend.
-func (l *labelRules) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// webhook is Ignore, admits the object unlabeled for the sweep to mend.
+func (l *targetWatcher) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := l.handler.Load()
 	if h == nil {
-		http.Error(w, "no labelling rules in this cluster yet", http.StatusServiceUnavailable)
+		http.Error(w, "no labeling targets in this cluster yet", http.StatusServiceUnavailable)
 		return
 	}
 	h.ServeHTTP(w, r)
 }
 
-// labelSweeper runs on the elected agent: it sweeps with the current rules
-// in label mode, keeps the labelling webhook's configuration equal to the
-// rules, and records an Event on every refused ShardRoute.
+// labelSweeper runs on the elected agent: it sweeps with the current targets
+// in label mode, keeps the labeling webhook's configuration equal to the
+// targets, and records an Event on every refused ShardRoute.
 type labelSweeper struct {
-	rules    *labelRules
+	targets  *targetWatcher
 	dynamic  dynamic.Interface
 	client   client.Client
 	recorder record.EventRecorder
@@ -210,25 +210,25 @@ type refusalKey struct {
 // NeedLeaderElection is true: one sweeper per cluster.
 func (s *labelSweeper) NeedLeaderElection() bool { return true }
 
-// Start follows the rules until ctx ends.
+// Start follows the targets until ctx ends.
 func (s *labelSweeper) Start(ctx context.Context) error {
 	s.refusalsRecorded = map[refusalKey]bool{}
 	var running runningLabeler
 	defer running.stop()
 	for {
-		version := s.rules.Current()
+		version := s.targets.Current()
 		s.recordRefusals(version.refused)
 		running.stop()
 		label := version.ok && s.mode == rules.ModeLabel
 		if err := s.syncWebhookConfiguration(ctx, version, label); err != nil {
-			s.log.Error(err, "Writing the labelling webhook configuration failed; the sweep labels objects meanwhile")
+			s.log.Error(err, "Writing the labeling webhook configuration failed; the sweep labels objects meanwhile")
 		}
 		if label {
 			l, err := New(Options{
-				Rules: version.rules, Client: s.dynamic, Registerer: s.registerer, Log: s.log, Period: s.period,
+				Targets: version.targets, Client: s.dynamic, Registerer: s.registerer, Log: s.log, Period: s.period,
 			})
 			if err != nil {
-				s.log.Error(err, "Starting the labeller failed")
+				s.log.Error(err, "Starting the labeler failed")
 			} else {
 				running.start(ctx, l)
 			}
@@ -241,7 +241,7 @@ func (s *labelSweeper) Start(ctx context.Context) error {
 	}
 }
 
-// runningLabeler is the Labeler of the rules in force, if any.
+// runningLabeler is the Labeler of the targets in force, if any.
 type runningLabeler struct {
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -266,9 +266,9 @@ func (r *runningLabeler) stop() {
 	r.cancel, r.done = nil, nil
 }
 
-// syncWebhookConfiguration writes the labelling webhook configuration for
-// the rules, or deletes it when nothing is labelled.
-func (s *labelSweeper) syncWebhookConfiguration(ctx context.Context, version *labelRulesVersion, label bool) error {
+// syncWebhookConfiguration writes the labeling webhook configuration for
+// the targets, or deletes it when nothing is labeled.
+func (s *labelSweeper) syncWebhookConfiguration(ctx context.Context, version *targetsVersion, label bool) error {
 	if !label {
 		existing := &admissionregistrationv1.MutatingWebhookConfiguration{}
 		existing.Name = WebhookConfigurationName
@@ -281,7 +281,7 @@ func (s *labelSweeper) syncWebhookConfiguration(ctx context.Context, version *la
 	if err := webhookutil.SetPath(&cc, WebhookPath); err != nil {
 		return err
 	}
-	want, err := version.rules.WebhookConfiguration(WebhookOptions{
+	want, err := version.targets.WebhookConfiguration(WebhookOptions{
 		ConfigurationName: WebhookConfigurationName, WebhookName: WebhookName, ClientConfig: cc,
 	})
 	if err != nil {
@@ -302,7 +302,7 @@ func (s *labelSweeper) recordRefusals(refused []Refusal) {
 	}
 }
 
-// ManagerOptions configure the labelling parts AddToManager adds.
+// ManagerOptions configure the labeling parts AddToManager adds.
 type ManagerOptions struct {
 	// Member is the member cluster, with the agent's credentials: the sweep's
 	// dynamic client is made from it.
@@ -321,7 +321,7 @@ type ManagerOptions struct {
 	Log        logr.Logger
 }
 
-// AddToManager adds the labelling targets (every replica, serving the
+// AddToManager adds the labeling targets (every replica, serving the
 // webhook at WebhookPath) and the sweeper (elected) to mgr.
 func AddToManager(mgr manager.Manager, opts ManagerOptions) error {
 	// The labeler paces its sweep with its own limiter (DefaultQPS);
@@ -337,13 +337,13 @@ func AddToManager(mgr manager.Manager, opts ManagerOptions) error {
 	if period <= 0 {
 		period = DefaultPeriod
 	}
-	watcher := newLabelRules(mgr.GetCache(), memory.NewMemCacheClient(opts.Discovery), rules.NewMapperScopes(mgr.GetRESTMapper()), period, opts.Log.WithName("labeling"))
+	watcher := newTargetWatcher(mgr.GetCache(), memory.NewMemCacheClient(opts.Discovery), rules.NewMapperScopes(mgr.GetRESTMapper()), period, opts.Log.WithName("labeling"))
 	if err := mgr.Add(watcher); err != nil {
 		return err
 	}
 	mgr.GetWebhookServer().Register(WebhookPath, watcher)
 	return mgr.Add(&labelSweeper{
-		rules: watcher, dynamic: dyn, client: mgr.GetClient(), recorder: mgr.GetEventRecorderFor(ctrlmeshv1alpha1.AgentComponent),
+		targets: watcher, dynamic: dyn, client: mgr.GetClient(), recorder: mgr.GetEventRecorderFor(ctrlmeshv1alpha1.AgentComponent),
 		mode: opts.Mode, clientConfig: opts.ClientConfig, period: period, registerer: opts.Registerer,
 		log: opts.Log.WithName("labeler"),
 	})

@@ -53,8 +53,8 @@ func FuzzHandler(f *testing.F) {
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`))
 	f.Add([]byte(`not json`))
 
-	rules := labeler.Rules{Resources: []schema.GroupVersionResource{configMaps}, Space: sharding.MustSpace(32)}
-	h, err := labeler.NewHandler(rules, logr.Discard())
+	targets := labeler.Targets{Resources: []schema.GroupVersionResource{configMaps}, Space: sharding.MustSpace(32)}
+	h, err := labeler.NewHandler(targets, logr.Discard())
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func FuzzHandler(f *testing.F) {
 		}
 		req := in.Request
 		ns := req.Namespace
-		object, wantPatch := labelledObject(req.Object.Raw, ns)
+		object, wantPatch := labeledObject(req.Object.Raw, ns)
 		applies := (req.Operation == admissionv1.Create || req.Operation == admissionv1.Update) &&
 			req.Resource.Group == "" && req.Resource.Version == "v1" && req.Resource.Resource == "configmaps" &&
 			req.SubResource == "" && ns != "" && ns != "kube-system" && ns != "kube-public" && ns != "kube-node-lease"
@@ -109,9 +109,9 @@ func FuzzHandler(f *testing.F) {
 	})
 }
 
-// labelledObject is the object raw with the labels of ns set, and whether
+// labeledObject is the object raw with the labels of ns set, and whether
 // that differs from raw; nil if raw is no object the handler can label.
-func labelledObject(raw []byte, ns string) (map[string]any, bool) {
+func labeledObject(raw []byte, ns string) (map[string]any, bool) {
 	var obj map[string]any
 	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
 		return nil, false

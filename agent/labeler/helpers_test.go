@@ -20,7 +20,7 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 )
 
-// testSelectorKey labels each test's namespaces, so each test's rules
+// testSelectorKey labels each test's namespaces, so each test's targets
 // control its namespaces only.
 const testSelectorKey = "labeler-test"
 
@@ -42,10 +42,10 @@ func clients(t *testing.T) (*kubernetes.Clientset, dynamic.Interface) {
 	return cs, dyn
 }
 
-// rulesFor controls the ConfigMaps of the namespaces labelled
+// targetsFor controls the ConfigMaps of the namespaces labeled
 // labeler-test=<test>.
-func rulesFor(test string) labeler.Rules {
-	return labeler.Rules{
+func targetsFor(test string) labeler.Targets {
+	return labeler.Targets{
 		Resources:         []schema.GroupVersionResource{configMaps},
 		Space:             sharding.MustSpace(32),
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{testSelectorKey: test}},
@@ -105,8 +105,8 @@ func wantLabels(ns string, extra map[string]string) map[string]string {
 	return out
 }
 
-// checkLabelled reports how cm's labels differ from wantLabels.
-func checkLabelled(cm *corev1.ConfigMap, extra map[string]string) error {
+// checkLabeled reports how cm's labels differ from wantLabels.
+func checkLabeled(cm *corev1.ConfigMap, extra map[string]string) error {
 	if want := wantLabels(cm.Namespace, extra); !maps.Equal(cm.Labels, want) {
 		return fmt.Errorf("%s/%s: labels %v, want %v", cm.Namespace, cm.Name, cm.Labels, want)
 	}

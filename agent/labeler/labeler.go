@@ -32,12 +32,12 @@ const (
 
 // Options configure a Labeler.
 type Options struct {
-	// Rules say what to label.
-	Rules Rules
+	// Targets say what to label.
+	Targets Targets
 	// Client reads and patches the objects and lists namespaces. Its
 	// rest.Config's own QPS and Burst limit it too.
 	Client dynamic.Interface
-	// Registerer receives the labeller's metrics. Nil registers nothing.
+	// Registerer receives the labeler's metrics. Nil registers nothing.
 	Registerer prometheus.Registerer
 	// Log receives the sweeps' summaries and errors; never one line per object.
 	Log logr.Logger
@@ -53,9 +53,9 @@ type Options struct {
 	Concurrency int
 }
 
-// Labeler sweeps the objects of its rules and labels those that need it.
+// Labeler sweeps the objects of its targets and labels those that need it.
 type Labeler struct {
-	rules       Rules
+	targets     Targets
 	client      dynamic.Interface
 	log         logr.Logger
 	period      time.Duration
@@ -67,14 +67,14 @@ type Labeler struct {
 
 // New checks opts, registers the metrics and returns a Labeler.
 func New(opts Options) (*Labeler, error) {
-	if err := opts.Rules.Validate(); err != nil {
+	if err := opts.Targets.Validate(); err != nil {
 		return nil, err
 	}
 	if opts.Client == nil {
 		return nil, errors.New("labeler: no client")
 	}
 	l := &Labeler{
-		rules:       opts.Rules,
+		targets:     opts.Targets,
 		client:      opts.Client,
 		log:         opts.Log,
 		period:      opts.Period,
@@ -121,9 +121,9 @@ func (l *Labeler) Run(ctx context.Context) error {
 			return nil
 		}
 		if err != nil {
-			l.log.Error(err, "Sweep failed", "unlabelled", res.Unlabelled, "patched", res.Patched, "duration", time.Since(start))
+			l.log.Error(err, "Sweep failed", "unlabeled", res.Unlabeled, "patched", res.Patched, "duration", time.Since(start))
 		} else {
-			l.log.V(1).Info("Sweep done", "scanned", res.Scanned, "unlabelled", res.Unlabelled, "patched", res.Patched, "duration", time.Since(start))
+			l.log.V(1).Info("Sweep done", "scanned", res.Scanned, "unlabeled", res.Unlabeled, "patched", res.Patched, "duration", time.Since(start))
 		}
 		select {
 		case <-ctx.Done():
@@ -137,15 +137,15 @@ func (l *Labeler) Run(ctx context.Context) error {
 type SweepResult struct {
 	// Scanned objects in controlled namespaces.
 	Scanned int
-	// Unlabelled objects found lacking a label or holding a wrong one.
-	Unlabelled int
-	// Patched objects: Unlabelled minus those gone or failed.
+	// Unlabeled objects found lacking a label or holding a wrong one.
+	Unlabeled int
+	// Patched objects: Unlabeled minus those gone or failed.
 	Patched int
 }
 
-// Sweep lists every object of the rules' resources, page by page, and
+// Sweep lists every object of the targets' resources, page by page, and
 // merge-patches the labels of those in controlled namespaces that need it.
-// It sets the unlabelled gauge of each resource it lists completely.
+// It sets the unlabeled gauge of each resource it lists completely.
 func (l *Labeler) Sweep(ctx context.Context) (SweepResult, error) {
 	var total SweepResult
 	controlled, err := l.controlledNamespaces(ctx)
@@ -153,10 +153,10 @@ func (l *Labeler) Sweep(ctx context.Context) (SweepResult, error) {
 		return total, err
 	}
 	var errs []error
-	for _, gvr := range l.rules.Resources {
+	for _, gvr := range l.targets.Resources {
 		res, err := l.sweepResource(ctx, gvr, controlled)
 		total.Scanned += res.Scanned
-		total.Unlabelled += res.Unlabelled
+		total.Unlabeled += res.Unlabeled
 		total.Patched += res.Patched
 		if err != nil {
 			errs = append(errs, err)
@@ -168,9 +168,9 @@ func (l *Labeler) Sweep(ctx context.Context) (SweepResult, error) {
 	return total, errors.Join(errs...)
 }
 
-// controlledNamespaces lists the namespaces the rules select.
+// controlledNamespaces lists the namespaces the targets select.
 func (l *Labeler) controlledNamespaces(ctx context.Context) (map[string]bool, error) {
-	sel, err := l.rules.namespaceSelector()
+	sel, err := l.targets.namespaceSelector()
 	if err != nil {
 		return nil, err
 	}
@@ -256,10 +256,10 @@ func (l *Labeler) sweepResource(ctx context.Context, gvr schema.GroupVersionReso
 					continue
 				}
 				res.Scanned++
-				if !needsLabels(obj.GetLabels(), DesiredLabels(l.rules.Space, ns)) {
+				if !needsLabels(obj.GetLabels(), DesiredLabels(l.targets.Space, ns)) {
 					continue
 				}
-				res.Unlabelled++
+				res.Unlabeled++
 				select {
 				case work <- target{namespace: ns, name: obj.GetName()}:
 				case <-ctx.Done():
@@ -275,14 +275,14 @@ func (l *Labeler) sweepResource(ctx context.Context, gvr schema.GroupVersionReso
 	res.Patched = patched
 	l.metrics.labelsWritten.WithLabelValues(resourceName(gvr)).Add(float64(patched))
 	if listErr == nil {
-		l.metrics.unlabelled.WithLabelValues(resourceName(gvr)).Set(float64(res.Unlabelled))
+		l.metrics.unlabeled.WithLabelValues(resourceName(gvr)).Set(float64(res.Unlabeled))
 	}
 	if dropped > 0 {
 		patchErr = append(patchErr, fmt.Errorf("labeler: %d more patch errors", dropped))
 	}
 	err := errors.Join(append([]error{listErr}, patchErr...)...)
-	if res.Unlabelled > 0 || err != nil {
-		log.Info("Labelled objects", "scanned", res.Scanned, "unlabelled", res.Unlabelled, "patched", patched, "notPatched", res.Unlabelled-patched)
+	if res.Unlabeled > 0 || err != nil {
+		log.Info("Labeled objects", "scanned", res.Scanned, "unlabeled", res.Unlabeled, "patched", patched, "notPatched", res.Unlabeled-patched)
 	}
 	return res, err
 }
@@ -290,7 +290,7 @@ func (l *Labeler) sweepResource(ctx context.Context, gvr schema.GroupVersionReso
 // patch merge-patches the desired labels onto one object and reports whether
 // it did. An object deleted meanwhile is not an error.
 func (l *Labeler) patch(ctx context.Context, resource dynamic.NamespaceableResourceInterface, t target) (bool, error) {
-	body, err := mergePatch(DesiredLabels(l.rules.Space, t.namespace))
+	body, err := mergePatch(DesiredLabels(l.targets.Space, t.namespace))
 	if err != nil {
 		return false, err
 	}

@@ -8,15 +8,16 @@ import (
 
 // metrics of one Labeler.
 type metrics struct {
-	unlabelled    *prometheus.GaugeVec
+	unlabeled     *prometheus.GaugeVec
 	labelsWritten *prometheus.CounterVec
 }
 
-// newMetrics makes the labeller's metrics and registers them on reg, unless
+// newMetrics makes the labeler's metrics and registers them on reg, unless
 // reg is nil.
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		unlabelled: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		unlabeled: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			// The metric keeps the name it was published with; the code says "unlabeled".
 			Name: "ctrlmesh_agent_unlabelled_objects",
 			Help: "Objects in controlled namespaces found lacking ctrlmesh labels, or holding wrong ones, at the last complete sweep, before patching; by resource.",
 		}, []string{"resource"}),
@@ -28,10 +29,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	// The agent replaces its Labeler when the rules change; the new one keeps
+	// The agent replaces its Labeler when the targets change; the new one keeps
 	// counting into the collectors the first one registered.
 	var err error
-	if m.unlabelled, err = metricsutil.Register(reg, m.unlabelled); err != nil {
+	if m.unlabeled, err = metricsutil.Register(reg, m.unlabeled); err != nil {
 		return nil, err
 	}
 	if m.labelsWritten, err = metricsutil.Register(reg, m.labelsWritten); err != nil {

@@ -140,12 +140,12 @@ func mustJSON(t *testing.T, v any) string {
 
 func TestWebhookConfiguration(t *testing.T) {
 	deployments := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
-	rules := labeler.Rules{
+	targets := labeler.Targets{
 		Resources:         []schema.GroupVersionResource{configMaps, deployments},
 		Space:             sharding.MustSpace(32),
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "tenant"}},
 	}
-	cfg, err := rules.WebhookConfiguration(labeler.WebhookOptions{
+	cfg, err := targets.WebhookConfiguration(labeler.WebhookOptions{
 		ConfigurationName: "ctrlmesh-labeler",
 		WebhookName:       "labeler.ctrlmesh.io",
 		ClientConfig: admissionregistrationv1.WebhookClientConfig{
@@ -200,7 +200,7 @@ func TestWebhookConfiguration(t *testing.T) {
 		{ConfigurationName: "a", WebhookName: "a.b.c", ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://x"), Service: &admissionregistrationv1.ServiceReference{}}},
 		{WebhookName: "a.b.c", ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://x")}},
 	} {
-		if _, err := rules.WebhookConfiguration(bad); err == nil {
+		if _, err := targets.WebhookConfiguration(bad); err == nil {
 			t.Errorf("%+v accepted", bad)
 		}
 	}

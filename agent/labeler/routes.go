@@ -22,14 +22,14 @@ type Refusal struct {
 	Message string
 }
 
-// RulesForRoutes returns the labelling rules the member's ShardRoutes imply:
+// TargetsForRoutes returns the labeling targets the member's ShardRoutes imply:
 // every served resource that a limit of some route names (wildcards
 // expanded against served), with buckets counted as the oldest route counts
 // them. The label holds one bucket number per object, so routes with another
 // bucket count cannot be served in label mode: they are refused, as are
 // routes whose limits do not compile (the status controller reports those).
-// With no usable route, the rules have no resources and ok is false.
-func RulesForRoutes(routes []ctrlmeshv1alpha1.ShardRoute, served []schema.GroupVersionResource, scopes rules.Scopes) (r Rules, ok bool, refused []Refusal) {
+// With no usable route, the targets have no resources and ok is false.
+func TargetsForRoutes(routes []ctrlmeshv1alpha1.ShardRoute, served []schema.GroupVersionResource, scopes rules.Scopes) (r Targets, ok bool, refused []Refusal) {
 	ordered := make([]*ctrlmeshv1alpha1.ShardRoute, 0, len(routes))
 	for i := range routes {
 		if routes[i].DeletionTimestamp == nil {
@@ -73,7 +73,7 @@ func RulesForRoutes(routes []ctrlmeshv1alpha1.ShardRoute, served []schema.GroupV
 }
 
 // ServedResources lists the namespaced resources, in their preferred
-// versions, that the labeller can work on: those the API server lists,
+// versions, that the labeler can work on: those the API server lists,
 // watches and patches. Groups that fail discovery are left out; the error
 // says which, and the caller may use the rest.
 func ServedResources(d discovery.DiscoveryInterface) ([]schema.GroupVersionResource, error) {

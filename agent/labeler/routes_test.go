@@ -16,7 +16,7 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 )
 
-// TestRulesForRoutes derives labelling rules from ShardRoutes against the
+// TestRulesForRoutes derives labeling targets from ShardRoutes against the
 // resources a real API server serves.
 func TestRulesForRoutes(t *testing.T) {
 	disc, err := discovery.NewDiscoveryClientForConfig(apiServer)
@@ -94,7 +94,7 @@ func TestRulesForRoutes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok, refused := labeler.RulesForRoutes(tt.routes, served, scopes)
+			got, ok, refused := labeler.TargetsForRoutes(tt.routes, served, scopes)
 			if ok != tt.wantOK || got.Space.Buckets() != tt.wantBuckets || !slices.Equal(got.Resources, tt.wantResources) {
 				t.Errorf("got ok=%v buckets=%d resources=%v, want ok=%v buckets=%d resources=%v",
 					ok, got.Space.Buckets(), got.Resources, tt.wantOK, tt.wantBuckets, tt.wantResources)
@@ -111,14 +111,14 @@ func TestRulesForRoutes(t *testing.T) {
 			}
 			if ok {
 				if err := got.Validate(); err != nil {
-					t.Errorf("rules do not validate: %v", err)
+					t.Errorf("targets do not validate: %v", err)
 				}
 			}
 		})
 	}
 
 	// A wildcard expands to every served resource of the group.
-	all, ok, _ := labeler.RulesForRoutes([]ctrlmeshv1alpha1.ShardRoute{route("all", 0, 32, core, []string{"*"})}, served, scopes)
+	all, ok, _ := labeler.TargetsForRoutes([]ctrlmeshv1alpha1.ShardRoute{route("all", 0, 32, core, []string{"*"})}, served, scopes)
 	if !ok || !slices.Contains(all.Resources, configMaps) || !slices.Contains(all.Resources, secrets) ||
 		slices.ContainsFunc(all.Resources, func(gvr schema.GroupVersionResource) bool { return gvr.Group != "" }) {
 		t.Errorf("core wildcard expanded to %v", all.Resources)

@@ -1,4 +1,4 @@
-// Package labeler is the ctrlmesh agent's labeller for label mode. In label
+// Package labeler is the ctrlmesh agent's labeler for label mode. In label
 // mode the ctrlmesh proxy narrows an operator's lists and watches by label
 // selectors, so every object of a sharded resource must carry
 //
@@ -6,7 +6,7 @@
 //	ctrlmesh.io/namespace=<its namespace>
 //	ctrlmesh.io/control=true
 //
-// The labeller keeps them there by two means: a mutating admission webhook
+// The labeler keeps them there by two means: a mutating admission webhook
 // (Handler, WebhookConfiguration) labels objects as they are created or
 // updated, and a Labeler sweeps every existing object now and every period,
 // patching those the webhook missed (created before it was registered, while
@@ -28,7 +28,7 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 )
 
-// controlValue is the value of ctrlmeshv1alpha1.ControlLabel on labelled
+// controlValue is the value of ctrlmeshv1alpha1.ControlLabel on labeled
 // objects.
 const controlValue = "true"
 
@@ -36,9 +36,9 @@ const controlValue = "true"
 // holding its name.
 const namespaceNameLabel = "kubernetes.io/metadata.name"
 
-// Rules say which objects the labeller labels: those of Resources in the
+// Targets say which objects the labeler labels: those of Resources in the
 // namespaces NamespaceSelector selects.
-type Rules struct {
+type Targets struct {
 	// Resources are the namespaced resources to label, such as
 	// {Version: "v1", Resource: "configmaps"}. Subresources are not resources.
 	Resources []schema.GroupVersionResource
@@ -50,8 +50,8 @@ type Rules struct {
 	NamespaceSelector *metav1.LabelSelector
 }
 
-// Validate reports whether the rules can be used.
-func (r Rules) Validate() error {
+// Validate reports whether the targets can be used.
+func (r Targets) Validate() error {
 	if len(r.Resources) == 0 {
 		return errors.New("labeler: no resources to label")
 	}
@@ -75,7 +75,7 @@ func (r Rules) Validate() error {
 }
 
 // namespaceSelector is NamespaceSelector as a labels.Selector.
-func (r Rules) namespaceSelector() (labels.Selector, error) {
+func (r Targets) namespaceSelector() (labels.Selector, error) {
 	if r.NamespaceSelector == nil {
 		return labels.Everything(), nil
 	}
@@ -86,8 +86,8 @@ func (r Rules) namespaceSelector() (labels.Selector, error) {
 	return sel, nil
 }
 
-// hasResource reports whether gvr is one of the rules' resources.
-func (r Rules) hasResource(gvr schema.GroupVersionResource) bool {
+// hasResource reports whether gvr is one of the targets' resources.
+func (r Targets) hasResource(gvr schema.GroupVersionResource) bool {
 	for _, res := range r.Resources {
 		if res == gvr {
 			return true

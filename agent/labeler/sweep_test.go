@@ -19,7 +19,7 @@ import (
 // TestSweepLabelsExistingObjects seeds 2,000 ConfigMaps in 20 namespaces —
 // most without ctrlmesh labels, some with wrong ones — and checks one sweep
 // labels every one of them correctly, leaving their other labels and data
-// alone, and ConfigMaps of an uncontrolled namespace unlabelled.
+// alone, and ConfigMaps of an uncontrolled namespace unlabeled.
 func TestSweepLabelsExistingObjects(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -66,7 +66,7 @@ func TestSweepLabelsExistingObjects(t *testing.T) {
 
 	reg := prometheus.NewRegistry()
 	l, err := labeler.New(labeler.Options{
-		Rules:       rulesFor("sweep"),
+		Targets:     targetsFor("sweep"),
 		Client:      dyn,
 		Registerer:  reg,
 		Log:         testr.New(t),
@@ -84,11 +84,11 @@ func TestSweepLabelsExistingObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("first sweep: %+v in %s", res, time.Since(start))
-	if res.Scanned != total || res.Unlabelled != total || res.Patched != total {
-		t.Errorf("first sweep %+v, want %d scanned, unlabelled and patched", res, total)
+	if res.Scanned != total || res.Unlabeled != total || res.Patched != total {
+		t.Errorf("first sweep %+v, want %d scanned, unlabeled and patched", res, total)
 	}
 	if got := gauge(t, reg, "ctrlmesh_agent_unlabelled_objects"); got != total {
-		t.Errorf("unlabelled gauge after the first sweep = %v, want %d", got, total)
+		t.Errorf("unlabeled gauge after the first sweep = %v, want %d", got, total)
 	}
 	if got := gauge(t, reg, "ctrlmesh_agent_labels_written_total"); got != total {
 		t.Errorf("labels written = %v, want %d", got, total)
@@ -103,12 +103,12 @@ func TestSweepLabelsExistingObjects(t *testing.T) {
 		cm := &list.Items[i]
 		if cm.Namespace == "sweep-outside" {
 			if !maps.Equal(cm.Labels, extra) {
-				t.Errorf("uncontrolled ConfigMap labelled: %v", cm.Labels)
+				t.Errorf("uncontrolled ConfigMap labeled: %v", cm.Labels)
 			}
 			continue
 		}
 		checked++
-		if err := checkLabelled(cm, extra); err != nil {
+		if err := checkLabeled(cm, extra); err != nil {
 			t.Error(err)
 		}
 		var index int
@@ -129,11 +129,11 @@ func TestSweepLabelsExistingObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("second sweep: %+v in %s", res, time.Since(start))
-	if res.Scanned != total || res.Unlabelled != 0 || res.Patched != 0 {
+	if res.Scanned != total || res.Unlabeled != 0 || res.Patched != 0 {
 		t.Errorf("second sweep %+v, want %d scanned and nothing to patch", res, total)
 	}
 	if got := gauge(t, reg, "ctrlmesh_agent_unlabelled_objects"); got != 0 {
-		t.Errorf("unlabelled gauge after the second sweep = %v, want 0", got)
+		t.Errorf("unlabeled gauge after the second sweep = %v, want 0", got)
 	}
 	if got := gauge(t, reg, "ctrlmesh_agent_labels_written_total"); got != total {
 		t.Errorf("labels written after the second sweep = %v, want still %d", got, total)

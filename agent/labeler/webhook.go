@@ -75,21 +75,21 @@ func LabelPatch(obj []byte, want map[string]string) ([]jsonpatch.Operation, erro
 }
 
 // Handler is the mutating admission webhook: it answers admission.k8s.io/v1
-// AdmissionReviews for the rules' resources with a JSON patch adding the
-// labels an object lacks on CREATE and UPDATE. It always allows: labelling
+// AdmissionReviews for the targets' resources with a JSON patch adding the
+// labels an object lacks on CREATE and UPDATE. It always allows: labeling
 // must never block a write, and the Labeler's sweep mends what it misses.
 type Handler struct {
-	rules   Rules
+	targets Targets
 	log     logr.Logger
 	webhook http.Handler
 }
 
-// NewHandler returns the webhook handler for rules.
-func NewHandler(rules Rules, log logr.Logger) (*Handler, error) {
-	if err := rules.Validate(); err != nil {
+// NewHandler returns the webhook handler for targets.
+func NewHandler(targets Targets, log logr.Logger) (*Handler, error) {
+	if err := targets.Validate(); err != nil {
 		return nil, err
 	}
-	h := &Handler{rules: rules, log: log}
+	h := &Handler{targets: targets, log: log}
 	h.webhook = webhookutil.Handler(func(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 		return h.review(req)
 	}, log)
@@ -108,13 +108,13 @@ func (h *Handler) review(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 		return resp
 	}
 	gvr := schema.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource}
-	if req.SubResource != "" || req.Namespace == "" || isSystemNamespace(req.Namespace) || !h.rules.hasResource(gvr) {
+	if req.SubResource != "" || req.Namespace == "" || isSystemNamespace(req.Namespace) || !h.targets.hasResource(gvr) {
 		return resp
 	}
-	ops, err := LabelPatch(req.Object.Raw, DesiredLabels(h.rules.Space, req.Namespace))
+	ops, err := LabelPatch(req.Object.Raw, DesiredLabels(h.targets.Space, req.Namespace))
 	if err != nil {
 		// Allowed unpatched: the sweep labels the object later.
-		h.log.Error(err, "Not labelling an object", "resource", resourceName(gvr), "namespace", req.Namespace, "name", req.Name)
+		h.log.Error(err, "Not labeling an object", "resource", resourceName(gvr), "namespace", req.Namespace, "name", req.Name)
 		return resp
 	}
 	if len(ops) == 0 {
@@ -143,15 +143,15 @@ type WebhookOptions struct {
 }
 
 // WebhookConfiguration is the MutatingWebhookConfiguration that sends the
-// creations and updates of exactly the rules' resources, in the namespaces
+// creations and updates of exactly the targets' resources, in the namespaces
 // they control, to the Handler.
 //
-// Its object selector skips objects already labelled ctrlmesh.io/control=true,
+// Its object selector skips objects already labeled ctrlmesh.io/control=true,
 // so most updates cost no call; an object of that label with a wrong hash or
 // namespace label is therefore not fixed by the webhook but by the next sweep.
 // It fails open (failurePolicy Ignore, 2 s timeout): objects created while
-// the webhook is down are labelled by the sweep too.
-func (r Rules) WebhookConfiguration(opts WebhookOptions) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
+// the webhook is down are labeled by the sweep too.
+func (r Targets) WebhookConfiguration(opts WebhookOptions) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}

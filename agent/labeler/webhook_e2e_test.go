@@ -22,10 +22,10 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/test/certs"
 )
 
-// serveWebhook serves the handler of rules over TLS on 127.0.0.1 and
-// registers the rules' webhook configuration, pointed at it, with the API
+// serveWebhook serves the handler of targets over TLS on 127.0.0.1 and
+// registers the targets' webhook configuration, pointed at it, with the API
 // server. It returns the server; the test's cleanup removes both.
-func serveWebhook(t *testing.T, ctx context.Context, cs kubernetes.Interface, rules labeler.Rules, name string) *httptest.Server {
+func serveWebhook(t *testing.T, ctx context.Context, cs kubernetes.Interface, targets labeler.Targets, name string) *httptest.Server {
 	t.Helper()
 	dir := t.TempDir()
 	caPEM, err := certs.WriteServing(dir, "127.0.0.1")
@@ -36,7 +36,7 @@ func serveWebhook(t *testing.T, ctx context.Context, cs kubernetes.Interface, ru
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := labeler.NewHandler(rules, testr.New(t))
+	h, err := labeler.NewHandler(targets, testr.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func serveWebhook(t *testing.T, ctx context.Context, cs kubernetes.Interface, ru
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 
-	cfg, err := rules.WebhookConfiguration(labeler.WebhookOptions{
+	cfg, err := targets.WebhookConfiguration(labeler.WebhookOptions{
 		ConfigurationName: name,
 		WebhookName:       name + ".labeler.ctrlmesh.io",
 		ClientConfig:      admissionregistrationv1.WebhookClientConfig{URL: ptr.To(srv.URL + "/label"), CABundle: caPEM},
@@ -66,7 +66,7 @@ func serveWebhook(t *testing.T, ctx context.Context, cs kubernetes.Interface, ru
 }
 
 // waitForWebhook creates probe ConfigMaps in ns until one comes back
-// labelled: the API server has picked up the webhook configuration.
+// labeled: the API server has picked up the webhook configuration.
 func waitForWebhook(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns string) {
 	t.Helper()
 	start := time.Now()
@@ -79,7 +79,7 @@ func waitForWebhook(t *testing.T, ctx context.Context, cs kubernetes.Interface, 
 		if err := cs.CoreV1().ConfigMaps(ns).Delete(ctx, cm.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if checkLabelled(got, nil) == nil {
+		if checkLabeled(got, nil) == nil {
 			t.Logf("webhook called after %s", time.Since(start))
 			return
 		}
@@ -93,7 +93,7 @@ func waitForWebhook(t *testing.T, ctx context.Context, cs kubernetes.Interface, 
 
 // TestWebhookLabelsNewObjects registers the webhook with a real API server
 // and checks that ConfigMaps created or stripped of their labels in
-// controlled namespaces come back labelled, and those of other namespaces
+// controlled namespaces come back labeled, and those of other namespaces
 // untouched.
 func TestWebhookLabelsNewObjects(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -104,8 +104,8 @@ func TestWebhookLabelsNewObjects(t *testing.T) {
 		createNamespace(t, ctx, cs, ns, map[string]string{testSelectorKey: "webhook"})
 	}
 	createNamespace(t, ctx, cs, "webhook-outside", nil)
-	rules := rulesFor("webhook")
-	serveWebhook(t, ctx, cs, rules, "labeler-webhook-test")
+	targets := targetsFor("webhook")
+	serveWebhook(t, ctx, cs, targets, "labeler-webhook-test")
 	waitForWebhook(t, ctx, cs, namespaces[0])
 
 	// Created without labels, with other labels, with a wrong bucket.
@@ -125,7 +125,7 @@ func TestWebhookLabelsNewObjects(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := checkLabelled(got, want); err != nil {
+		if err := checkLabeled(got, want); err != nil {
 			t.Error(err)
 		}
 		if !maps.Equal(got.Data, map[string]string{"k": "v"}) {
@@ -133,7 +133,7 @@ func TestWebhookLabelsNewObjects(t *testing.T) {
 		}
 	}
 
-	// An update that strips the labels is labelled again.
+	// An update that strips the labels is labeled again.
 	cm, err := cs.CoreV1().ConfigMaps(namespaces[1]).Get(ctx, "new-1", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +143,7 @@ func TestWebhookLabelsNewObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := checkLabelled(got, nil); err != nil {
+	if err := checkLabeled(got, nil); err != nil {
 		t.Errorf("after an update stripping the labels: %v", err)
 	}
 
@@ -152,7 +152,7 @@ func TestWebhookLabelsNewObjects(t *testing.T) {
 	if got, err := cs.CoreV1().ConfigMaps("webhook-outside").Create(ctx, outside, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	} else if len(got.Labels) != 0 {
-		t.Errorf("ConfigMap of an uncontrolled namespace labelled %v", got.Labels)
+		t.Errorf("ConfigMap of an uncontrolled namespace labeled %v", got.Labels)
 	}
 
 	// The object selector skips objects already marked control=true, so a
@@ -167,7 +167,7 @@ func TestWebhookLabelsNewObjects(t *testing.T) {
 	if got.Labels[ctrlmeshv1alpha1.ShardingHashLabel] != "99" {
 		t.Fatalf("the webhook was called for an object marked control=true: labels %v", got.Labels)
 	}
-	l, err := labeler.New(labeler.Options{Rules: rules, Client: dyn, Log: testr.New(t)})
+	l, err := labeler.New(labeler.Options{Targets: targets, Client: dyn, Log: testr.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,34 +175,34 @@ func TestWebhookLabelsNewObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Unlabelled != 1 || res.Patched != 1 {
+	if res.Unlabeled != 1 || res.Patched != 1 {
 		t.Errorf("sweep after the webhook: %+v, want exactly the marked ConfigMap patched", res)
 	}
 	got, err = cs.CoreV1().ConfigMaps(namespaces[2]).Get(ctx, "marked", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := checkLabelled(got, nil); err != nil {
+	if err := checkLabeled(got, nil); err != nil {
 		t.Errorf("after the sweep: %v", err)
 	}
 }
 
 // TestResyncLabelsWhatTheWebhookMissed runs the Labeler with a 1 s period and
 // checks that ConfigMaps created while the webhook is down, and after its
-// configuration is deleted, are labelled within about one period.
+// configuration is deleted, are labeled within about one period.
 func TestResyncLabelsWhatTheWebhookMissed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cs, dyn := clients(t)
 	const ns = "resync"
 	createNamespace(t, ctx, cs, ns, map[string]string{testSelectorKey: "resync"})
-	rules := rulesFor("resync")
+	targets := targetsFor("resync")
 	const configName = "labeler-resync-test"
-	srv := serveWebhook(t, ctx, cs, rules, configName)
+	srv := serveWebhook(t, ctx, cs, targets, configName)
 	waitForWebhook(t, ctx, cs, ns)
 
 	const period = time.Second
-	l, err := labeler.New(labeler.Options{Rules: rules, Client: dyn, Log: testr.New(t), Period: period})
+	l, err := labeler.New(labeler.Options{Targets: targets, Client: dyn, Log: testr.New(t), Period: period})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func TestResyncLabelsWhatTheWebhookMissed(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if checkLabelled(cm, nil) != nil {
+				if checkLabeled(cm, nil) != nil {
 					pending++
 				}
 			}
@@ -259,10 +259,10 @@ func TestResyncLabelsWhatTheWebhookMissed(t *testing.T) {
 			// The next sweep starts at most one period after the creations and
 			// takes some time itself; 3 periods leave room for a loaded machine.
 			if elapsed := time.Since(created); elapsed > 3*period {
-				t.Fatalf("%s: %d of %d ConfigMaps still unlabelled after %s", stage.name, pending, len(names), elapsed)
+				t.Fatalf("%s: %d of %d ConfigMaps still unlabeled after %s", stage.name, pending, len(names), elapsed)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		t.Logf("%s: resync labelled %d ConfigMaps %s after their creation (period %s)", stage.name, len(names), time.Since(created), period)
+		t.Logf("%s: resync labeled %d ConfigMaps %s after their creation (period %s)", stage.name, len(names), time.Since(created), period)
 	}
 }

@@ -100,7 +100,7 @@ type Applier struct {
 // execution namespace, and adds it to mgr; the controller runs on the
 // elected replica only, as controllers do. mgr's space must know Works and
 // ShardRoutes (pkg/space.New does), and its cache must hold all
-// ShardRoutes, labelled or not, to see conflicting ones.
+// ShardRoutes, labeled or not, to see conflicting ones.
 func (a *Applier) SetupWithManager(mgr ctrl.Manager) error {
 	if a.HubConfig == nil || a.ClusterName == "" || a.Recorder == nil {
 		return errors.New("workapply: hub config, cluster name and recorder are all required")

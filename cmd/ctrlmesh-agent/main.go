@@ -49,7 +49,7 @@ For every ShardRoute in the cluster it reports the candidate pods, the rules
 hash each proxy enforces, each shard's leader and the RulesApplied and
 ProxiesReady conditions. In label mode it labels the objects of the sharded
 resources (sweeps, and a webhook for new objects). It injects the proxy into
-pods labelled ctrlmesh.io/enable-proxy=true that a ShardRoute selects.
+pods labeled ctrlmesh.io/enable-proxy=true that a ShardRoute selects.
 
 Its member RBAC is deploy/rbac/agent-member.yaml, its hub RBAC
 deploy/rbac/agent-hub.yaml.`,
@@ -94,7 +94,7 @@ deploy/rbac/agent-hub.yaml.`,
 	f.DurationVar(&opts.LeaseDuration, "lease-duration", membership.DefaultLeaseDuration, "heartbeat Lease duration: the hub counts the cluster unavailable once this passes without a renewal")
 	f.DurationVar(&opts.RenewInterval, "renew-interval", membership.DefaultRenewInterval, "time between heartbeat renewals; must be shorter than --lease-duration")
 	f.BoolVar(&opts.ApplyWorks, "apply-works", true, "standalone mode: apply the Works of karmada-es-<cluster> on the hub to this cluster and report their status; false when Karmada's controllers do (Karmada mode)")
-	f.StringVar(&selectorMode, "selector-mode", "auto", "how proxies narrow lists, which decides whether objects are labelled: label, range (KEP-5866, no labels), or auto (ask the API server)")
+	f.StringVar(&selectorMode, "selector-mode", "auto", "how proxies narrow lists, which decides whether objects are labeled: label, range (KEP-5866, no labels), or auto (ask the API server)")
 	f.StringVar(&opts.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace the agent runs in, holding its leader-election Lease (default $POD_NAMESPACE)")
 	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect a leader among the agent's replicas; only the leader joins, applies, labels and reports")
 	f.StringVar(&opts.MetricsAddress, "metrics-bind-address", ":8080", "address serving Prometheus metrics; 0 disables")
@@ -105,7 +105,7 @@ deploy/rbac/agent-hub.yaml.`,
 	f.StringVar(&webhookService, "webhook-service", "", "namespace/name of the Service in front of the agent's webhook server, for the webhook configurations the agent writes")
 	f.StringVar(&webhookURL, "webhook-url", "", "base URL of the agent's webhook server, instead of --webhook-service (local clusters)")
 	f.StringVar(&webhookCAFile, "webhook-ca-file", "", "CA bundle that verifies the webhook serving certificate (default ca.crt in --webhook-cert-dir)")
-	f.DurationVar(&opts.LabelPeriod, "label-period", labeler.DefaultPeriod, "time between labelling sweeps, which label what the webhook missed")
+	f.DurationVar(&opts.LabelPeriod, "label-period", labeler.DefaultPeriod, "time between labeling sweeps, which label what the webhook missed")
 	f.StringVar(&opts.Proxy.Image, "proxy-image", "", "image of the proxy sidecar the agent injects (required)")
 	f.StringVar(&cpuRequest, "proxy-cpu-request", inject.DefaultCPURequest.String(), "CPU request of the injected proxy")
 	f.StringVar(&memoryRequest, "proxy-memory-request", inject.DefaultMemoryRequest.String(), "memory request of the injected proxy")

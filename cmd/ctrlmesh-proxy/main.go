@@ -72,7 +72,7 @@ shards' leader-election locks live.`,
 				return fmt.Errorf("upstream credentials: %w", err)
 			}
 			if rulesKubeconfig != "" {
-				if opts.Rules, err = loadKubeconfig(rulesKubeconfig); err != nil {
+				if opts.OwnCluster, err = loadKubeconfig(rulesKubeconfig); err != nil {
 					return fmt.Errorf("rules cluster credentials: %w", err)
 				}
 			}

@@ -114,8 +114,8 @@ func TestFlagsMapOntoOptions(t *testing.T) {
 				rulesFile: got.RulesFile, operatorKubeconfig: got.OperatorKubeconfig, listen: got.ListenAddress,
 				health: got.HealthAddress, webhookListen: got.WebhookListenAddress, webhookCertDir: got.WebhookCertDir,
 				webhookPeerPort: got.WebhookPeerPort, rulesFileInterval: got.RulesFileInterval, mode: got.Mode}
-			if got.Rules != nil {
-				r.rules = got.Rules.Host
+			if got.OwnCluster != nil {
+				r.rules = got.OwnCluster.Host
 			}
 			if r != tt.want {
 				t.Errorf("options =\n%+v\nwant\n%+v", r, tt.want)

@@ -9,7 +9,7 @@ import (
 )
 
 // Register registers c on reg, or returns the equal collector registered
-// before: components that are replaced at run time (the agent's labeller
+// before: components that are replaced at run time (the agent's labeler
 // when its rules change), or run again in one process (tests), keep
 // counting into the collectors registered first.
 func Register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {

@@ -122,7 +122,7 @@ func TestAdmissionThroughAPIServer(t *testing.T) {
 	probeNS := namespaces["pod-b"][0]
 	deadline := time.Now().Add(30 * time.Second)
 	for i := 0; ; i++ {
-		cm := labelled(fmt.Sprintf("probe-%d", i), probeNS)
+		cm := labeled(fmt.Sprintf("probe-%d", i), probeNS)
 		if err := cl.Create(ctx, cm); err != nil {
 			t.Fatalf("creating a probe: %v", err)
 		}
@@ -139,7 +139,7 @@ func TestAdmissionThroughAPIServer(t *testing.T) {
 	calledA := len(operators["pod-a"].requests())
 	for owner, nss := range namespaces {
 		for _, ns := range nss {
-			cm := labelled("cm", ns)
+			cm := labeled("cm", ns)
 			if err := cl.Create(ctx, cm); err != nil {
 				t.Fatalf("creating a ConfigMap in %s: %v", ns, err)
 			}
@@ -167,7 +167,7 @@ func TestAdmissionThroughAPIServer(t *testing.T) {
 		r.Spec.Shards[0].Buckets = "0-14"
 		r.Spec.Shards[1].PendingBuckets = "15"
 	})
-	err = cl.Create(ctx, labelled("cm", moving))
+	err = cl.Create(ctx, labeled("cm", moving))
 	if err == nil {
 		t.Fatal("a ConfigMap was admitted while its bucket had no owner")
 	}
@@ -182,7 +182,7 @@ func TestAdmissionThroughAPIServer(t *testing.T) {
 		r.Spec.Shards[0].Buckets = "0-14"
 		r.Spec.Shards[1].Buckets = "15-31"
 	})
-	cm := labelled("cm", moving)
+	cm := labeled("cm", moving)
 	if err := cl.Create(ctx, cm); err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestAdmissionThroughAPIServer(t *testing.T) {
 	}
 }
 
-func labelled(name, namespace string) *corev1.ConfigMap {
+func labeled(name, namespace string) *corev1.ConfigMap {
 	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
 		Name: name, Namespace: namespace, Labels: map[string]string{testLabel: "true"},
 	}}

@@ -1,5 +1,5 @@
 // Command demo-operator is the operator ctrlmesh's tests and demo shard: an
-// ordinary controller-runtime operator that reconciles ConfigMaps labelled
+// ordinary controller-runtime operator that reconciles ConfigMaps labeled
 // demo.ctrlmesh.io/managed=true, elects a leader with a Lease and serves two
 // admission webhooks. See package operator.
 package main
@@ -56,7 +56,7 @@ func newCommand(run runFunc) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "demo-operator",
 		Short: "The demo operator ctrlmesh shards",
-		Long: `demo-operator reconciles ConfigMaps labelled ` + operator.ManagedLabel + `=` + operator.ManagedValue + `
+		Long: `demo-operator reconciles ConfigMaps labeled ` + operator.ManagedLabel + `=` + operator.ManagedValue + `
 in all namespaces: it annotates each with the pod that reconciled it
 (` + operator.ReconciledByAnnotation + `) and a hash of its data
 (` + operator.DataHashAnnotation + `), writing only when they are stale.

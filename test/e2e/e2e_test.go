@@ -183,7 +183,7 @@ func (f *testFleet) logf(format string, args ...any) {
 	f.t.Logf("[%5.1fs] "+format, append([]any{time.Since(f.started).Seconds()}, args...)...)
 }
 
-// startPod starts an operator pod of opName in cluster, labelled
+// startPod starts an operator pod of opName in cluster, labeled
 // app=opName plus extraLabels, recording its reconciles.
 func (f *testFleet) startPod(cluster, name string, objectsOnHub bool, extraLabels map[string]string) {
 	f.t.Helper()

@@ -175,7 +175,7 @@ func (p *Pod) err() error {
 	return nil
 }
 
-// ShardingConfig shards the demo operator pods labelled app=<name> in
+// ShardingConfig shards the demo operator pods labeled app=<name> in
 // clusters: the ConfigMaps they reconcile by namespace, and their leader
 // election per shard. It is named name, in namespace; callers add a canary
 // or change the scope.

@@ -13,7 +13,7 @@ const (
 	// NamespaceLabel holds the namespace the bucket was computed from, so that a
 	// label selector can pick single namespaces (canary by namespace).
 	NamespaceLabel = "ctrlmesh.io/namespace"
-	// ControlLabel marks objects that ctrlmesh labels and keeps labelled.
+	// ControlLabel marks objects that ctrlmesh labels and keeps labeled.
 	ControlLabel = "ctrlmesh.io/control"
 	// EnableProxyLabel on a pod asks for the ctrlmesh proxy sidecar.
 	EnableProxyLabel = "ctrlmesh.io/enable-proxy"

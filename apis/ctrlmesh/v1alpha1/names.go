@@ -48,7 +48,7 @@ const (
 // proxy own its own entry of the list map status.pods.
 func ProxyFieldManager(pod string) string { return proxyFieldManagerPrefix + pod }
 
-// SystemNamespaces are never sharded, labelled or injected into, whatever a
+// SystemNamespaces are never sharded, labeled or injected into, whatever a
 // selector says: the cluster's own machinery runs there.
 func SystemNamespaces() []string {
 	return []string{metav1.NamespaceSystem, metav1.NamespacePublic, "kube-node-lease"}

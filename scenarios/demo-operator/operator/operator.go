@@ -1,7 +1,7 @@
 // Package operator is the demo operator that ctrlmesh's tests and demo shard:
 // an ordinary controller-runtime operator that knows nothing of ctrlmesh.
 //
-// It reconciles ConfigMaps labelled demo.ctrlmesh.io/managed=true in every
+// It reconciles ConfigMaps labeled demo.ctrlmesh.io/managed=true in every
 // namespace, stamping each with the pod that reconciled it and a hash of its
 // data; it elects a leader with a Lease whose holder identity is the pod
 // name; and it serves a mutating and a validating admission webhook for

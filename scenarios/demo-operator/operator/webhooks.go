@@ -82,6 +82,6 @@ func (v *validator) Handle(_ context.Context, req admission.Request) admission.R
 // RefusalMessage is the validating webhook's message for a managed
 // ConfigMap with the data key ForbiddenKey, as refused by pod.
 func RefusalMessage(pod string) string {
-	return fmt.Sprintf("demo operator pod %q refused the ConfigMap: data key %q is not allowed in a ConfigMap labelled %s=%s",
+	return fmt.Sprintf("demo operator pod %q refused the ConfigMap: data key %q is not allowed in a ConfigMap labeled %s=%s",
 		pod, ForbiddenKey, ManagedLabel, ManagedValue)
 }

@@ -167,7 +167,7 @@ func (b *bench) stopFleet(f *localfleet.Fleet) error {
 	return f.Stop()
 }
 
-// startPod starts an operator pod labelled for the ShardingConfig, its
+// startPod starts an operator pod labeled for the ShardingConfig, its
 // client limited to b.opts.operatorQPS requests/s (burst twice that).
 func (b *bench) startPod(ctx context.Context, f *localfleet.Fleet, member, name string, operatorArgs ...string) (*localfleet.Pod, error) {
 	args := append([]string{fmt.Sprintf("--kube-api-qps=%d", b.opts.operatorQPS), fmt.Sprintf("--kube-api-burst=%d", b.opts.operatorBurst())}, operatorArgs...)

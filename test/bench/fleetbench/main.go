@@ -5,7 +5,7 @@
 // their goals:
 //
 //  1. Memory. One member in range mode holds -objects ConfigMaps (default
-//     20,000) labelled for the demo operator, each with a -payload-byte data
+//     20,000) labeled for the demo operator, each with a -payload-byte data
 //     value, over -namespaces namespaces whose names are picked with
 //     sharding.Scheme.Bucket so that every one of the 32 buckets holds as
 //     many of them as possible (names differing only in a suffix otherwise

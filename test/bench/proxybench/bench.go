@@ -37,7 +37,7 @@ import (
 )
 
 const (
-	// The seeded data: namespaces × perNamespace ConfigMaps, each labelled
+	// The seeded data: namespaces × perNamespace ConfigMaps, each labeled
 	// benchLabel=benchValue and with its sharding-hash label.
 	namespaces   = 10
 	perNamespace = 1000

@@ -50,7 +50,7 @@ func report(w io.Writer, o options, res *results) {
 	p("server:   kube-apiserver %s + etcd on this machine; they, the proxy and the clients share its CPUs", res.apiserverVersion)
 	p("mode:     %s: %s", o.mode, res.modeCheck)
 	p("clients:  typed client-go clientset, %s, no client-side rate limit; direct = HTTPS/HTTP2 to kube-apiserver, proxy = plain HTTP/1.1 on loopback, then the proxy's HTTPS", wire)
-	p("data:     %d ConfigMaps (%d namespaces x %d, %d-byte payload, labelled), seeded in %s; the pod owns all %d buckets, so both ways return the same objects",
+	p("data:     %d ConfigMaps (%d namespaces x %d, %d-byte payload, labeled), seeded in %s; the pod owns all %d buckets, so both ways return the same objects",
 		totalObjects, namespaces, perNamespace, payloadBytes, res.seedTime.Round(100*time.Millisecond), buckets)
 	p("")
 

@@ -222,7 +222,7 @@ func (s *session) up(ctx context.Context) error {
 		}
 	}
 	s.sc = localfleet.ShardingConfig(demoNamespace, demoName, demoMembers)
-	// The canary shard appears once a pod labelled track=canary runs.
+	// The canary shard appears once a pod labeled track=canary runs.
 	s.sc.Spec.Canary = &ctrlmeshv1alpha1.CanarySpec{
 		Selector: metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}},
 		Steps: []ctrlmeshv1alpha1.CanaryStep{
@@ -231,7 +231,7 @@ func (s *session) up(ctx context.Context) error {
 		},
 		MinHealthySeconds: canaryHealthy,
 	}
-	s.step("applying ShardingConfig %s/%s: configmaps sharded per cluster over %s; canary steps for pods labelled track=canary (none yet): namespace team-a, then team-a and buckets 0-3",
+	s.step("applying ShardingConfig %s/%s: configmaps sharded per cluster over %s; canary steps for pods labeled track=canary (none yet): namespace team-a, then team-a and buckets 0-3",
 		demoNamespace, demoName, strings.Join(demoMembers, ", "))
 	if err := s.fleet.Hub.Client.Create(ctx, s.sc); err != nil {
 		return fmt.Errorf("creating the ShardingConfig: %w", err)
@@ -242,7 +242,7 @@ func (s *session) up(ctx context.Context) error {
 
 // demo shows a canary and a pod failure on the fleet up runs.
 func (s *session) demo(ctx context.Context) error {
-	s.step("canary: pod %s in %s labelled track=canary; the hub moves to the next step after %ds healthy",
+	s.step("canary: pod %s in %s labeled track=canary; the hub moves to the next step after %ds healthy",
 		canaryPodName, demoMembers[0], canaryHealthy)
 	if err := s.startPod(ctx, demoMembers[0], canaryPodName, map[string]string{"track": "canary"}); err != nil {
 		return err
