@@ -6,18 +6,12 @@
 package main
 
 import (
-	"os"
-
 	"github.com/spf13/cobra"
 
 	"github.com/ctrlmesh/ctrlmesh/pkg/version"
 )
 
-func main() {
-	if err := newRootCommand().Execute(); err != nil {
-		os.Exit(1)
-	}
-}
+func main() { cobra.CheckErr(newRootCommand().Execute()) }
 
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
@@ -28,6 +22,8 @@ Docker) to try ctrlmesh on: demo walks through placement, a canary and a pod
 failure; up starts the fleet and stays up.`,
 		Version:      version.Version,
 		SilenceUsage: true,
+		// main prints the error, once.
+		SilenceErrors: true,
 	}
 	root.AddCommand(newDemoCommand(), newUpCommand())
 	return root
