@@ -39,8 +39,11 @@ type ShardingLayout struct {
 	// Buckets is the number of hash buckets the namespaces fall into: a power
 	// of two from 1 to 4096. A namespace's bucket is the top log2(buckets) bits
 	// of the 64-bit FNV-1a hash of its name.
+	// It cannot change: every bucket would change its meaning while pods
+	// serve it.
 	// +kubebuilder:default=32
 	// +kubebuilder:validation:XValidation:rule="self in [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]",message="sharding.buckets must be a power of two from 1 to 4096, such as 32"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="sharding.buckets cannot change: every bucket would change its meaning while pods serve it; delete the ShardingConfig and create it again with the new count"
 	// +optional
 	Buckets int32 `json:"buckets,omitempty"`
 	// Shards fixes the number of shards: per cluster in PerCluster scope,
@@ -119,8 +122,11 @@ type ShardingConfigSpec struct {
 	// Clusters are the member clusters that run the operator.
 	Clusters ClusterSelection `json:"clusters"`
 	// Scope says whose objects are sharded: each cluster's own (PerCluster) or
-	// one API server's, across the pods of all clusters (Fleet).
+	// one API server's, across the pods of all clusters (Fleet). It cannot
+	// change: the pods would switch between per-cluster and fleet-wide
+	// buckets while serving them.
 	// +kubebuilder:default=PerCluster
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="scope cannot change: the pods would switch between per-cluster and fleet-wide buckets while serving them; delete the ShardingConfig and create it again with the new scope"
 	// +optional
 	Scope ShardingScope `json:"scope,omitempty"`
 	// Sharding sets the bucket count and how pods form shards.
@@ -227,9 +233,11 @@ type ShardingConfigStatus struct {
 
 // ShardingConfig shards one operator's controllers and webhooks across its
 // pods in a fleet of member clusters. It lives on the hub, in the namespace
-// the operator runs in on the members.
+// the operator runs in on the members. Its name is at most 63 characters:
+// the hub writes it into a label of its Works.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63",message="metadata.name may have at most 63 characters: the hub labels the ShardingConfig's Works with its name, and label values have at most 63"
 // +kubebuilder:resource:shortName=shc;shardcfg,categories=ctrlmesh
 // +kubebuilder:printcolumn:name="Scope",type=string,JSONPath=`.spec.scope`
 // +kubebuilder:printcolumn:name="Clusters",type=integer,JSONPath=`.status.clusters`

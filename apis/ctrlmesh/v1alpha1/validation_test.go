@@ -207,6 +207,54 @@ func TestShardingConfigDefaults(t *testing.T) {
 	}
 }
 
+// TestShardingConfigImmutableFields: the scope and the bucket count cannot
+// change once set (every bucket would change its meaning while pods serve
+// it), while the rest of the spec can.
+func TestShardingConfigImmutableFields(t *testing.T) {
+	ctx := context.Background()
+	sc := validShardingConfig("immutable")
+	if err := cluster.Client.Create(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		mutate func(*ctrlmeshv1alpha1.ShardingConfig)
+		want   string
+	}{
+		{name: "more pods per shard", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
+			sc.Spec.Sharding.PodsPerShard = 2
+		}},
+		{name: "buckets", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
+			sc.Spec.Sharding.Buckets = 64
+		}, want: "sharding.buckets cannot change: every bucket would change its meaning while pods serve it; delete the ShardingConfig and create it again with the new count"},
+		{name: "buckets by dropping sharding", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
+			sc.Spec.Sharding = ctrlmeshv1alpha1.ShardingLayout{Buckets: 16}
+		}, want: "sharding.buckets cannot change"},
+		{name: "scope", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
+			sc.Spec.Scope = ctrlmeshv1alpha1.ScopeFleet
+		}, want: "scope cannot change: the pods would switch between per-cluster and fleet-wide buckets while serving them; delete the ShardingConfig and create it again with the new scope"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var current ctrlmeshv1alpha1.ShardingConfig
+			if err := cluster.Client.Get(ctx, client.ObjectKeyFromObject(sc), &current); err != nil {
+				t.Fatal(err)
+			}
+			tt.mutate(&current)
+			checkVerdict(t, cluster.Client.Update(ctx, &current), tt.want)
+		})
+	}
+}
+
+// TestShardingConfigNameLength: a name the hub cannot write into its Works'
+// labels is refused at admission, not retried by the hub forever.
+func TestShardingConfigNameLength(t *testing.T) {
+	ctx := context.Background()
+	checkVerdict(t, cluster.Client.Create(ctx, validShardingConfig(strings.Repeat("a", 63))), "")
+	checkVerdict(t, cluster.Client.Create(ctx, validShardingConfig(strings.Repeat("b", 64))),
+		"metadata.name may have at most 63 characters: the hub labels the ShardingConfig's Works with its name, and label values have at most 63")
+}
+
 func validShardRoute(name string) *ctrlmeshv1alpha1.ShardRoute {
 	sc := validShardingConfig(name)
 	return &ctrlmeshv1alpha1.ShardRoute{
