@@ -41,6 +41,12 @@ const acceptExpression = `!has(object.spec) || !has(object.spec.hubAcceptsClient
 (request.operation == 'UPDATE' && has(oldObject.spec) && has(oldObject.spec.hubAcceptsClient) && oldObject.spec.hubAcceptsClient) ||
 authorizer.group('cluster.open-cluster-management.io').resource('managedclusters').subresource('accept').name(object.metadata.name).check('update').allowed()`
 
+// ownNameExpression admits a ManagedCluster written by anyone but an agent,
+// or by the agent of the cluster of the same name: RBAC cannot restrict
+// create to a name, so without it one member's agent could register (and,
+// with auto-accept, have accepted) a cluster of any name.
+var ownNameExpression = fmt.Sprintf("!request.userInfo.username.startsWith('%[1]s') || request.userInfo.username == '%[1]s' + object.metadata.name", AgentUserName(""))
+
 // AgentServiceAccount is the name of the agent's ServiceAccount on the hub,
 // in AgentNamespace.
 func AgentServiceAccount(cluster string) string { return "agent-" + cluster }
@@ -70,16 +76,17 @@ func HubClusterRole(cluster string) string { return "ctrlmesh-agent-hub:" + clus
 //     all members): only a user who may update managedclusters/accept of a
 //     ManagedCluster may set its spec.hubAcceptsClient to true, as OCM's
 //     webhook enforces where OCM runs. Without it, the create grant below
-//     would let an agent create its ManagedCluster already accepted.
+//     would let an agent create its ManagedCluster already accepted. The
+//     same policy lets an agent write only the ManagedCluster of its own
+//     cluster name.
 //
 // All bind the ServiceAccount AgentNamespace/AgentServiceAccount(cluster).
 // The namespaces (AgentNamespace and karmada-es-<cluster>) and the
 // ServiceAccount are the hub's to create.
 //
-// RBAC cannot restrict create to resource names, so the create grant on
-// managedclusters lets the agent create ManagedClusters of any name (not
-// accepted ones: AcceptPolicy denies that); it is needed only for the first
-// Join. A hub that creates the member's ManagedCluster itself
+// RBAC cannot restrict create to resource names, so AcceptPolicy limits the
+// create grant on managedclusters to the agent's own cluster name, not
+// accepted; it is needed only for the first Join. A hub that creates the member's ManagedCluster itself
 // should delete that rule: Join then only reads the object and writes its
 // status. The agent gets no update or patch on the ManagedCluster itself, so
 // it cannot set spec.hubAcceptsClient of an existing one.
@@ -136,6 +143,10 @@ func AgentHubRBAC(cluster string) []client.Object {
 					Expression: acceptExpression,
 					Message:    "setting spec.hubAcceptsClient to true needs the right to update managedclusters/accept",
 					Reason:     ptr.To(metav1.StatusReasonForbidden),
+				}, {
+					Expression: ownNameExpression,
+					Message:    "an agent registers only its own cluster: the ServiceAccount " + AgentNamespace + "/" + AgentServiceAccount("<cluster>") + " may write only the ManagedCluster <cluster>",
+					Reason:     ptr.To(metav1.StatusReasonForbidden),
 				}},
 			},
 		},
@@ -171,13 +182,14 @@ const agentHubRBACHeader = `# The hub RBAC for the ctrlmesh agent of one member 
 #      ManagedCluster to true; the agent applies no rules before that.
 #
 # The agent may get only its own ManagedCluster and write only its status.
-# RBAC cannot restrict "create" to a name, so the create rule on
-# managedclusters allows any name; only the first join needs it. A hub that
-# creates the ManagedCluster <cluster> itself should drop that rule. The
-# admission policy lets only users who may "update" managedclusters/accept
-# (as in OCM: system:masters, or a grant of that virtual subresource to the
-# admin or an auto-accept controller) set spec.hubAcceptsClient to true, so
-# an agent cannot create its ManagedCluster already accepted.
+# RBAC cannot restrict "create" to a name, so the admission policy limits
+# the agent's create to the ManagedCluster of its own name; only the first
+# join needs it. A hub that creates the ManagedCluster <cluster> itself
+# should drop that rule. The policy also lets only users who may "update"
+# managedclusters/accept (as in OCM: system:masters, or a grant of that
+# virtual subresource to the admin or an auto-accept controller) set
+# spec.hubAcceptsClient to true, so an agent cannot create its
+# ManagedCluster already accepted.
 `
 
 // RenderAgentHubRBAC renders AgentHubRBAC(cluster) as multi-document YAML

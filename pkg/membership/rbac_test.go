@@ -181,6 +181,9 @@ func TestAgentHubRBACIsExactlyEnough(t *testing.T) {
 			return agent.Create(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: "forged"},
 				Spec: clusterv1.ManagedClusterSpec{HubAcceptsClient: true}})
 		}},
+		{"register another cluster", func() error {
+			return agent.Create(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: other + "-forged"}})
+		}},
 		{"get another member's Lease", func() error {
 			return agent.Get(ctx, client.ObjectKey{Namespace: otherNS, Name: ctrlmeshv1alpha1.HeartbeatLeaseName}, &coordinationv1.Lease{})
 		}},
