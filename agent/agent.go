@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -248,17 +249,11 @@ func addInjection(mgr manager.Manager, opts Options) error {
 	if err != nil {
 		return err
 	}
-	log := opts.Log.WithName("inject")
-	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		for backoff := time.Second; ; backoff = min(2*backoff, time.Minute) {
-			err := webhookutil.ApplyMutatingWebhookConfiguration(ctx, mgr.GetClient(), want)
-			if err == nil {
-				return nil
-			}
-			log.Error(err, "Writing the injection webhook configuration failed; retrying", "in", backoff)
-			if !sleep(ctx, backoff) {
-				return nil
-			}
-		}
-	}))
+	clientset, err := kubernetes.NewForConfig(opts.Member)
+	if err != nil {
+		return fmt.Errorf("agent: member clientset: %w", err)
+	}
+	keeper := webhookutil.NewConfigurationKeeper(InjectWebhookConfigurationName, mgr.GetClient(), clientset, opts.Log.WithName("inject"))
+	keeper.Set(want)
+	return mgr.Add(keeper)
 }

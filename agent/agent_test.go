@@ -12,10 +12,12 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+
 	"github.com/go-logr/logr"
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
 	"github.com/karmada-io/karmada/pkg/util/names"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -225,6 +227,36 @@ func TestStandaloneAgent(t *testing.T) {
 	reportHash(t, ctx, f.member.Client, "demo-op-0", "hash-1")
 	env.Eventually(t, 30*time.Second, "the Work reports the route healthy", func() error {
 		return f.workHealth(ctx, workv1alpha1.ResourceHealthy, "demo-op-0")
+	})
+
+	// The agent restores its webhook configurations: deleted, or with the
+	// caBundle changed by hand.
+	restored := func(what string, change func(*admissionregistrationv1.MutatingWebhookConfiguration) error) {
+		t.Helper()
+		var before admissionregistrationv1.MutatingWebhookConfiguration
+		if err := f.member.Client.Get(ctx, client.ObjectKey{Name: agent.InjectWebhookConfigurationName}, &before); err != nil {
+			t.Fatal(err)
+		}
+		if err := change(before.DeepCopy()); err != nil {
+			t.Fatal(err)
+		}
+		env.Eventually(t, 30*time.Second, "the injection webhook configuration is restored after "+what, func() error {
+			var now admissionregistrationv1.MutatingWebhookConfiguration
+			if err := f.member.Client.Get(ctx, client.ObjectKey{Name: agent.InjectWebhookConfigurationName}, &now); err != nil {
+				return err
+			}
+			if !equality.Semantic.DeepEqual(now.Webhooks, before.Webhooks) {
+				return errors.New("the webhooks differ from what the agent wrote")
+			}
+			return nil
+		})
+	}
+	restored("a delete", func(c *admissionregistrationv1.MutatingWebhookConfiguration) error {
+		return f.member.Client.Delete(ctx, c)
+	})
+	restored("a caBundle edit", func(c *admissionregistrationv1.MutatingWebhookConfiguration) error {
+		c.Webhooks[0].ClientConfig.CABundle = []byte("not a CA")
+		return f.member.Client.Update(ctx, c)
 	})
 
 	// Label mode (the member has no KEP-5866): the labeling webhook labels

@@ -32,7 +32,8 @@ const (
 //     the ShardRoutes, not this role, say which resources are sharded (an
 //     admin who knows them may narrow "*" to them), and list namespaces;
 //   - the webhook configurations the elected agent writes for labeling (from
-//     the rules) and injection. RBAC cannot restrict create to names.
+//     the ShardRoutes) and injection, and watches to restore them. RBAC
+//     cannot restrict create to names.
 func MemberRBACRules() []rbacv1.PolicyRule {
 	return rbacutil.Merge(routestatus.MemberRBACRules(), inject.MemberRBACRules(), workapply.MemberRBACRules(), []rbacv1.PolicyRule{
 		{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"list", "watch", "patch"}},
@@ -41,7 +42,9 @@ func MemberRBACRules() []rbacv1.PolicyRule {
 		{
 			APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"},
 			ResourceNames: []string{labeler.WebhookConfigurationName, InjectWebhookConfigurationName},
-			Verbs:         []string{"get", "update", "delete"},
+			// list and watch by a field selector on the name: the agent
+			// restores its configurations when someone changes them.
+			Verbs: []string{"get", "list", "watch", "update", "delete"},
 		},
 	})
 }

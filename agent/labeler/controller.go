@@ -13,16 +13,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
@@ -185,9 +184,10 @@ func (l *targetWatcher) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // in label mode, keeps the labeling webhook's configuration equal to the
 // targets, and records an Event on every refused ShardRoute.
 type labelSweeper struct {
-	targets  *targetWatcher
-	dynamic  dynamic.Interface
-	client   client.Client
+	targets *targetWatcher
+	dynamic dynamic.Interface
+	// webhook keeps the labeling webhook configuration.
+	webhook  *webhookutil.ConfigurationKeeper
 	recorder record.EventRecorder
 	// mode is the member API server's selector mode: labels are written in
 	// rules.ModeLabel only.
@@ -220,8 +220,10 @@ func (s *labelSweeper) Start(ctx context.Context) error {
 		s.recordRefusals(version.refused)
 		running.stop()
 		label := version.ok && s.mode == rules.ModeLabel
-		if err := s.syncWebhookConfiguration(ctx, version, label); err != nil {
-			s.log.Error(err, "Writing the labeling webhook configuration failed; the sweep labels objects meanwhile")
+		if want, err := s.webhookConfiguration(version, label); err != nil {
+			s.log.Error(err, "Building the labeling webhook configuration failed; the sweep labels objects meanwhile")
+		} else {
+			s.webhook.Set(want)
 		}
 		if label {
 			l, err := New(Options{
@@ -266,28 +268,19 @@ func (r *runningLabeler) stop() {
 	r.cancel, r.done = nil, nil
 }
 
-// syncWebhookConfiguration writes the labeling webhook configuration for
-// the targets, or deletes it when nothing is labeled.
-func (s *labelSweeper) syncWebhookConfiguration(ctx context.Context, version *targetsVersion, label bool) error {
+// webhookConfiguration is the labeling webhook configuration for the
+// targets, or nil when nothing is labeled.
+func (s *labelSweeper) webhookConfiguration(version *targetsVersion, label bool) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
 	if !label {
-		existing := &admissionregistrationv1.MutatingWebhookConfiguration{}
-		existing.Name = WebhookConfigurationName
-		if err := s.client.Delete(ctx, existing); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting MutatingWebhookConfiguration %s: %w", WebhookConfigurationName, err)
-		}
-		return nil
+		return nil, nil
 	}
 	cc := *s.clientConfig.DeepCopy()
 	if err := webhookutil.SetPath(&cc, WebhookPath); err != nil {
-		return err
+		return nil, err
 	}
-	want, err := version.targets.WebhookConfiguration(WebhookOptions{
+	return version.targets.WebhookConfiguration(WebhookOptions{
 		ConfigurationName: WebhookConfigurationName, WebhookName: WebhookName, ClientConfig: cc,
 	})
-	if err != nil {
-		return err
-	}
-	return webhookutil.ApplyMutatingWebhookConfiguration(ctx, s.client, want)
 }
 
 // recordRefusals records each refusal once as a Warning Event on its route.
@@ -342,8 +335,16 @@ func AddToManager(mgr manager.Manager, opts ManagerOptions) error {
 		return err
 	}
 	mgr.GetWebhookServer().Register(WebhookPath, watcher)
+	clientset, err := kubernetes.NewForConfig(opts.Member)
+	if err != nil {
+		return fmt.Errorf("labeler: clientset: %w", err)
+	}
+	keeper := webhookutil.NewConfigurationKeeper(WebhookConfigurationName, mgr.GetClient(), clientset, opts.Log.WithName("labeler"))
+	if err := mgr.Add(keeper); err != nil {
+		return err
+	}
 	return mgr.Add(&labelSweeper{
-		targets: watcher, dynamic: dyn, client: mgr.GetClient(), recorder: mgr.GetEventRecorderFor(ctrlmeshv1alpha1.AgentComponent),
+		targets: watcher, dynamic: dyn, webhook: keeper, recorder: mgr.GetEventRecorderFor(ctrlmeshv1alpha1.AgentComponent),
 		mode: opts.Mode, clientConfig: opts.ClientConfig, period: period, registerer: opts.Registerer,
 		log: opts.Log.WithName("labeler"),
 	})

@@ -5,17 +5,13 @@ package webhookutil
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
@@ -34,30 +30,6 @@ func Handler(review ReviewFunc, log logr.Logger) http.Handler {
 		LogConstructor: func(logr.Logger, *admission.Request) logr.Logger { return log },
 		RecoverPanic:   ptr.To(true),
 	}
-}
-
-// ApplyMutatingWebhookConfiguration creates want, or makes the existing
-// configuration of its name equal to it.
-func ApplyMutatingWebhookConfiguration(ctx context.Context, c client.Client, want *admissionregistrationv1.MutatingWebhookConfiguration) error {
-	existing := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	err := c.Get(ctx, client.ObjectKey{Name: want.Name}, existing)
-	switch {
-	case apierrors.IsNotFound(err):
-		if err := c.Create(ctx, want); err != nil {
-			return fmt.Errorf("creating MutatingWebhookConfiguration %s: %w", want.Name, err)
-		}
-		return nil
-	case err != nil:
-		return fmt.Errorf("reading MutatingWebhookConfiguration %s: %w", want.Name, err)
-	}
-	if equality.Semantic.DeepEqual(existing.Webhooks, want.Webhooks) {
-		return nil
-	}
-	existing.Webhooks = want.Webhooks
-	if err := c.Update(ctx, existing); err != nil {
-		return fmt.Errorf("updating MutatingWebhookConfiguration %s: %w", want.Name, err)
-	}
-	return nil
 }
 
 // SetPath points a client config at path: the URL's path, or the
