@@ -21,6 +21,26 @@ type selectionKey struct {
 // to a few seconds between watches, and re-watch after server timeouts).
 const recentWatch = 2 * time.Minute
 
+// maxStreams bounds how many streams selections remembers. Each distinct
+// client selector is a stream, so a client that lists with ever new
+// selectors (a field selector per object name, say) would otherwise grow the
+// proxy without bound. Forgetting a stream is safe: a watch resuming on a
+// forgotten stream is answered 410 and its informer relists.
+const maxStreams = 4096
+
+// stream is what selections knows of one key.
+type stream struct {
+	// served is the selection epoch the stream's last response was served
+	// under.
+	served uint64
+	// open counts the stream's open watches.
+	open int
+	// closed is when its last watch closed; zero if none has.
+	closed time.Time
+	// active is when it was last served, opened or closed.
+	active time.Time
+}
+
 // selections tracks, per key, the selection epoch its last response was
 // served under, its open watches, and when its last watch closed. From that
 // the proxy knows when the operator has taken up a selection change: when
@@ -29,12 +49,15 @@ const recentWatch = 2 * time.Minute
 // reflector opens its watch only after it has stored the list that precedes
 // it, so a new-epoch watch means the informer's cache holds the new
 // selection.
+//
+// Streams without open watches are forgotten recentWatch after they were
+// last active, and the least recently active ones beyond maxStreams, so the
+// memory it holds is bounded by the operator's live informers, not by every
+// selector a client ever sent.
 type selections struct {
-	mu         sync.Mutex
-	now        func() time.Time
-	served     map[selectionKey]uint64
-	open       map[selectionKey]int
-	lastClosed map[selectionKey]time.Time
+	mu      sync.Mutex
+	now     func() time.Time
+	streams map[selectionKey]*stream
 
 	target  uint64
 	waiting map[selectionKey]bool
@@ -42,28 +65,73 @@ type selections struct {
 }
 
 func newSelections() *selections {
-	return &selections{now: time.Now, served: map[selectionKey]uint64{}, open: map[selectionKey]int{}, lastClosed: map[selectionKey]time.Time{}}
+	return &selections{now: time.Now, streams: map[selectionKey]*stream{}}
+}
+
+// stream returns key's record, made and marked active now.
+func (s *selections) stream(key selectionKey) *stream {
+	st, ok := s.streams[key]
+	if !ok {
+		st = &stream{active: s.now()}
+		s.streams[key] = st
+		s.forget()
+	}
+	st.active = s.now()
+	return st
+}
+
+// forget drops, once more than maxStreams are remembered, the streams
+// without open watches that were inactive for recentWatch, then the least
+// recently active streams without open watches (or waited for by a
+// change) until a quarter of maxStreams is free again, so that it runs
+// once per many new streams.
+func (s *selections) forget() {
+	if len(s.streams) <= maxStreams {
+		return
+	}
+	now := s.now()
+	var idle []selectionKey
+	for key, st := range s.streams {
+		if st.open > 0 || s.waiting[key] {
+			continue
+		}
+		if now.Sub(st.active) >= recentWatch {
+			delete(s.streams, key)
+			continue
+		}
+		idle = append(idle, key)
+	}
+	if excess := len(s.streams) - maxStreams*3/4; excess > 0 {
+		sort.Slice(idle, func(a, b int) bool { return s.streams[idle[a]].active.Before(s.streams[idle[b]].active) })
+		for _, key := range idle[:min(excess, len(idle))] {
+			delete(s.streams, key)
+		}
+	}
 }
 
 func (s *selections) servedEpoch(key selectionKey) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.served[key]
+	if st, ok := s.streams[key]; ok {
+		return st.served
+	}
+	return 0
 }
 
 // markServed records that a list or watch of key was served under epoch.
 func (s *selections) markServed(key selectionKey, epoch uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.served[key] = epoch
+	s.stream(key).served = epoch
 }
 
 // watchOpened records a watch of key opened under epoch.
 func (s *selections) watchOpened(key selectionKey, epoch uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.served[key] = epoch
-	s.open[key]++
+	st := s.stream(key)
+	st.served = epoch
+	st.open++
 	if epoch == s.target && s.waiting[key] {
 		delete(s.waiting, key)
 		s.settleIfDone()
@@ -73,10 +141,9 @@ func (s *selections) watchOpened(key selectionKey, epoch uint64) {
 func (s *selections) watchClosed(key selectionKey) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.open[key]--; s.open[key] <= 0 {
-		delete(s.open, key)
-	}
-	s.lastClosed[key] = s.now()
+	st := s.stream(key)
+	st.open = max(st.open-1, 0)
+	st.closed = st.active
 }
 
 // beginChange starts waiting for every key of a changed resource with an
@@ -94,25 +161,18 @@ func (s *selections) beginChange(epoch uint64, unchanged func(schema.GroupResour
 	}
 	s.target = epoch
 	s.waiting = map[selectionKey]bool{}
-	for key, served := range s.served {
-		if served == epoch-1 && unchanged(key.gr) {
-			s.served[key] = epoch
+	now := s.now()
+	for key, st := range s.streams {
+		if st.served == epoch-1 && unchanged(key.gr) {
+			st.served = epoch
 		}
-	}
-	// A key served under epoch by now (carried over above, or a watch
-	// opened under the new state before this call) waits for nothing.
-	for key := range s.open {
-		if s.served[key] != epoch {
+		// A key served under epoch by now (carried over above, or a watch
+		// opened under the new state before this call) waits for nothing.
+		if st.served == epoch {
+			continue
+		}
+		if st.open > 0 || (!st.closed.IsZero() && now.Sub(st.closed) < recentWatch) {
 			s.waiting[key] = true
-		}
-	}
-	for key, closed := range s.lastClosed {
-		if s.now().Sub(closed) < recentWatch {
-			if s.served[key] != epoch {
-				s.waiting[key] = true
-			}
-		} else if s.open[key] == 0 {
-			delete(s.lastClosed, key)
 		}
 	}
 	settled := make(chan struct{})

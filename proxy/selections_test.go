@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -115,5 +116,49 @@ func TestSelectionsCarryUnchangedResources(t *testing.T) {
 	case <-ch:
 	default:
 		t.Fatalf("not settled once secrets re-watched; pending %v", s.pending())
+	}
+}
+
+// TestSelectionsBounded: a client listing with ever new selectors does not
+// grow the proxy without bound; streams with open watches, and those a
+// change waits for, are never forgotten; a forgotten stream resuming a
+// watch is sent to relist (servedEpoch 0).
+func TestSelectionsBounded(t *testing.T) {
+	now := time.Unix(1000, 0)
+	s := newSelections()
+	s.now = func() time.Time { return now }
+	cms := schema.GroupResource{Resource: "configmaps"}
+	informer := selectionKey{gr: cms, labelSel: "app=x"}
+	s.markServed(informer, 1)
+	s.watchOpened(informer, 1)
+	closedRecently := selectionKey{gr: cms, labelSel: "app=y"}
+	s.watchOpened(closedRecently, 1)
+	s.watchClosed(closedRecently)
+	ch := s.beginChange(2, func(schema.GroupResource) bool { return false })
+
+	first := selectionKey{gr: cms, fieldSel: "metadata.name=first"}
+	s.markServed(first, 2)
+	for i := range 3 * maxStreams {
+		now = now.Add(time.Millisecond)
+		s.markServed(selectionKey{gr: cms, fieldSel: fmt.Sprintf("metadata.name=cm-%d", i)}, 2)
+	}
+	if got := len(s.streams); got > maxStreams {
+		t.Errorf("%d streams remembered after %d distinct lists, want at most %d", got, 3*maxStreams, maxStreams)
+	}
+	if s.servedEpoch(first) != 0 {
+		t.Error("the oldest list-only stream is still remembered")
+	}
+	if s.servedEpoch(informer) != 1 {
+		t.Error("a stream with an open watch was forgotten")
+	}
+	if _, ok := s.streams[closedRecently]; !ok {
+		t.Error("a stream the change waits for was forgotten")
+	}
+	s.watchOpened(informer, 2)
+	s.watchOpened(closedRecently, 2)
+	select {
+	case <-ch:
+	default:
+		t.Errorf("the change did not settle once both informers watched again; pending %v", s.pending())
 	}
 }
