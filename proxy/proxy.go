@@ -23,6 +23,7 @@ import (
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -387,8 +388,25 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.pass(w, r, info.Verb)
 		return
 	}
-	if namespaced, err := p.scopes.IsNamespaced(gr); err != nil || !namespaced {
-		// Cluster-scoped, or unknown to discovery: the API server answers.
+	namespaced, err := p.scopes.IsNamespaced(gr)
+	switch {
+	case meta.IsNoMatchError(err):
+		// Unknown to discovery, yet sharded by a wildcard limit: the API
+		// server may serve it by now (a CRD installed since), so passing it
+		// on could read or write every shard's objects. Not found is what
+		// the operator would get from a server without it, and it retries.
+		p.count(info.Verb, outcomeUnavailable)
+		apistatus.Write(w, http.StatusNotFound, metav1.StatusReasonNotFound,
+			fmt.Sprintf("ctrlmesh proxy: %s is not known to discovery yet, and the rules shard it: %v", gr, err), nil)
+		return
+	case err != nil:
+		// Discovery failed: fail closed with an error the operator retries.
+		p.count(info.Verb, outcomeUnavailable)
+		apistatus.Write(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+			fmt.Sprintf("ctrlmesh proxy: cannot tell whether %s is namespaced, so cannot shard it: %v", gr, err), nil)
+		return
+	case !namespaced:
+		// Cluster-scoped objects have no namespace and belong to no shard.
 		p.pass(w, r, info.Verb)
 		return
 	}
