@@ -148,7 +148,7 @@ func awaitReported(t *testing.T, ctx context.Context, c client.Client, key clien
 func restrictedOperator(t *testing.T, ctx context.Context, cluster *env.Cluster, namespace string) *rest.Config {
 	t.Helper()
 	const user = "system:serviceaccount:operators:demo-operator"
-	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "rbac", "proxy.yaml"))
+	data, err := os.ReadFile(filepath.Join("..", "deploy", "rbac", "proxy.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
