@@ -2,7 +2,8 @@
 // clusters (when told to), creates their execution namespaces, decides from
 // their heartbeat Leases (and Karmada's Cluster objects, where Karmada runs)
 // whether they are available, reports that in the ManagedClusters' status
-// conditions, and keeps the clusters table of the hub's state.Store.
+// conditions, and keeps the clusters table of the hub's state.Store, from
+// which the ShardingConfig controller selects the clusters it places in.
 package clusters
 
 import (

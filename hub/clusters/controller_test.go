@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -19,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ctrlmesh/ctrlmesh/hub/clusters"
-	"github.com/ctrlmesh/ctrlmesh/hub/state"
 	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
@@ -146,8 +144,8 @@ func TestHeartbeatAvailability(t *testing.T) {
 		if err := conditionIs(ctx, name, available, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable); err != nil {
 			return err
 		}
-		if usable := c.store.Snapshot().UsableClusters(); !slices.ContainsFunc(usable, func(u state.Cluster) bool { return u.Name == name }) {
-			return fmt.Errorf("not among the usable clusters %v", usable)
+		if sc, _ := c.store.Snapshot().Cluster(name); !sc.Usable() {
+			return fmt.Errorf("not usable: %+v", sc)
 		}
 		return recorded(c.store, name, true, true, "")
 	}
@@ -179,7 +177,7 @@ func TestHeartbeatAvailability(t *testing.T) {
 	if sc, _ := c.store.Snapshot().Cluster(name); !sc.HeartbeatExpiry.Equal(expiry) {
 		t.Errorf("store heartbeat expiry %s, want %s", sc.HeartbeatExpiry, expiry)
 	}
-	if slices.ContainsFunc(c.store.Snapshot().UsableClusters(), func(u state.Cluster) bool { return u.Name == name }) {
+	if sc, _ := c.store.Snapshot().Cluster(name); sc.Usable() {
 		t.Error("an unavailable cluster is usable")
 	}
 

@@ -1,14 +1,18 @@
 // Package shardingconfig is the hub's ShardingConfig controller: for each
-// ShardingConfig it selects the member clusters, reads what their agents
-// report through the Works' status (candidate pods, the rules each proxy
-// enforces, shard leaders), computes the desired placement per placement
-// domain (hub/placement), moves buckets by revoke-before-grant, publishes the
-// rules as one Work per cluster (hub/propagation) and reports placement and
-// health in the ShardingConfig's status.
+// ShardingConfig it reads its Works back into the hub's working model
+// (hub/state) — the rules published to each cluster and what the members'
+// agents reflected into the Works' status: candidate pods, the rules each
+// proxy enforces, shard leaders — then selects the member clusters, computes
+// the desired placement per placement domain (hub/placement), moves buckets
+// by revoke-before-grant, publishes the rules as one Work per cluster
+// (hub/propagation) and reports placement and health in the ShardingConfig's
+// status. Placement, handover and status read their inputs from one
+// Snapshot of the working model.
 //
 // The published Works are the truth about what was published: the working
-// model in hub/state is rebuilt from them and from the Works' status, so a
-// restarted hub computes the same placement and moves nothing.
+// model is rebuilt from them at the start of every reconcile, before
+// anything is published, so a restarted hub computes the same placement and
+// moves nothing.
 package shardingconfig
 
 import (
@@ -21,7 +25,10 @@ import (
 
 	"github.com/go-logr/logr"
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
+	"github.com/karmada-io/karmada/pkg/util/names"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -53,8 +60,8 @@ type Reconciler struct {
 	Client client.Client
 	// Writer writes the Works.
 	Writer *propagation.Writer
-	// Store is the hub's working model; the clusters controller keeps its
-	// clusters table.
+	// Store is the hub's working model: the clusters controller keeps its
+	// clusters, this controller the rows of each ShardingConfig.
 	Store *state.Store
 	// ClusterChanges, when set, receives an event for each cluster whose
 	// record changed (see hub/clusters Options.Changes): every
@@ -113,7 +120,15 @@ func (r *Reconciler) allConfigs(ctx context.Context, _ client.Object) []reconcil
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var sc ctrlmeshv1alpha1.ShardingConfig
 	if err := r.Client.Get(ctx, req.NamespacedName, &sc); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+		if !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, err
+		}
+		// Gone without passing finalize (its finalizer was removed by
+		// hand): its rows must not outlive it.
+		if err := r.Store.DeleteConfig(req.NamespacedName); err != nil {
+			return reconcile.Result{}, fmt.Errorf("forgetting the deleted ShardingConfig: %w", err)
+		}
+		return reconcile.Result{}, nil
 	}
 	if !sc.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, r.finalize(ctx, &sc)
@@ -143,8 +158,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{RequeueAfter: requeue}, nil
 }
 
-// finalize deletes the ShardingConfig's Works and then lets it go.
+// finalize deletes the ShardingConfig's Works and rows and then lets it go.
 func (r *Reconciler) finalize(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig) error {
+	// A config being deleted is never placed again: nothing reads its rows.
+	if err := r.Store.DeleteConfig(client.ObjectKeyFromObject(sc)); err != nil {
+		return fmt.Errorf("forgetting the ShardingConfig being deleted: %w", err)
+	}
 	if !controllerutil.ContainsFinalizer(sc, ctrlmeshv1alpha1.ShardingConfigFinalizer) {
 		return nil
 	}
@@ -168,17 +187,54 @@ func (r *Reconciler) finalize(ctx context.Context, sc *ctrlmeshv1alpha1.Sharding
 	return nil
 }
 
-// member is what the hub knows of one selected cluster for a config.
+// member is what the working model holds of one selected cluster for a
+// config, from one Snapshot.
 type member struct {
 	cluster state.Cluster
-	// route is the ShardRoute published to it; nil before the first publish.
-	route *ctrlmeshv1alpha1.ShardRoute
-	// report is what its agent reflected into the Work; nil before any.
-	report *propagation.Report
+	// published is what was published to it; nil before the first publish.
+	published *state.Published
+	// report is what its agent last reflected into the Work; nil before any.
+	report *state.Report
 }
 
 // usable: the cluster is accepted and its heartbeat is fresh.
-func (m *member) usable() bool { return m.cluster.Accepted && m.cluster.Available }
+func (m *member) usable() bool { return m.cluster.Usable() }
+
+// route is the ShardRoute published to the member; nil before the first
+// publish.
+func (m *member) route() *ctrlmeshv1alpha1.ShardRoute {
+	if m.published == nil {
+		return nil
+	}
+	return m.published.Route
+}
+
+// pod is the member's report of a pod.
+func (m *member) pod(name string) (state.Pod, bool) {
+	if m == nil || m.report == nil {
+		return state.Pod{}, false
+	}
+	i := slices.IndexFunc(m.report.Pods, func(p state.Pod) bool { return p.Name == name })
+	if i < 0 {
+		return state.Pod{}, false
+	}
+	return m.report.Pods[i], true
+}
+
+// leads reports whether the member's agent reports pod holding a shard's
+// lock.
+func (m *member) leads(pod string) bool {
+	return m.report != nil && slices.ContainsFunc(m.report.Leaders, func(l state.Leader) bool { return l.Pod == pod })
+}
+
+// generationOf is the generation whose rules hash a proxy of the member
+// reports.
+func (m *member) generationOf(rulesHash string) (int64, bool) {
+	if m == nil || m.published == nil || rulesHash == "" {
+		return 0, false
+	}
+	return m.published.GenerationOf(rulesHash)
+}
 
 // domainOutcome is the result of placing one placement domain.
 type domainOutcome struct {
@@ -210,51 +266,48 @@ func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingCon
 		out.invalid = fmt.Errorf("sharding.buckets: %w", err)
 		return out, nil
 	}
-	known := r.Store.Snapshot().Clusters()
-	if caughtUp, err := r.storeKnowsClusters(ctx, known); err != nil || !caughtUp {
+	config := client.ObjectKeyFromObject(sc)
+	works, err := r.Writer.List(ctx, sc)
+	if err != nil {
 		return nil, err
 	}
-	selected, err := selectedClusters(sc, known)
+	unreadable := readBack(log, r.Store, config, works)
+	// Everything below reads this one snapshot, taken after the read-back.
+	snap := r.Store.Snapshot()
+	if err := r.storeKnowsClusters(ctx, snap); err != nil {
+		return nil, err
+	}
+	selected, err := selectedClusters(sc, snap.AcceptedClusters())
 	if err != nil {
 		out.invalid = err
 		return out, nil
 	}
 	for _, c := range selected {
-		out.members[c.Name] = &member{cluster: c}
-	}
-	works, err := r.Writer.List(ctx, sc)
-	if err != nil {
-		return nil, err
-	}
-	config := client.ObjectKeyFromObject(sc)
-	for i := range works {
-		work := &works[i]
-		report, err := propagation.ReadStatus(work)
-		if err != nil {
-			log.Error(err, "Reading a Work's status failed; taking it as unreported", "work", client.ObjectKeyFromObject(work))
-			continue
-		}
-		m, ok := out.members[report.Cluster]
-		if !ok {
-			continue // no longer selected: pruned below
-		}
-		if m.route, err = propagation.RouteOf(work); err != nil {
+		if err := unreadable[c.Name]; err != nil {
 			return nil, err
 		}
-		if work.Status.ManifestStatuses != nil || report.Applied != nil {
-			m.report = &report
-		}
-		// The hash history maps the hashes proxies report to generations;
-		// after a restart it starts from what the Works carry.
-		_ = r.Store.RecordPublish(config, report.Cluster, m.route.Spec.RoutingGeneration, m.route.Spec.RulesHash)
-		if _, err := r.Store.ReplacePods(config, report.Cluster, podsOf(report.Route)); err != nil {
-			return nil, fmt.Errorf("recording the pods of %s: %w", report.Cluster, err)
+		out.members[c.Name] = &member{cluster: c}
+	}
+	for _, p := range snap.PublishedOf(config) {
+		if m, ok := out.members[p.Cluster]; ok {
+			m.published = &p
 		}
 	}
-	if pruned, err := r.Writer.Prune(ctx, sc, slices.Sorted(maps.Keys(out.members))); err != nil {
+	for _, rep := range snap.ReportsOf(config) {
+		if m, ok := out.members[rep.Cluster]; ok {
+			m.report = &rep
+		}
+	}
+	keep := slices.Sorted(maps.Keys(out.members))
+	if pruned, err := r.Writer.Prune(ctx, sc, keep); err != nil {
 		return nil, err
 	} else if len(pruned) > 0 {
 		r.Recorder.Eventf(sc, corev1.EventTypeNormal, ctrlmeshv1alpha1.ReasonWorksDeleted, "Deleted the Works of clusters no longer selected: %v", pruned)
+	}
+	if removed, err := r.Store.RetainClusters(config, keep); err != nil {
+		return nil, fmt.Errorf("forgetting the clusters no longer selected: %w", err)
+	} else if len(removed) > 0 {
+		log.V(1).Info("Forgot the rules and reports of clusters no longer selected", "clusters", removed)
 	}
 
 	canary, err := canaryStep(sc, space, out.canaryStep)
@@ -265,12 +318,12 @@ func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingCon
 	// In PerCluster scope an unusable cluster keeps its last rules: its
 	// agent cannot take new ones. Its shards are still reported.
 	if sc.Spec.Scope != ctrlmeshv1alpha1.ScopeFleet {
-		for _, name := range slices.Sorted(maps.Keys(out.members)) {
+		for _, name := range keep {
 			m := out.members[name]
-			if m.usable() || m.route == nil {
+			if m.usable() || m.route() == nil {
 				continue
 			}
-			published, err := publishedRules(space, map[string]*ctrlmeshv1alpha1.ShardRoute{name: m.route})
+			published, err := publishedRules(space, map[string]*ctrlmeshv1alpha1.ShardRoute{name: m.route()})
 			if err != nil {
 				out.invalid = err
 				return out, nil
@@ -293,23 +346,95 @@ func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingCon
 	return out, nil
 }
 
+// readBack brings what config's Works carry and report into the working
+// model, before anything is placed: a restarted hub must know what it
+// published before it publishes. Every Work is read, selected or not, so
+// that the snapshot placement reads next holds the rows of whichever
+// clusters it selects; the rows of clusters it does not select go with
+// their Works.
+//
+// A Work whose rules cannot be read (or stored) is returned in unreadable,
+// by cluster: placing its cluster without them could publish an older
+// generation, but a cluster no longer selected is pruned all the same. A
+// Work whose status cannot be read has its cluster taken as unreported, as
+// before any report.
+func readBack(log logr.Logger, store *state.Store, config types.NamespacedName, works []workv1alpha1.Work) (unreadable map[string]error) {
+	unreadable = map[string]error{}
+	for i := range works {
+		work := &works[i]
+		key := client.ObjectKeyFromObject(work)
+		cluster, err := names.GetClusterName(work.Namespace)
+		if err != nil || cluster == "" {
+			// Labelled as the config's but in no execution namespace:
+			// neither the hub nor an agent uses it.
+			log.Info("Ignoring a Work of the ShardingConfig outside every execution namespace", "work", key)
+			continue
+		}
+		route, err := propagation.RouteOf(work)
+		if err != nil {
+			unreadable[cluster] = unreadableWork(cluster, err)
+			continue
+		}
+		report, err := reportOf(work)
+		if err != nil {
+			log.Error(err, "Reading a Work's status failed; taking its cluster as unreported", "work", key)
+		}
+		behind, err := store.ReadBack(config, cluster, route, report)
+		if err != nil {
+			unreadable[cluster] = unreadableWork(cluster, err)
+			continue
+		}
+		if behind {
+			log.V(1).Info("The cached Work does not show the rules published last yet; keeping those", "work", key,
+				"generation", route.Spec.RoutingGeneration)
+		}
+	}
+	return unreadable
+}
+
+// unreadableWork is why a selected cluster is not placed.
+func unreadableWork(cluster string, err error) error {
+	return fmt.Errorf("reading back the Work of cluster %s: %w; the cluster is placed again once its Work reads back: repair the Work, or delete it to publish the cluster's rules anew", cluster, err)
+}
+
+// reportOf is what a Work's status tells of its member, as a row of the
+// working model: nil while the member has reflected nothing into it.
+func reportOf(work *workv1alpha1.Work) (*state.Report, error) {
+	status, err := propagation.ReadStatus(work)
+	if err != nil || (work.Status.ManifestStatuses == nil && status.Applied == nil) {
+		return nil, err
+	}
+	out := &state.Report{
+		RulesApplied: meta.FindStatusCondition(status.Route.Conditions, ctrlmeshv1alpha1.ConditionRulesApplied),
+		Pods:         make([]state.Pod, 0, len(status.Route.Pods)),
+	}
+	for _, p := range status.Route.Pods {
+		out.Pods = append(out.Pods, state.Pod{Name: p.Name, Address: p.Address, Ready: p.Ready, Canary: p.Canary, AppliedRulesHash: p.AppliedRulesHash})
+	}
+	for _, l := range status.Route.Leaders {
+		out.Leaders = append(out.Leaders, state.Leader{Shard: l.Shard, Pod: l.Pod})
+	}
+	return out, nil
+}
+
 // errStoreBehind makes a reconcile wait for the clusters controller.
 var errStoreBehind = errors.New("the working model does not know every ManagedCluster yet")
 
-// storeKnowsClusters reports whether the working model knows every
-// ManagedCluster in the cache. Right after a start it may not: placing then
-// would take known clusters for deselected ones and delete their Works.
-func (r *Reconciler) storeKnowsClusters(ctx context.Context, known []state.Cluster) (bool, error) {
+// storeKnowsClusters returns errStoreBehind unless the working model knows
+// every ManagedCluster in the cache. Right after a start it may not:
+// placing then would take known clusters for deselected ones and delete
+// their Works.
+func (r *Reconciler) storeKnowsClusters(ctx context.Context, snap state.Snapshot) error {
 	var list clusterv1.ManagedClusterList
 	if err := r.Client.List(ctx, &list); err != nil {
-		return false, fmt.Errorf("listing ManagedClusters: %w", err)
+		return fmt.Errorf("listing ManagedClusters: %w", err)
 	}
 	for _, mc := range list.Items {
-		if !slices.ContainsFunc(known, func(c state.Cluster) bool { return c.Name == mc.Name }) {
-			return false, errStoreBehind
+		if _, ok := snap.Cluster(mc.Name); !ok {
+			return errStoreBehind
 		}
 	}
-	return true, nil
+	return nil
 }
 
 // invalidError is a spec that cannot be placed: reported, not retried.
@@ -348,8 +473,8 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 	// In Fleet scope the rules also live in the members that left the
 	// domain: their pods may still serve under them.
 	for name, m := range members {
-		if m.route != nil && (slices.Contains(clusters, name) || sc.Spec.Scope == ctrlmeshv1alpha1.ScopeFleet) {
-			routes[name] = m.route
+		if m.route() != nil && (slices.Contains(clusters, name) || sc.Spec.Scope == ctrlmeshv1alpha1.ScopeFleet) {
+			routes[name] = m.route()
 		}
 	}
 	published, err := publishedRules(space, routes)
@@ -360,12 +485,12 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 	addresses := map[placement.PodID]string{}
 	for _, name := range clusters {
 		if rep := members[name].report; rep != nil {
-			for _, p := range rep.Route.Pods {
+			for _, p := range rep.Pods {
 				if p.Address != "" {
 					addresses[placement.PodID{Cluster: name, Name: p.Name}] = p.Address
 				}
 			}
-			d.pods = append(d.pods, candidates(name, rep.Route)...)
+			d.pods = append(d.pods, candidates(name, rep.Pods)...)
 		}
 	}
 	desired, err := placement.Compute(placement.Input{
@@ -375,7 +500,7 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 	if err != nil {
 		return d, &invalidError{err}
 	}
-	step, err := placement.Handover(desired, published, r.acks(sc, published, clusters, members))
+	step, err := placement.Handover(desired, published, acks(published, clusters, members))
 	if err != nil {
 		return d, fmt.Errorf("handover: %w", err)
 	}
@@ -405,7 +530,11 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 		if err := r.Writer.Sync(ctx, sc, name, route); err != nil {
 			return d, fmt.Errorf("publishing the rules of %s: %w", name, err)
 		}
-		_ = r.Store.RecordPublish(config, name, route.Spec.RoutingGeneration, route.Spec.RulesHash)
+		// Recorded only once written: the next reconcile places from it
+		// even if the cache does not show the Work's update yet.
+		if err := r.Store.RecordPublish(config, name, route); err != nil {
+			return d, fmt.Errorf("recording the rules published to %s: %w", name, err)
+		}
 	}
 	if step.Changed {
 		r.recordMoves(sc, clusters, step)
@@ -430,8 +559,8 @@ func buildRoutes(sc *ctrlmeshv1alpha1.ShardingConfig, clusters []string, rules p
 // cluster holds at the same generation.
 func changedInPlace(built map[string]*ctrlmeshv1alpha1.ShardRoute, members map[string]*member) bool {
 	for name, route := range built {
-		held := members[name].route
-		if held != nil && held.Spec.RoutingGeneration == route.Spec.RoutingGeneration && held.Spec.RulesHash != route.Spec.RulesHash {
+		held := members[name].published
+		if held != nil && held.Generation == route.Spec.RoutingGeneration && held.RulesHash != route.Spec.RulesHash {
 			return true
 		}
 	}
@@ -457,9 +586,7 @@ func (r *Reconciler) recordMoves(sc *ctrlmeshv1alpha1.ShardingConfig, clusters [
 // agent no longer reports it — the pod object is deleted, which happens
 // once its containers stopped — and it leads no shard (a force-deleted pod
 // may still run: its lease must have expired first).
-func (r *Reconciler) acks(sc *ctrlmeshv1alpha1.ShardingConfig, published placement.Rules, domain []string, members map[string]*member) []placement.PodAck {
-	config := client.ObjectKeyFromObject(sc)
-	snap := r.Store.Snapshot()
+func acks(published placement.Rules, domain []string, members map[string]*member) []placement.PodAck {
 	byPod := map[placement.PodID]*placement.PodAck{}
 	ack := func(id placement.PodID) *placement.PodAck {
 		a, ok := byPod[id]
@@ -477,7 +604,8 @@ func (r *Reconciler) acks(sc *ctrlmeshv1alpha1.ShardingConfig, published placeme
 			case !ok || !m.usable():
 				a.Gone = true
 			case m.report != nil:
-				a.Gone = !reportsPod(m.report.Route, id.Name) && !leads(m.report.Route, id.Name)
+				_, reported := m.pod(id.Name)
+				a.Gone = !reported && !m.leads(id.Name)
 			}
 		}
 	}
@@ -488,11 +616,8 @@ func (r *Reconciler) acks(sc *ctrlmeshv1alpha1.ShardingConfig, published placeme
 		if m.report == nil {
 			continue
 		}
-		for _, p := range m.report.Route.Pods {
-			if p.AppliedRulesHash == "" {
-				continue
-			}
-			if gen, ok := snap.GenerationOf(config, name, p.AppliedRulesHash); ok {
+		for _, p := range m.report.Pods {
+			if gen, ok := m.generationOf(p.AppliedRulesHash); ok {
 				a := ack(placement.PodID{Cluster: name, Name: p.Name})
 				a.Acked = max(a.Acked, gen)
 			}
@@ -504,7 +629,7 @@ func (r *Reconciler) acks(sc *ctrlmeshv1alpha1.ShardingConfig, published placeme
 	// served: it counts as live and unacknowledged until its lease expires.
 	for _, name := range domain {
 		if m := members[name]; m.report != nil {
-			for _, l := range m.report.Route.Leaders {
+			for _, l := range m.report.Leaders {
 				ack(placement.PodID{Cluster: name, Name: l.Pod})
 			}
 		}
@@ -517,30 +642,13 @@ func (r *Reconciler) acks(sc *ctrlmeshv1alpha1.ShardingConfig, published placeme
 	return out
 }
 
-func reportsPod(status ctrlmeshv1alpha1.ShardRouteStatus, pod string) bool {
-	return slices.ContainsFunc(status.Pods, func(p ctrlmeshv1alpha1.PodRouteStatus) bool { return p.Name == pod })
-}
-
-func leads(status ctrlmeshv1alpha1.ShardRouteStatus, pod string) bool {
-	return slices.ContainsFunc(status.Leaders, func(l ctrlmeshv1alpha1.ShardLeader) bool { return l.Pod == pod })
-}
-
 // candidates are the pods a member's agent reports as candidates: those
 // with a shard-worthy readiness (the agent also lists pods that only
 // reported a hash; they are not ready).
-func candidates(cluster string, status ctrlmeshv1alpha1.ShardRouteStatus) []placement.Pod {
+func candidates(cluster string, pods []state.Pod) []placement.Pod {
 	var out []placement.Pod
-	for _, p := range status.Pods {
+	for _, p := range pods {
 		out = append(out, placement.Pod{PodID: placement.PodID{Cluster: cluster, Name: p.Name}, Ready: p.Ready, Canary: p.Canary})
-	}
-	return out
-}
-
-// podsOf is a member's report as rows of the working model.
-func podsOf(status ctrlmeshv1alpha1.ShardRouteStatus) []state.Pod {
-	out := make([]state.Pod, 0, len(status.Pods))
-	for _, p := range status.Pods {
-		out = append(out, state.Pod{Name: p.Name, Address: p.Address, Ready: p.Ready, Canary: p.Canary, AppliedRulesHash: p.AppliedRulesHash})
 	}
 	return out
 }

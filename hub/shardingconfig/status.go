@@ -27,7 +27,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 	if out.invalid != nil {
 		setConditions(status, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonInvalidSpec, out.invalid.Error(), sc.Generation)
 	} else {
-		status.Placement = r.placementStatus(sc, out)
+		status.Placement = placementStatus(sc, out)
 		status.Clusters, status.Shards, status.ReadyShards = 0, int32(len(status.Placement)), 0
 		for _, m := range out.members {
 			if m.usable() {
@@ -88,7 +88,7 @@ func degraded(sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome) (reason, messag
 		// The member's proxies refuse the rules (a label-mode cluster
 		// cannot express buckets plus single namespaces, say).
 		if rep := out.members[name].report; rep != nil {
-			if c := meta.FindStatusCondition(rep.Route.Conditions, ctrlmeshv1alpha1.ConditionRulesApplied); c != nil && c.Status == metav1.ConditionFalse {
+			if c := rep.RulesApplied; c != nil && c.Status == metav1.ConditionFalse {
 				return ctrlmeshv1alpha1.ReasonInvalidSpec, fmt.Sprintf("cluster %s refuses the rules: %s", name, c.Message)
 			}
 		}
@@ -123,9 +123,7 @@ func degraded(sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome) (reason, messag
 
 // placementStatus lists every shard of every domain with its leader, state
 // and health as the members report them.
-func (r *Reconciler) placementStatus(sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome) []ctrlmeshv1alpha1.ShardPlacement {
-	config := client.ObjectKeyFromObject(sc)
-	snap := r.Store.Snapshot()
+func placementStatus(sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome) []ctrlmeshv1alpha1.ShardPlacement {
 	var list []ctrlmeshv1alpha1.ShardPlacement
 	for _, d := range out.domains {
 		rules := d.step.Rules
@@ -146,13 +144,14 @@ func (r *Reconciler) placementStatus(sc *ctrlmeshv1alpha1.ShardingConfig, out *o
 			allAcked, allReady := true, true
 			for _, id := range rs.Pods {
 				p.Pods = append(p.Pods, id.Name)
-				pod, reported := reportedPod(out.members[id.Cluster], id.Name)
+				m := out.members[id.Cluster]
+				pod, reported := m.pod(id.Name)
 				allReady = allReady && reported && pod.Ready
-				gen, ok := snap.GenerationOf(config, id.Cluster, pod.AppliedRulesHash)
+				gen, ok := m.generationOf(pod.AppliedRulesHash)
 				allAcked = allAcked && reported && ok && gen >= rules.Generation
 			}
 			if m := out.members[p.Cluster]; m != nil && m.report != nil {
-				for _, l := range m.report.Route.Leaders {
+				for _, l := range m.report.Leaders {
 					if l.Shard == rs.ID {
 						p.Leader = l.Pod
 					}
@@ -171,18 +170,6 @@ func (r *Reconciler) placementStatus(sc *ctrlmeshv1alpha1.ShardingConfig, out *o
 		}
 	}
 	return list
-}
-
-// reportedPod is the member's report of a pod.
-func reportedPod(m *member, name string) (ctrlmeshv1alpha1.PodRouteStatus, bool) {
-	if m == nil || m.report == nil {
-		return ctrlmeshv1alpha1.PodRouteStatus{}, false
-	}
-	i := slices.IndexFunc(m.report.Route.Pods, func(p ctrlmeshv1alpha1.PodRouteStatus) bool { return p.Name == name })
-	if i < 0 {
-		return ctrlmeshv1alpha1.PodRouteStatus{}, false
-	}
-	return m.report.Route.Pods[i], true
 }
 
 // advanceCanary keeps the canary's healthy-since time, judged by the

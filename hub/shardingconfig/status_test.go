@@ -12,7 +12,7 @@ import (
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/hub/placement"
-	"github.com/ctrlmesh/ctrlmesh/hub/propagation"
+	"github.com/ctrlmesh/ctrlmesh/hub/state"
 )
 
 // readyPods are ready, non-canary candidate pods of one cluster.
@@ -28,16 +28,16 @@ func readyPods(cluster string, names ...string) []placement.Pod {
 func refusing(name, message string) *member {
 	return &member{
 		cluster: cluster(name, true, true, nil),
-		report: &propagation.Report{Cluster: name, Route: ctrlmeshv1alpha1.ShardRouteStatus{Conditions: []metav1.Condition{{
+		report: &state.Report{Cluster: name, RulesApplied: &metav1.Condition{
 			Type: ctrlmeshv1alpha1.ConditionRulesApplied, Status: metav1.ConditionFalse, Reason: ctrlmeshv1alpha1.ReasonInvalidRules, Message: message,
-		}}}},
+		}},
 	}
 }
 
 // applying is a member whose agent reports the rules applied.
 func applying(name string) *member {
 	m := refusing(name, "rules of generation 3 applied")
-	m.report.Route.Conditions[0].Status, m.report.Route.Conditions[0].Reason = metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonRulesValid
+	m.report.RulesApplied.Status, m.report.RulesApplied.Reason = metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonRulesValid
 	return m
 }
 

@@ -1,26 +1,55 @@
-// Package state is the hub's working model: what it knows about member
-// clusters, the candidate pods the agents report and the rules published to
-// each member, kept in an in-memory go-memdb database.
+// Package state is the hub's working model: what the hub knows of the member
+// clusters, of the rules it published to them and of what their agents
+// report, kept in an in-memory go-memdb database. The ShardingConfig
+// controller reads every input of placement, handover and status from one
+// Snapshot of it.
 //
-// The model is a cache. Nothing in it is persisted: on start the hub's
-// controllers rebuild it from the API objects (ManagedClusters, Leases, Work
-// status) before placement reads it. Writers are the controllers, each
-// owning one kind of record; readers take a Snapshot, a consistent view of
-// every table at one instant that later writes do not change.
+// Tables, with the writer of each and the indexes its readers query:
 //
-// Records returned are copies: callers may modify them freely.
+//   - clusters, by name: each member's acceptance, availability, labels and
+//     heartbeat expiry. The clusters controller writes it from the
+//     ManagedClusters, heartbeat Leases and Karmada Clusters. The
+//     ShardingConfig controller selects from the accepted clusters (index
+//     accepted) and looks clusters up by name to tell whether the model
+//     knows every ManagedCluster yet.
+//   - published, by (ShardingConfig, cluster): the ShardRoute published, its
+//     generation and rules hash, and the last revisions, which map the
+//     hashes proxies report to generations. The ShardingConfig controller
+//     writes it when it publishes (RecordPublish) and when it reads the
+//     Works back (ReadBack), and reads it per config (index config).
+//   - reports, by (ShardingConfig, cluster): what the member's agent
+//     reflected into the Work's status: the candidate pods with their
+//     readiness, canary mark, address and the hash of the rules their proxy
+//     applied, the shards' leaders, and whether the member applied the
+//     rules. The ShardingConfig controller writes it when it reads the
+//     Works back, and reads it per config (index config).
+//
+// The model is a cache. Nothing in it is persisted: on start the clusters
+// controller rebuilds the clusters from the API objects, and the
+// ShardingConfig controller reads a config's Works back at the start of
+// every reconcile of it, before it publishes anything. The rows of a
+// ShardingConfig follow its Works: they go when the controller deletes the
+// Works of clusters the config no longer selects (a cluster that left is no
+// longer selected) and when the config is deleted.
+//
+// Readers take a Snapshot, a consistent view of every table at one instant
+// that later writes do not change. Records passed in and returned are
+// copies: callers may modify them freely.
 package state
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/go-memdb"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 )
 
 // Cluster is what the hub knows of one member cluster.
@@ -43,6 +72,11 @@ type Cluster struct {
 	Reason string
 }
 
+// Usable reports whether placement may give the cluster new rules: it is
+// accepted and its heartbeat is fresh. Pods of an unusable cluster count as
+// gone.
+func (c Cluster) Usable() bool { return c.Accepted && c.Available }
+
 func (c Cluster) clone() Cluster {
 	c.Labels = maps.Clone(c.Labels)
 	return c
@@ -51,25 +85,6 @@ func (c Cluster) clone() Cluster {
 func (c Cluster) equal(o Cluster) bool {
 	return c.Name == o.Name && c.Accepted == o.Accepted && c.Available == o.Available &&
 		maps.Equal(c.Labels, o.Labels) && c.HeartbeatExpiry.Equal(o.HeartbeatExpiry) && c.Reason == o.Reason
-}
-
-// Pod is a candidate operator pod of a ShardingConfig in one cluster, as the
-// member's agent reports it.
-type Pod struct {
-	Name string
-	// Address is the pod's address for webhook peer routing.
-	Address string
-	Ready   bool
-	Canary  bool
-	// AppliedRulesHash is the hash of the rules the pod's proxy has applied;
-	// empty when it has applied none.
-	AppliedRulesHash string
-}
-
-// ClusterPod is a Pod with the cluster it runs in.
-type ClusterPod struct {
-	Cluster string
-	Pod
 }
 
 // Revision is one publication of rules.
@@ -83,79 +98,133 @@ type Revision struct {
 type Published struct {
 	Config  types.NamespacedName
 	Cluster string
-	// Revision is the latest publication.
+	// Revision is the latest publication: Route's routing generation and
+	// rules hash.
 	Revision
 	// History holds the latest publications, newest first, Revision among
-	// them: a proxy reports the hash of the rules it applied, which may be
-	// older than the latest.
+	// them, one per generation: a proxy reports the hash of the rules it
+	// applied, which may be older than the latest.
 	History []Revision
+	// Route is the ShardRoute of the latest publication, whose shards
+	// placement merges back into the published rules.
+	Route *ctrlmeshv1alpha1.ShardRoute
 }
 
 // HistoryLength is how many publications Published.History keeps.
 const HistoryLength = 8
 
+// GenerationOf maps the rules hash a proxy reports to the generation it was
+// published as; false when the hash is none of History.
+func (p Published) GenerationOf(rulesHash string) (int64, bool) {
+	for _, r := range p.History {
+		if r.RulesHash == rulesHash {
+			return r.Generation, true
+		}
+	}
+	return 0, false
+}
+
+func (p Published) clone() Published {
+	p.History = slices.Clone(p.History)
+	p.Route = p.Route.DeepCopy()
+	return p
+}
+
+// Report is what a member's agent last reported for one ShardingConfig,
+// through the status of the config's Work for that cluster.
+type Report struct {
+	Config  types.NamespacedName
+	Cluster string
+	// RulesApplied is the member ShardRoute's RulesApplied condition; nil
+	// until the agent sets it. False: the member's proxies refuse the rules.
+	RulesApplied *metav1.Condition
+	// Pods are the candidate pods the agent sees, sorted by name.
+	Pods []Pod
+	// Leaders hold the shards' leader-election locks, sorted by shard.
+	Leaders []Leader
+}
+
+// Pod is a candidate operator pod, as the member's agent reports it.
+type Pod struct {
+	Name string
+	// Address is the pod's address for webhook peer routing.
+	Address string
+	Ready   bool
+	Canary  bool
+	// AppliedRulesHash is the hash of the rules the pod's proxy has applied:
+	// its acknowledgement, through Published.GenerationOf. Empty when it has
+	// applied none.
+	AppliedRulesHash string
+}
+
+// Leader is the pod that holds a shard's leader-election lock.
+type Leader struct {
+	Shard string
+	Pod   string
+}
+
+func (r Report) clone() Report {
+	if r.RulesApplied != nil {
+		r.RulesApplied = r.RulesApplied.DeepCopy()
+	}
+	r.Pods = slices.Clone(r.Pods)
+	r.Leaders = slices.Clone(r.Leaders)
+	return r
+}
+
 // Table and index names.
 const (
 	clustersTable  = "clusters"
-	podsTable      = "pods"
 	publishedTable = "published"
+	reportsTable   = "reports"
 
-	idIndex            = "id" // memdb's required primary index
-	usableIndex        = "usable"
-	configIndex        = "config"
-	configClusterIndex = "config_cluster"
+	idIndex       = "id" // memdb's required primary index
+	acceptedIndex = "accepted"
+	configIndex   = "config"
 )
 
-// podRow and publishedRow are the rows of their tables: the record plus the
-// fields indexed. Config is types.NamespacedName.String().
-type podRow struct {
-	Config  string
-	Cluster string
-	Name    string
-	Pod     Pod
-}
-
+// publishedRow and reportRow are the rows of their tables: the record plus
+// the fields indexed. Config is types.NamespacedName.String().
 type publishedRow struct {
 	Config    string
 	Cluster   string
 	Published Published
 }
 
+type reportRow struct {
+	Config  string
+	Cluster string
+	Report  Report
+}
+
 var schema = &memdb.DBSchema{Tables: map[string]*memdb.TableSchema{
 	clustersTable: {
 		Name: clustersTable,
 		Indexes: map[string]*memdb.IndexSchema{
-			idIndex: {Name: idIndex, Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
-			// Placement asks for the clusters it may place pods in.
-			usableIndex: {Name: usableIndex, Indexer: &memdb.ConditionalIndex{Conditional: func(obj any) (bool, error) {
-				c := obj.(*Cluster)
-				return c.Accepted && c.Available, nil
-			}}},
+			idIndex:       {Name: idIndex, Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
+			acceptedIndex: {Name: acceptedIndex, Indexer: &memdb.BoolFieldIndex{Field: "Accepted"}},
 		},
 	},
-	podsTable: {
-		Name: podsTable,
-		Indexes: map[string]*memdb.IndexSchema{
-			idIndex:            {Name: idIndex, Unique: true, Indexer: compound("Config", "Cluster", "Name")},
-			configIndex:        {Name: configIndex, Indexer: &memdb.StringFieldIndex{Field: "Config"}},
-			configClusterIndex: {Name: configClusterIndex, Indexer: compound("Config", "Cluster")},
-		},
-	},
-	publishedTable: {
-		Name: publishedTable,
-		Indexes: map[string]*memdb.IndexSchema{
-			idIndex: {Name: idIndex, Unique: true, Indexer: compound("Config", "Cluster")},
-		},
-	},
+	publishedTable: perConfigTable(publishedTable),
+	reportsTable:   perConfigTable(reportsTable),
 }}
 
-func compound(fields ...string) memdb.Indexer {
-	indexes := make([]memdb.Indexer, len(fields))
-	for i, f := range fields {
-		indexes[i] = &memdb.StringFieldIndex{Field: f}
+// perConfigTable is a table of rows keyed by ShardingConfig and cluster,
+// read per ShardingConfig.
+func perConfigTable(name string) *memdb.TableSchema {
+	return &memdb.TableSchema{
+		Name: name,
+		Indexes: map[string]*memdb.IndexSchema{
+			idIndex: {Name: idIndex, Unique: true, Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
+				&memdb.StringFieldIndex{Field: "Config"}, &memdb.StringFieldIndex{Field: "Cluster"},
+			}}},
+			configIndex: {Name: configIndex, Indexer: &memdb.StringFieldIndex{Field: "Config"}},
+		},
 	}
-	return &memdb.CompoundIndex{Indexes: indexes}
 }
+
+// perConfigTables are the tables whose rows follow a ShardingConfig's Works.
+var perConfigTables = []string{publishedTable, reportsTable}
 
 // Store is the hub's working model. It is safe for concurrent use: writes
 // are serialized, reads never block.
@@ -208,7 +277,9 @@ func (s *Store) UpsertCluster(c Cluster) (changed bool, err error) {
 }
 
 // DeleteCluster removes the cluster's record and reports whether there was
-// one. The cluster's pods and published rules are left to their writers.
+// one. Its rows in the per-config tables stay until the ShardingConfig
+// controller, which owns them, deletes the cluster's Works: the cluster is
+// then no longer selected (RetainClusters).
 func (s *Store) DeleteCluster(name string) (existed bool, err error) {
 	err = s.write(func(txn *memdb.Txn) error {
 		n, err := txn.DeleteAll(clustersTable, idIndex, name)
@@ -221,90 +292,182 @@ func (s *Store) DeleteCluster(name string) (existed bool, err error) {
 	return existed, err
 }
 
-// ReplacePods sets the candidate pods of config in cluster to pods (none
-// removes them all) and reports whether they changed. Pod names must be
-// unique and not empty.
-func (s *Store) ReplacePods(config types.NamespacedName, cluster string, pods []Pod) (changed bool, err error) {
-	if config.Name == "" || cluster == "" {
-		return false, fmt.Errorf("state: pods of config %q in cluster %q: both must be named", config, cluster)
-	}
-	key := config.String()
-	err = s.write(func(txn *memdb.Txn) error {
-		old, err := podsOfCluster(txn, key, cluster)
-		if err != nil {
-			return err
-		}
-		want := slices.SortedFunc(slices.Values(pods), comparePods)
-		if slices.Equal(old, want) {
-			return nil
-		}
-		if _, err := txn.DeleteAll(podsTable, configClusterIndex, key, cluster); err != nil {
-			return fmt.Errorf("state: deleting the pods of %s in cluster %q: %w", config, cluster, err)
-		}
-		for i, p := range want {
-			if p.Name == "" {
-				return fmt.Errorf("state: a pod of %s in cluster %q without a name", config, cluster)
-			}
-			// Insert would replace the row of the same name: a duplicate
-			// would silently drop a pod.
-			if i > 0 && want[i-1].Name == p.Name {
-				return fmt.Errorf("state: pod %q of %s in cluster %q reported twice", p.Name, config, cluster)
-			}
-			if err := txn.Insert(podsTable, &podRow{Config: key, Cluster: cluster, Name: p.Name, Pod: p}); err != nil {
-				return fmt.Errorf("state: storing pod %q of %s in cluster %q: %w", p.Name, config, cluster, err)
-			}
-		}
-		changed = true
-		return nil
+// RecordPublish records that route was published for config to cluster.
+// Generations only grow: an older generation, or the current one with
+// another hash, is refused; the current one with its own hash again is no
+// change.
+func (s *Store) RecordPublish(config types.NamespacedName, cluster string, route *ctrlmeshv1alpha1.ShardRoute) error {
+	return s.write(func(txn *memdb.Txn) error {
+		_, err := recordRoute(txn, config, cluster, route, false)
+		return err
 	})
-	return changed, err
 }
 
-func comparePods(a, b Pod) int { return strings.Compare(a.Name, b.Name) }
-
-// RecordPublish records that rules of generation and rulesHash were
-// published for config to cluster. Generations only grow: an older
-// generation, or the current one with another hash, is refused; the current
-// one with its own hash again is no change.
-func (s *Store) RecordPublish(config types.NamespacedName, cluster string, generation int64, rulesHash string) error {
-	if config.Name == "" || cluster == "" || generation < 1 || rulesHash == "" {
-		return fmt.Errorf("state: publish of config %q to cluster %q, generation %d, hash %q: all must be set, the generation at least 1",
-			config, cluster, generation, rulesHash)
+// ReadBack records, in one transaction, what the Work of config for cluster
+// carries and reports: route, the ShardRoute it carries, and report, what
+// the member's agent reflected into its status (nil when it reflected
+// nothing yet, which removes an earlier report). The report's Config and
+// Cluster are set from config and cluster.
+//
+// The Work is the truth about what was published, with one exception: read
+// from a cache, it may not show the hub's own last write yet. A route of a
+// generation older than the one recorded is therefore ignored, and ReadBack
+// reports the Work as behind; a route of the recorded generation with
+// another hash (someone else wrote the Work) replaces the record.
+func (s *Store) ReadBack(config types.NamespacedName, cluster string, route *ctrlmeshv1alpha1.ShardRoute, report *Report) (behind bool, err error) {
+	var row *reportRow
+	if report != nil {
+		if row, err = newReportRow(config, cluster, *report); err != nil {
+			return false, err
+		}
 	}
-	key := config.String()
-	return s.write(func(txn *memdb.Txn) error {
-		raw, err := txn.First(publishedTable, idIndex, key, cluster)
-		if err != nil {
-			return fmt.Errorf("state: reading the rules of %s published to cluster %q: %w", config, cluster, err)
+	err = s.write(func(txn *memdb.Txn) error {
+		if behind, err = recordRoute(txn, config, cluster, route, true); err != nil {
+			return err
 		}
-		next := Revision{Generation: generation, RulesHash: rulesHash}
-		var history []Revision
-		if raw != nil {
-			cur := raw.(*publishedRow).Published
-			switch {
-			case cur.Revision == next:
-				return nil
-			case generation <= cur.Generation:
-				return fmt.Errorf("state: publish of %s to cluster %q: generation %d hash %q after generation %d hash %q",
-					config, cluster, generation, rulesHash, cur.Generation, cur.RulesHash)
+		if row == nil {
+			if _, err := txn.DeleteAll(reportsTable, idIndex, config.String(), cluster); err != nil {
+				return fmt.Errorf("state: deleting the report of cluster %q for %s: %w", cluster, config, err)
 			}
-			// A new slice: readers may still hold the old one.
-			history = slices.Clone(cur.History[:min(len(cur.History), HistoryLength-1)])
+			return nil
 		}
-		row := &publishedRow{Config: key, Cluster: cluster, Published: Published{
-			Config: config, Cluster: cluster, Revision: next, History: append([]Revision{next}, history...),
-		}}
-		if err := txn.Insert(publishedTable, row); err != nil {
-			return fmt.Errorf("state: storing the rules of %s published to cluster %q: %w", config, cluster, err)
+		if err := txn.Insert(reportsTable, row); err != nil {
+			return fmt.Errorf("state: storing the report of cluster %q for %s: %w", cluster, config, err)
 		}
 		return nil
 	})
+	return behind, err
+}
+
+// recordRoute stores route as the latest published for config to cluster.
+// A route older than the one stored, or of its generation with another
+// hash, is refused, unless readBack: the older one is then ignored (behind),
+// the other hash stored.
+func recordRoute(txn *memdb.Txn, config types.NamespacedName, cluster string, route *ctrlmeshv1alpha1.ShardRoute, readBack bool) (behind bool, err error) {
+	if route == nil {
+		return false, fmt.Errorf("state: rules of %s for cluster %q: no ShardRoute", config, cluster)
+	}
+	next := Revision{Generation: route.Spec.RoutingGeneration, RulesHash: route.Spec.RulesHash}
+	if config.Name == "" || cluster == "" || next.Generation < 1 || next.RulesHash == "" {
+		return false, fmt.Errorf("state: rules of config %q for cluster %q, generation %d, hash %q: all must be set, the generation at least 1",
+			config, cluster, next.Generation, next.RulesHash)
+	}
+	key := config.String()
+	raw, err := txn.First(publishedTable, idIndex, key, cluster)
+	if err != nil {
+		return false, fmt.Errorf("state: reading the rules of %s published to cluster %q: %w", config, cluster, err)
+	}
+	var history []Revision
+	if raw != nil {
+		cur := raw.(*publishedRow).Published
+		switch {
+		case cur.Revision == next:
+			return false, nil
+		case readBack && next.Generation < cur.Generation:
+			return true, nil
+		case !readBack && next.Generation <= cur.Generation:
+			return false, fmt.Errorf("state: rules of %s for cluster %q: generation %d hash %q after generation %d hash %q: the generations the hub publishes only grow, so this is a bug in the hub (please report it); the next reconcile publishes again from the Work read back and the model",
+				config, cluster, next.Generation, next.RulesHash, cur.Generation, cur.RulesHash)
+		}
+		// A new slice, one hash per generation: readers may still hold the
+		// old one, and a hash replaced at its generation acknowledges
+		// nothing any more.
+		for _, r := range cur.History {
+			if r.Generation < next.Generation && len(history) < HistoryLength-1 {
+				history = append(history, r)
+			}
+		}
+	}
+	row := &publishedRow{Config: key, Cluster: cluster, Published: Published{
+		Config: config, Cluster: cluster, Revision: next, History: append([]Revision{next}, history...), Route: route.DeepCopy(),
+	}}
+	if err := txn.Insert(publishedTable, row); err != nil {
+		return false, fmt.Errorf("state: storing the rules of %s published to cluster %q: %w", config, cluster, err)
+	}
+	return false, nil
+}
+
+// newReportRow checks a report and makes its row, with pods and leaders
+// sorted.
+func newReportRow(config types.NamespacedName, cluster string, report Report) (*reportRow, error) {
+	if config.Name == "" || cluster == "" {
+		return nil, fmt.Errorf("state: report of config %q from cluster %q: both must be named", config, cluster)
+	}
+	report = report.clone()
+	report.Config, report.Cluster = config, cluster
+	slices.SortFunc(report.Pods, func(a, b Pod) int { return cmp.Compare(a.Name, b.Name) })
+	for i, p := range report.Pods {
+		if p.Name == "" {
+			return nil, fmt.Errorf("state: a pod of %s in cluster %q without a name", config, cluster)
+		}
+		// Pods are looked up by name: a second report of one would hide
+		// either.
+		if i > 0 && report.Pods[i-1].Name == p.Name {
+			return nil, fmt.Errorf("state: pod %q of %s in cluster %q reported twice", p.Name, config, cluster)
+		}
+	}
+	slices.SortStableFunc(report.Leaders, func(a, b Leader) int { return cmp.Compare(a.Shard, b.Shard) })
+	return &reportRow{Config: config.String(), Cluster: cluster, Report: report}, nil
+}
+
+// RetainClusters removes config's rows of every cluster not in keep: the
+// controller deleted the Works of clusters the config no longer selects. It
+// reports the clusters whose rows it removed, sorted.
+func (s *Store) RetainClusters(config types.NamespacedName, keep []string) (removed []string, err error) {
+	err = s.write(func(txn *memdb.Txn) error {
+		gone := map[string]bool{}
+		for _, table := range perConfigTables {
+			it, err := txn.Get(table, configIndex, config.String())
+			if err != nil {
+				return fmt.Errorf("state: reading the %s rows of %s: %w", table, config, err)
+			}
+			// Collected first: deleting while iterating would skip rows.
+			var drop []string
+			for raw := it.Next(); raw != nil; raw = it.Next() {
+				if cluster := clusterOf(raw); !slices.Contains(keep, cluster) {
+					drop = append(drop, cluster)
+				}
+			}
+			for _, cluster := range drop {
+				if _, err := txn.DeleteAll(table, idIndex, config.String(), cluster); err != nil {
+					return fmt.Errorf("state: deleting the %s row of %s for cluster %q: %w", table, config, cluster, err)
+				}
+				gone[cluster] = true
+			}
+		}
+		removed = slices.Sorted(maps.Keys(gone))
+		return nil
+	})
+	return removed, err
+}
+
+// DeleteConfig removes every row of config: the ShardingConfig is being
+// deleted, or is gone.
+func (s *Store) DeleteConfig(config types.NamespacedName) error {
+	return s.write(func(txn *memdb.Txn) error {
+		for _, table := range perConfigTables {
+			if _, err := txn.DeleteAll(table, configIndex, config.String()); err != nil {
+				return fmt.Errorf("state: deleting the %s rows of %s: %w", table, config, err)
+			}
+		}
+		return nil
+	})
+}
+
+func clusterOf(row any) string {
+	switch row := row.(type) {
+	case *publishedRow:
+		return row.Cluster
+	case *reportRow:
+		return row.Cluster
+	}
+	panic(fmt.Sprintf("state: a row of type %T in a per-config table", row))
 }
 
 // Snapshot is a consistent, read-only view of the Store at one instant.
 //
-// Lists come sorted by the rows' primary keys (cluster name; config, cluster
-// and pod name) because memdb appends the primary key to the key of every
+// Lists come sorted by the rows' primary keys (cluster name; config and
+// cluster) because memdb appends the primary key to the key of every
 // non-unique index.
 type Snapshot struct {
 	txn *memdb.Txn
@@ -326,19 +489,10 @@ func (v Snapshot) Cluster(name string) (Cluster, bool) {
 	return raw.(*Cluster).clone(), true
 }
 
-// Clusters returns every cluster, sorted by name.
-func (v Snapshot) Clusters() []Cluster {
-	return v.clusters(idIndex)
-}
-
-// UsableClusters returns the clusters that are accepted and available,
-// sorted by name: those placement may use.
-func (v Snapshot) UsableClusters() []Cluster {
-	return v.clusters(usableIndex, true)
-}
-
-func (v Snapshot) clusters(index string, args ...any) []Cluster {
-	it, err := v.txn.Get(clustersTable, index, args...)
+// AcceptedClusters returns the clusters the hub accepted, sorted by name:
+// those a ShardingConfig may select.
+func (v Snapshot) AcceptedClusters() []Cluster {
+	it, err := v.txn.Get(clustersTable, acceptedIndex, true)
 	mustNot(err)
 	var out []Cluster
 	for raw := it.Next(); raw != nil; raw = it.Next() {
@@ -347,65 +501,28 @@ func (v Snapshot) clusters(index string, args ...any) []Cluster {
 	return out
 }
 
-// PodsOf returns the candidate pods of config in every cluster, sorted by
-// cluster and name.
-func (v Snapshot) PodsOf(config types.NamespacedName) []ClusterPod {
-	it, err := v.txn.Get(podsTable, configIndex, config.String())
+// PublishedOf returns the rules published for config, one record per
+// cluster, sorted by cluster.
+func (v Snapshot) PublishedOf(config types.NamespacedName) []Published {
+	it, err := v.txn.Get(publishedTable, configIndex, config.String())
 	mustNot(err)
-	var out []ClusterPod
+	var out []Published
 	for raw := it.Next(); raw != nil; raw = it.Next() {
-		row := raw.(*podRow)
-		out = append(out, ClusterPod{Cluster: row.Cluster, Pod: row.Pod})
+		out = append(out, raw.(*publishedRow).Published.clone())
 	}
 	return out
 }
 
-// PodsOfCluster returns the candidate pods of config in cluster, sorted by
-// name.
-func (v Snapshot) PodsOfCluster(config types.NamespacedName, cluster string) []Pod {
-	pods, err := podsOfCluster(v.txn, config.String(), cluster)
+// ReportsOf returns what the members' agents reported for config, one
+// record per cluster, sorted by cluster.
+func (v Snapshot) ReportsOf(config types.NamespacedName) []Report {
+	it, err := v.txn.Get(reportsTable, configIndex, config.String())
 	mustNot(err)
-	return pods
-}
-
-func podsOfCluster(txn *memdb.Txn, config, cluster string) ([]Pod, error) {
-	it, err := txn.Get(podsTable, configClusterIndex, config, cluster)
-	if err != nil {
-		return nil, fmt.Errorf("state: reading the pods of %s in cluster %q: %w", config, cluster, err)
-	}
-	var out []Pod
+	var out []Report
 	for raw := it.Next(); raw != nil; raw = it.Next() {
-		out = append(out, raw.(*podRow).Pod)
+		out = append(out, raw.(*reportRow).Report.clone())
 	}
-	return out, nil
-}
-
-// Published returns the rules published for config to cluster.
-func (v Snapshot) Published(config types.NamespacedName, cluster string) (Published, bool) {
-	raw, err := v.txn.First(publishedTable, idIndex, config.String(), cluster)
-	mustNot(err)
-	if raw == nil {
-		return Published{}, false
-	}
-	p := raw.(*publishedRow).Published
-	p.History = slices.Clone(p.History)
-	return p, true
-}
-
-// GenerationOf maps the rules hash a proxy of cluster reports for config to
-// the generation it was published as; false when the hash is none of the
-// last HistoryLength publications.
-func (v Snapshot) GenerationOf(config types.NamespacedName, cluster, rulesHash string) (int64, bool) {
-	p, ok := v.Published(config, cluster)
-	if !ok {
-		return 0, false
-	}
-	for _, r := range p.History {
-		if r.RulesHash == rulesHash {
-			return r.Generation, true
-		}
-	}
-	return 0, false
+	return out
 }
 
 // mustNot panics on a read error: reads fail only for a table or index

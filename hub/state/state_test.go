@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
 )
 
@@ -31,15 +33,31 @@ func names(clusters []state.Cluster) []string {
 	return out
 }
 
+// known are those of names the snapshot has a cluster of, and usable those
+// of them that are usable.
+func known(v state.Snapshot, names []string) (all, usable []string) {
+	all, usable = []string{}, []string{}
+	for _, name := range slices.Sorted(slices.Values(names)) {
+		if c, ok := v.Cluster(name); ok && !slices.Contains(all, name) {
+			all = append(all, name)
+			if c.Usable() {
+				usable = append(usable, name)
+			}
+		}
+	}
+	return all, usable
+}
+
 func TestClusters(t *testing.T) {
 	expiry := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	for _, tc := range []struct {
-		name        string
-		upserts     []state.Cluster
-		deletes     []string
-		wantChanged []bool
-		wantAll     []string
-		wantUsable  []string
+		name         string
+		upserts      []state.Cluster
+		deletes      []string
+		wantChanged  []bool
+		wantAll      []string
+		wantUsable   []string
+		wantAccepted []string
 	}{
 		{
 			name: "usable means accepted and available",
@@ -49,9 +67,10 @@ func TestClusters(t *testing.T) {
 				{Name: "b", Accepted: true, Reason: "HeartbeatExpired"},
 				{Name: "d", Available: true},
 			},
-			wantChanged: []bool{true, true, true, true},
-			wantAll:     []string{"a", "b", "c", "d"},
-			wantUsable:  []string{"a", "c"},
+			wantChanged:  []bool{true, true, true, true},
+			wantAll:      []string{"a", "b", "c", "d"},
+			wantUsable:   []string{"a", "c"},
+			wantAccepted: []string{"a", "b", "c"},
 		},
 		{
 			name: "an equal record is no change",
@@ -62,9 +81,10 @@ func TestClusters(t *testing.T) {
 				{Name: "a", Accepted: true, Labels: map[string]string{"env": "dev"}, HeartbeatExpiry: expiry.Add(time.Second)},
 				{Name: "a", Accepted: true, Available: true, Labels: map[string]string{"env": "dev"}, HeartbeatExpiry: expiry.Add(time.Second)},
 			},
-			wantChanged: []bool{true, false, true, true, true},
-			wantAll:     []string{"a"},
-			wantUsable:  []string{"a"},
+			wantChanged:  []bool{true, false, true, true, true},
+			wantAll:      []string{"a"},
+			wantUsable:   []string{"a"},
+			wantAccepted: []string{"a"},
 		},
 		{
 			name: "a deleted cluster is gone from every index",
@@ -72,20 +92,34 @@ func TestClusters(t *testing.T) {
 				{Name: "a", Accepted: true, Available: true},
 				{Name: "b", Accepted: true, Available: true},
 			},
-			deletes:     []string{"a", "missing"},
-			wantChanged: []bool{true, true},
-			wantAll:     []string{"b"},
-			wantUsable:  []string{"b"},
+			deletes:      []string{"a", "missing"},
+			wantChanged:  []bool{true, true},
+			wantAll:      []string{"b"},
+			wantUsable:   []string{"b"},
+			wantAccepted: []string{"b"},
 		},
 		{
-			name: "a record turning unavailable leaves the usable index",
+			name: "a record turning unavailable is no longer usable",
 			upserts: []state.Cluster{
 				{Name: "a", Accepted: true, Available: true},
 				{Name: "a", Accepted: true, Reason: "HeartbeatExpired"},
 			},
-			wantChanged: []bool{true, true},
-			wantAll:     []string{"a"},
-			wantUsable:  []string{},
+			wantChanged:  []bool{true, true},
+			wantAll:      []string{"a"},
+			wantUsable:   []string{},
+			wantAccepted: []string{"a"},
+		},
+		{
+			name: "a record turning unaccepted leaves the accepted index",
+			upserts: []state.Cluster{
+				{Name: "a", Accepted: true, Available: true},
+				{Name: "b", Accepted: true, Available: true},
+				{Name: "a", Available: true},
+			},
+			wantChanged:  []bool{true, true, true},
+			wantAll:      []string{"a", "b"},
+			wantUsable:   []string{"b"},
+			wantAccepted: []string{"b"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -109,11 +143,15 @@ func TestClusters(t *testing.T) {
 				}
 			}
 			v := s.Snapshot()
-			if got := names(v.Clusters()); !reflect.DeepEqual(got, tc.wantAll) {
-				t.Errorf("Clusters = %v, want %v", got, tc.wantAll)
+			all, usable := known(v, append(names(tc.upserts), tc.deletes...))
+			if !reflect.DeepEqual(all, tc.wantAll) {
+				t.Errorf("clusters = %v, want %v", all, tc.wantAll)
 			}
-			if got := names(v.UsableClusters()); !reflect.DeepEqual(got, tc.wantUsable) {
-				t.Errorf("UsableClusters = %v, want %v", got, tc.wantUsable)
+			if !reflect.DeepEqual(usable, tc.wantUsable) {
+				t.Errorf("usable clusters = %v, want %v", usable, tc.wantUsable)
+			}
+			if got := names(v.AcceptedClusters()); !reflect.DeepEqual(got, tc.wantAccepted) {
+				t.Errorf("AcceptedClusters = %v, want %v", got, tc.wantAccepted)
 			}
 			last := tc.upserts[len(tc.upserts)-1]
 			got, ok := v.Cluster(last.Name)
@@ -157,11 +195,14 @@ func TestSnapshotIsolation(t *testing.T) {
 	if _, err := s.DeleteCluster("a"); err != nil {
 		t.Fatal(err)
 	}
-	if got := names(before.Clusters()); !reflect.DeepEqual(got, []string{"a"}) {
-		t.Errorf("old snapshot: Clusters = %v, want [a]", got)
+	if got, _ := known(before, []string{"a", "b"}); !reflect.DeepEqual(got, []string{"a"}) {
+		t.Errorf("old snapshot: clusters = %v, want [a]", got)
 	}
-	if got := names(s.Snapshot().Clusters()); !reflect.DeepEqual(got, []string{"b"}) {
-		t.Errorf("new snapshot: Clusters = %v, want [b]", got)
+	if got, _ := known(s.Snapshot(), []string{"a", "b"}); !reflect.DeepEqual(got, []string{"b"}) {
+		t.Errorf("new snapshot: clusters = %v, want [b]", got)
+	}
+	if got := names(before.AcceptedClusters()); !reflect.DeepEqual(got, []string{"a"}) {
+		t.Errorf("old snapshot: AcceptedClusters = %v, want [a]", got)
 	}
 }
 
@@ -170,99 +211,138 @@ var (
 	cfgB = types.NamespacedName{Namespace: "ops", Name: "b"}
 )
 
-func TestPods(t *testing.T) {
-	type replace struct {
-		config      types.NamespacedName
-		cluster     string
-		pods        []state.Pod
-		wantChanged bool
-		wantErr     string
+// route is a ShardRoute of generation gen whose rules hash is hash.
+func route(gen int64, hash string) *ctrlmeshv1alpha1.ShardRoute {
+	return &ctrlmeshv1alpha1.ShardRoute{Spec: ctrlmeshv1alpha1.ShardRouteSpec{RoutingGeneration: gen, RulesHash: hash}}
+}
+
+// podsByCluster is what ReportsOf returns, as the pods of each cluster.
+func podsByCluster(reports []state.Report) map[string][]state.Pod {
+	out := map[string][]state.Pod{}
+	for _, r := range reports {
+		out[r.Cluster] = r.Pods
+	}
+	return out
+}
+
+func TestReports(t *testing.T) {
+	type readBack struct {
+		config  types.NamespacedName
+		cluster string
+		report  *state.Report // nil: the member has reported nothing
+		wantErr string
 	}
 	p := func(name string) state.Pod { return state.Pod{Name: name, Address: "10.0.0.1:9443", Ready: true} }
+	pods := func(pods ...state.Pod) *state.Report { return &state.Report{Pods: pods} }
 	for _, tc := range []struct {
-		name            string
-		replaces        []replace
-		wantPodsOfA     []state.ClusterPod
-		wantPodsOfA1    []state.Pod
-		wantPodsOfBInC2 []state.Pod
+		name      string
+		readBacks []readBack
+		wantPodsA map[string][]state.Pod
+		wantPodsB map[string][]state.Pod
 	}{
 		{
 			name: "per config and cluster, sorted",
-			replaces: []replace{
-				{config: cfgA, cluster: "c2", pods: []state.Pod{p("y"), p("x")}, wantChanged: true},
-				{config: cfgA, cluster: "c1", pods: []state.Pod{p("z")}, wantChanged: true},
-				{config: cfgB, cluster: "c2", pods: []state.Pod{p("w")}, wantChanged: true},
+			readBacks: []readBack{
+				{config: cfgA, cluster: "c2", report: pods(p("y"), p("x"))},
+				{config: cfgA, cluster: "c1", report: pods(p("z"))},
+				{config: cfgB, cluster: "c2", report: pods(p("w"))},
 			},
-			wantPodsOfA:     []state.ClusterPod{{Cluster: "c1", Pod: p("z")}, {Cluster: "c2", Pod: p("x")}, {Cluster: "c2", Pod: p("y")}},
-			wantPodsOfA1:    []state.Pod{p("z")},
-			wantPodsOfBInC2: []state.Pod{p("w")},
+			wantPodsA: map[string][]state.Pod{"c1": {p("z")}, "c2": {p("x"), p("y")}},
+			wantPodsB: map[string][]state.Pod{"c2": {p("w")}},
 		},
 		{
-			name: "replacing drops pods not reported again, and the same set is no change",
-			replaces: []replace{
-				{config: cfgA, cluster: "c1", pods: []state.Pod{p("x"), p("y")}, wantChanged: true},
-				{config: cfgA, cluster: "c1", pods: []state.Pod{p("y"), p("x")}, wantChanged: false},
-				{config: cfgA, cluster: "c1", pods: []state.Pod{{Name: "y", AppliedRulesHash: "h1", Canary: true}}, wantChanged: true},
+			name: "a report replaces the last, dropping pods not reported again",
+			readBacks: []readBack{
+				{config: cfgA, cluster: "c1", report: pods(p("x"), p("y"))},
+				{config: cfgA, cluster: "c1", report: pods(state.Pod{Name: "y", AppliedRulesHash: "h1", Canary: true})},
 			},
-			wantPodsOfA:  []state.ClusterPod{{Cluster: "c1", Pod: state.Pod{Name: "y", AppliedRulesHash: "h1", Canary: true}}},
-			wantPodsOfA1: []state.Pod{{Name: "y", AppliedRulesHash: "h1", Canary: true}},
+			wantPodsA: map[string][]state.Pod{"c1": {{Name: "y", AppliedRulesHash: "h1", Canary: true}}},
 		},
 		{
-			name: "no pods removes them all",
-			replaces: []replace{
-				{config: cfgA, cluster: "c1", pods: []state.Pod{p("x")}, wantChanged: true},
-				{config: cfgA, cluster: "c1", pods: nil, wantChanged: true},
-				{config: cfgA, cluster: "c1", pods: nil, wantChanged: false},
+			name: "a report without pods is a report; none removes it",
+			readBacks: []readBack{
+				{config: cfgA, cluster: "c1", report: pods(p("x"))},
+				{config: cfgA, cluster: "c2", report: pods(p("x"))},
+				{config: cfgA, cluster: "c1", report: pods()},
+				{config: cfgA, cluster: "c2"},
 			},
+			wantPodsA: map[string][]state.Pod{"c1": nil},
 		},
 		{
 			name: "a config that prefixes another stays apart",
-			replaces: []replace{
-				{config: types.NamespacedName{Namespace: "ops", Name: "ab"}, cluster: "c1", pods: []state.Pod{p("x")}, wantChanged: true},
-				{config: cfgA, cluster: "c10", pods: []state.Pod{p("x")}, wantChanged: true},
+			readBacks: []readBack{
+				{config: types.NamespacedName{Namespace: "ops", Name: "ab"}, cluster: "c1", report: pods(p("x"))},
+				{config: cfgA, cluster: "c10", report: pods(p("x"))},
 			},
-			wantPodsOfA: []state.ClusterPod{{Cluster: "c10", Pod: p("x")}},
+			wantPodsA: map[string][]state.Pod{"c10": {p("x")}},
 		},
 		{
 			name: "invalid reports change nothing",
-			replaces: []replace{
-				{config: cfgA, cluster: "c1", pods: []state.Pod{p("x")}, wantChanged: true},
-				{config: cfgA, cluster: "c1", pods: []state.Pod{p("y"), p("y")}, wantErr: "reported twice"},
-				{config: cfgA, cluster: "c1", pods: []state.Pod{{}}, wantErr: "without a name"},
-				{config: cfgA, cluster: "", pods: []state.Pod{p("x")}, wantErr: "must be named"},
+			readBacks: []readBack{
+				{config: cfgA, cluster: "c1", report: pods(p("x"))},
+				{config: cfgA, cluster: "c1", report: pods(p("y"), p("y")), wantErr: "reported twice"},
+				{config: cfgA, cluster: "c1", report: pods(state.Pod{}), wantErr: "without a name"},
+				{config: cfgA, cluster: "", report: pods(p("x")), wantErr: "must be named"},
 			},
-			wantPodsOfA:  []state.ClusterPod{{Cluster: "c1", Pod: p("x")}},
-			wantPodsOfA1: []state.Pod{p("x")},
+			wantPodsA: map[string][]state.Pod{"c1": {p("x")}},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t)
-			for i, r := range tc.replaces {
-				changed, err := s.ReplacePods(r.config, r.cluster, r.pods)
+			for i, r := range tc.readBacks {
+				_, err := s.ReadBack(r.config, r.cluster, route(1, "h1"), r.report)
 				if r.wantErr != "" {
 					if err == nil || !strings.Contains(err.Error(), r.wantErr) {
-						t.Errorf("replace %d: err = %v, want %q", i, err, r.wantErr)
+						t.Errorf("read-back %d: err = %v, want %q", i, err, r.wantErr)
 					}
 					continue
 				}
 				if err != nil {
-					t.Fatalf("replace %d: %v", i, err)
-				}
-				if changed != r.wantChanged {
-					t.Errorf("replace %d: changed = %v, want %v", i, changed, r.wantChanged)
+					t.Fatalf("read-back %d: %v", i, err)
 				}
 			}
 			v := s.Snapshot()
-			if got := v.PodsOf(cfgA); !reflect.DeepEqual(got, tc.wantPodsOfA) {
-				t.Errorf("PodsOf(a) = %+v, want %+v", got, tc.wantPodsOfA)
+			if got := podsByCluster(v.ReportsOf(cfgA)); !reflect.DeepEqual(got, tc.wantPodsA) && len(got)+len(tc.wantPodsA) > 0 {
+				t.Errorf("ReportsOf(a) = %+v, want %+v", got, tc.wantPodsA)
 			}
-			if got := v.PodsOfCluster(cfgA, "c1"); !reflect.DeepEqual(got, tc.wantPodsOfA1) {
-				t.Errorf("PodsOfCluster(a, c1) = %+v, want %+v", got, tc.wantPodsOfA1)
-			}
-			if got := v.PodsOfCluster(cfgB, "c2"); !reflect.DeepEqual(got, tc.wantPodsOfBInC2) {
-				t.Errorf("PodsOfCluster(b, c2) = %+v, want %+v", got, tc.wantPodsOfBInC2)
+			if got := podsByCluster(v.ReportsOf(cfgB)); !reflect.DeepEqual(got, tc.wantPodsB) && len(got)+len(tc.wantPodsB) > 0 {
+				t.Errorf("ReportsOf(b) = %+v, want %+v", got, tc.wantPodsB)
 			}
 		})
+	}
+}
+
+func TestReportRecordsAreCopies(t *testing.T) {
+	s := newStore(t)
+	report := &state.Report{
+		RulesApplied: &metav1.Condition{Type: ctrlmeshv1alpha1.ConditionRulesApplied, Status: metav1.ConditionFalse, Message: "refused"},
+		Pods:         []state.Pod{{Name: "b"}, {Name: "a"}},
+		Leaders:      []state.Leader{{Shard: "1", Pod: "b"}, {Shard: "0", Pod: "a"}},
+	}
+	published := route(1, "h1")
+	if _, err := s.ReadBack(cfgA, "c1", published, report); err != nil {
+		t.Fatal(err)
+	}
+	report.RulesApplied.Message, report.Pods[0].Name, report.Leaders[0].Pod = "changed by the caller", "changed", "changed"
+	published.Spec.Cluster = "changed by the caller"
+	got := s.Snapshot().ReportsOf(cfgA)[0]
+	want := state.Report{
+		Config: cfgA, Cluster: "c1",
+		RulesApplied: &metav1.Condition{Type: ctrlmeshv1alpha1.ConditionRulesApplied, Status: metav1.ConditionFalse, Message: "refused"},
+		Pods:         []state.Pod{{Name: "a"}, {Name: "b"}},
+		Leaders:      []state.Leader{{Shard: "0", Pod: "a"}, {Shard: "1", Pod: "b"}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("report %+v, want %+v (sorted, as read back)", got, want)
+	}
+	got.RulesApplied.Message, got.Pods[0].Name, got.Leaders[0].Pod = "changed by a reader", "changed", "changed"
+	if again := s.Snapshot().ReportsOf(cfgA)[0]; !reflect.DeepEqual(again, want) {
+		t.Errorf("stored report %+v after a reader changed its copy", again)
+	}
+	p := s.Snapshot().PublishedOf(cfgA)[0]
+	p.Route.Spec.Cluster, p.History[0].RulesHash = "changed by a reader", "changed"
+	if again := s.Snapshot().PublishedOf(cfgA)[0]; again.Route.Spec.Cluster != "" || again.History[0].RulesHash != "h1" {
+		t.Errorf("stored rules %+v after the caller and a reader changed their copies", again)
 	}
 }
 
@@ -316,38 +396,223 @@ func TestPublished(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t)
 			for i, p := range tc.publishes {
-				err := s.RecordPublish(cfgA, "c1", p.generation, p.hash)
+				err := s.RecordPublish(cfgA, "c1", route(p.generation, p.hash))
 				if p.wantErr == "" && err != nil || p.wantErr != "" && (err == nil || !strings.Contains(err.Error(), p.wantErr)) {
 					t.Errorf("publish %d (%d, %q): err = %v, want %q", i, p.generation, p.hash, err, p.wantErr)
 				}
 			}
 			v := s.Snapshot()
-			got, ok := v.Published(cfgA, "c1")
-			if !ok {
-				t.Fatal("nothing published")
+			all := v.PublishedOf(cfgA)
+			if len(all) != 1 {
+				t.Fatalf("published %+v, want the rules of c1", all)
 			}
+			got := all[0]
 			if got.Revision != tc.wantCurrent || len(got.History) != tc.wantHistory || got.History[0] != tc.wantCurrent ||
-				got.Config != cfgA || got.Cluster != "c1" {
+				got.Config != cfgA || got.Cluster != "c1" ||
+				got.Route.Spec.RoutingGeneration != tc.wantCurrent.Generation || got.Route.Spec.RulesHash != tc.wantCurrent.RulesHash {
 				t.Errorf("Published = %+v, want current %+v and %d revisions, newest first", got, tc.wantCurrent, tc.wantHistory)
 			}
 			for hash, want := range tc.lookups {
-				gen, ok := v.GenerationOf(cfgA, "c1", hash)
+				gen, ok := got.GenerationOf(hash)
 				if ok != (want != 0) || gen != want {
 					t.Errorf("GenerationOf(%q) = %d, %v; want %d", hash, gen, ok, want)
 				}
 			}
-			if _, ok := v.Published(cfgA, "c2"); ok {
-				t.Error("rules published to c2")
-			}
-			if _, ok := v.GenerationOf(cfgB, "c1", "h1"); ok {
-				t.Error("a hash of config a found for config b")
+			if other := v.PublishedOf(cfgB); len(other) > 0 {
+				t.Errorf("rules of config a found for config b: %+v", other)
 			}
 		})
 	}
 }
 
-// Readers running during writes always see whole writes: every pod list of
-// one ReplacePods call, and a cluster's record as one upsert wrote it.
+// ReadBack takes a Work's rules as published, except those of a Work that
+// does not show the hub's last write yet.
+func TestReadBackPublished(t *testing.T) {
+	type step struct {
+		readBack   bool // else RecordPublish
+		generation int64
+		hash       string
+		wantBehind bool
+	}
+	for _, tc := range []struct {
+		name        string
+		steps       []step
+		wantCurrent state.Revision
+		wantHistory []state.Revision
+	}{
+		{
+			name:        "a restarted hub takes what the Work carries",
+			steps:       []step{{readBack: true, generation: 7, hash: "h7"}},
+			wantCurrent: state.Revision{Generation: 7, RulesHash: "h7"},
+			wantHistory: []state.Revision{{Generation: 7, RulesHash: "h7"}},
+		},
+		{
+			name: "a cached Work older than the last publish is behind",
+			steps: []step{
+				{readBack: true, generation: 1, hash: "h1"},
+				{generation: 2, hash: "h2"},
+				{readBack: true, generation: 1, hash: "h1", wantBehind: true},
+				{readBack: true, generation: 2, hash: "h2"},
+			},
+			wantCurrent: state.Revision{Generation: 2, RulesHash: "h2"},
+			wantHistory: []state.Revision{{Generation: 2, RulesHash: "h2"}, {Generation: 1, RulesHash: "h1"}},
+		},
+		{
+			name: "a Work rewritten at the recorded generation replaces its hash",
+			steps: []step{
+				{generation: 1, hash: "h1"},
+				{generation: 2, hash: "h2"},
+				{readBack: true, generation: 2, hash: "other"},
+			},
+			wantCurrent: state.Revision{Generation: 2, RulesHash: "other"},
+			wantHistory: []state.Revision{{Generation: 2, RulesHash: "other"}, {Generation: 1, RulesHash: "h1"}},
+		},
+		{
+			name: "a newer Work is taken",
+			steps: []step{
+				{generation: 1, hash: "h1"},
+				{readBack: true, generation: 3, hash: "h3"},
+				{generation: 4, hash: "h4"},
+			},
+			wantCurrent: state.Revision{Generation: 4, RulesHash: "h4"},
+			wantHistory: []state.Revision{{Generation: 4, RulesHash: "h4"}, {Generation: 3, RulesHash: "h3"}, {Generation: 1, RulesHash: "h1"}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t)
+			for i, st := range tc.steps {
+				if !st.readBack {
+					if err := s.RecordPublish(cfgA, "c1", route(st.generation, st.hash)); err != nil {
+						t.Fatalf("step %d: %v", i, err)
+					}
+					continue
+				}
+				behind, err := s.ReadBack(cfgA, "c1", route(st.generation, st.hash), &state.Report{Pods: []state.Pod{{Name: st.hash}}})
+				if err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				if behind != st.wantBehind {
+					t.Errorf("step %d: behind = %v, want %v", i, behind, st.wantBehind)
+				}
+				// The report is taken even from a Work that is behind.
+				if got := podsByCluster(s.Snapshot().ReportsOf(cfgA))["c1"]; len(got) != 1 || got[0].Name != st.hash {
+					t.Errorf("step %d: pods %+v, want the report read back", i, got)
+				}
+			}
+			got := s.Snapshot().PublishedOf(cfgA)[0]
+			if got.Revision != tc.wantCurrent || !reflect.DeepEqual(got.History, tc.wantHistory) ||
+				got.Route.Spec.RoutingGeneration != tc.wantCurrent.Generation || got.Route.Spec.RulesHash != tc.wantCurrent.RulesHash {
+				t.Errorf("Published = %+v, want current %+v and history %+v", got, tc.wantCurrent, tc.wantHistory)
+			}
+		})
+	}
+}
+
+// The rows of a config follow its Works: they go with the Works of the
+// clusters it no longer selects, and all of them with the config.
+func TestRowRemoval(t *testing.T) {
+	cfgAB := types.NamespacedName{Namespace: "ops", Name: "ab"}
+	type rows map[types.NamespacedName][]string // config to the clusters it has rows of
+	for _, tc := range []struct {
+		name string
+		// remove removes rows; it returns what RetainClusters reports.
+		remove      func(s *state.Store) ([]string, error)
+		wantRemoved []string
+		want        rows
+	}{
+		{
+			name:        "retaining some clusters removes the others",
+			remove:      func(s *state.Store) ([]string, error) { return s.RetainClusters(cfgA, []string{"c2", "c9"}) },
+			wantRemoved: []string{"c1", "c3"},
+			want:        rows{cfgA: {"c2"}, cfgAB: {"c1", "c2"}, cfgB: {"c1"}},
+		},
+		{
+			name:   "retaining every cluster removes nothing",
+			remove: func(s *state.Store) ([]string, error) { return s.RetainClusters(cfgA, []string{"c1", "c2", "c3"}) },
+			want:   rows{cfgA: {"c1", "c2", "c3"}, cfgAB: {"c1", "c2"}, cfgB: {"c1"}},
+		},
+		{
+			name:        "retaining none removes all",
+			remove:      func(s *state.Store) ([]string, error) { return s.RetainClusters(cfgA, nil) },
+			wantRemoved: []string{"c1", "c2", "c3"},
+			want:        rows{cfgAB: {"c1", "c2"}, cfgB: {"c1"}},
+		},
+		{
+			name:   "deleting a config removes its rows, not those of a config its name prefixes",
+			remove: func(s *state.Store) ([]string, error) { return nil, s.DeleteConfig(cfgA) },
+			want:   rows{cfgAB: {"c1", "c2"}, cfgB: {"c1"}},
+		},
+		{
+			name: "deleting an unknown config removes nothing",
+			remove: func(s *state.Store) ([]string, error) {
+				return nil, s.DeleteConfig(types.NamespacedName{Namespace: "ops", Name: "x"})
+			},
+			want: rows{cfgA: {"c1", "c2", "c3"}, cfgAB: {"c1", "c2"}, cfgB: {"c1"}},
+		},
+		{
+			// The ShardingConfig controller removes them with the
+			// cluster's Works, once the cluster is no longer selected.
+			name: "deleting a cluster leaves the rows to the controller that owns them",
+			remove: func(s *state.Store) ([]string, error) {
+				_, err := s.DeleteCluster("c1")
+				return nil, err
+			},
+			want: rows{cfgA: {"c1", "c2", "c3"}, cfgAB: {"c1", "c2"}, cfgB: {"c1"}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t)
+			if _, err := s.UpsertCluster(state.Cluster{Name: "c1", Accepted: true}); err != nil {
+				t.Fatal(err)
+			}
+			for config, clusters := range (rows{cfgA: {"c1", "c2", "c3"}, cfgAB: {"c1", "c2"}, cfgB: {"c1"}}) {
+				for _, c := range clusters {
+					// c3's rules are published, not yet reported.
+					if c == "c3" {
+						if err := s.RecordPublish(config, c, route(1, "h1")); err != nil {
+							t.Fatal(err)
+						}
+						continue
+					}
+					if _, err := s.ReadBack(config, c, route(1, "h1"), &state.Report{Pods: []state.Pod{{Name: "p"}}}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			removed, err := tc.remove(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(removed, tc.wantRemoved) && len(removed)+len(tc.wantRemoved) > 0 {
+				t.Errorf("removed %v, want %v", removed, tc.wantRemoved)
+			}
+			v := s.Snapshot()
+			got := rows{}
+			for _, config := range []types.NamespacedName{cfgA, cfgAB, cfgB} {
+				var published, reported []string
+				for _, p := range v.PublishedOf(config) {
+					published = append(published, p.Cluster)
+				}
+				for _, r := range v.ReportsOf(config) {
+					reported = append(reported, r.Cluster)
+				}
+				if want := slices.DeleteFunc(slices.Clone(published), func(c string) bool { return c == "c3" }); !slices.Equal(reported, want) {
+					t.Errorf("%s: reports of %v, rules of %v", config, reported, published)
+				}
+				if len(published) > 0 {
+					got[config] = published
+				}
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("rows of %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// Readers running during writes always see whole writes: the rules and
+// report of one ReadBack together, and a cluster's record as one upsert
+// wrote it.
 func TestConcurrentReadersSeeWholeWrites(t *testing.T) {
 	s := newStore(t)
 	const writes, readers, podsPerWrite = 300, 4, 5
@@ -360,15 +625,11 @@ func TestConcurrentReadersSeeWholeWrites(t *testing.T) {
 			for j := range pods {
 				pods[j] = state.Pod{Name: fmt.Sprintf("pod-%d", j), AppliedRulesHash: hash}
 			}
-			if _, err := s.ReplacePods(cfgA, "c1", pods); err != nil {
+			if _, err := s.ReadBack(cfgA, "c1", route(int64(i), hash), &state.Report{Pods: pods}); err != nil {
 				t.Error(err)
 				return
 			}
-			if err := s.RecordPublish(cfgA, "c1", int64(i), hash); err != nil {
-				t.Error(err)
-				return
-			}
-			if _, err := s.UpsertCluster(state.Cluster{Name: "c1", Accepted: true, Available: i%2 == 0,
+			if _, err := s.UpsertCluster(state.Cluster{Name: "c1", Accepted: i%2 == 0, Available: true,
 				Labels: map[string]string{"write": hash}}); err != nil {
 				t.Error(err)
 				return
@@ -387,7 +648,8 @@ func TestConcurrentReadersSeeWholeWrites(t *testing.T) {
 				}
 				reads[r]++
 				v := s.Snapshot()
-				if pods := v.PodsOfCluster(cfgA, "c1"); len(pods) > 0 {
+				if reports := v.ReportsOf(cfgA); len(reports) > 0 {
+					pods := reports[0].Pods
 					var podsGen int64
 					if _, err := fmt.Sscanf(pods[0].AppliedRulesHash, "h%d", &podsGen); err != nil || len(pods) != podsPerWrite {
 						t.Errorf("pods %+v", pods)
@@ -399,15 +661,15 @@ func TestConcurrentReadersSeeWholeWrites(t *testing.T) {
 							return
 						}
 					}
-					// Each publish follows its pods' write.
-					if published, ok := v.Published(cfgA, "c1"); ok && published.Generation != podsGen && published.Generation != podsGen-1 {
-						t.Errorf("published generation %d with the pods of %d", published.Generation, podsGen)
+					// The rules and the report of one Work are one write.
+					if published := v.PublishedOf(cfgA); len(published) != 1 || published[0].Generation != podsGen {
+						t.Errorf("published %+v with the pods of %d", published, podsGen)
 						return
 					}
 				}
 				if c, ok := v.Cluster("c1"); ok {
-					if usable := len(v.UsableClusters()) == 1; usable != c.Available || len(c.Labels) != 1 {
-						t.Errorf("cluster %+v, usable %v", c, usable)
+					if accepted := len(v.AcceptedClusters()) == 1; accepted != c.Accepted || len(c.Labels) != 1 {
+						t.Errorf("cluster %+v, in the accepted index %v", c, accepted)
 						return
 					}
 				}
