@@ -2,6 +2,7 @@ package clusters
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
@@ -25,12 +26,22 @@ type availability struct {
 // assessAvailability decides whether a cluster is available at now, the
 // hub's time: while its heartbeat lease is fresh, and, when Karmada has a
 // Cluster object for it (karmadaCluster not nil), while that is Ready.
-func assessAvailability(now time.Time, lease *coordinationv1.Lease, karmadaCluster *clusterv1alpha1.Cluster) availability {
+//
+// Freshness is judged by the hub's own observation, not by the renewTime
+// the agent writes: renewedAt is when the hub saw the lease renewed (its
+// renewTime change), on the hub's clock; zero when the hub has not seen it
+// renewed. An agent whose clock runs behind or ahead of the hub's writes
+// renewTimes the hub cannot compare with its own clock, and would flap.
+func assessAvailability(now time.Time, lease *coordinationv1.Lease, renewedAt time.Time, karmadaCluster *clusterv1alpha1.Cluster) availability {
 	if lease == nil || lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil {
 		return availability{status: metav1.ConditionUnknown, reason: ctrlmeshv1alpha1.ReasonNoHeartbeat,
 			message: "The cluster's agent has not renewed its heartbeat lease yet."}
 	}
-	expiry := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
+	if renewedAt.IsZero() {
+		return availability{status: metav1.ConditionFalse, reason: ctrlmeshv1alpha1.ReasonLeaseUpdateStopped,
+			message: "The cluster's agent stopped renewing its heartbeat lease."}
+	}
+	expiry := renewedAt.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
 	if !now.Before(expiry) {
 		return availability{status: metav1.ConditionFalse, reason: ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, heartbeatExpiry: expiry,
 			message: "The cluster's agent stopped renewing its heartbeat lease."}
@@ -47,6 +58,60 @@ func assessAvailability(now time.Time, lease *coordinationv1.Lease, karmadaClust
 	}
 	return availability{status: metav1.ConditionTrue, reason: ctrlmeshv1alpha1.ReasonClusterAvailable, heartbeatExpiry: expiry,
 		message: "The cluster's agent renews its heartbeat lease."}
+}
+
+// renewals remembers, per cluster, when the hub saw its heartbeat lease
+// renewed. It is the hub's memory, lost on restart: a restarted hub takes a
+// lease it first reads as renewed then — so a dead agent is judged gone one
+// lease duration after the restart, never earlier than it could be —
+// unless its predecessor had judged it stale (the Available condition
+// False): that one stays stale until the hub sees a renewal, so a restart
+// neither revives a lost member nor writes its conditions.
+type renewals struct {
+	mu   sync.Mutex
+	seen map[string]renewal
+}
+
+type renewal struct {
+	// renewTime is the lease's renewTime as the agent wrote it, on the
+	// agent's clock: compared only for equality.
+	renewTime time.Time
+	// at is when the hub saw it, on the hub's clock; zero for "not seen
+	// renewed".
+	at time.Time
+}
+
+// observe returns when the hub saw the cluster's lease renewed, given the
+// lease read now and whether the cluster was last judged stale.
+func (r *renewals) observe(cluster string, lease *coordinationv1.Lease, judgedStale bool, now time.Time) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if lease == nil || lease.Spec.RenewTime == nil {
+		delete(r.seen, cluster)
+		return time.Time{}
+	}
+	renewTime := lease.Spec.RenewTime.Time
+	last, ok := r.seen[cluster]
+	switch {
+	case ok && last.renewTime.Equal(renewTime):
+		return last.at
+	case ok || !judgedStale:
+		last = renewal{renewTime: renewTime, at: now}
+	default:
+		last = renewal{renewTime: renewTime}
+	}
+	if r.seen == nil {
+		r.seen = map[string]renewal{}
+	}
+	r.seen[cluster] = last
+	return last.at
+}
+
+// forget drops what the hub saw of a cluster that is gone.
+func (r *renewals) forget(cluster string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.seen, cluster)
 }
 
 // conditions are the ManagedCluster conditions the controller owns.

@@ -23,35 +23,73 @@ func TestAssessAvailability(t *testing.T) {
 	}
 	ready := metav1.Condition{Type: clusterv1alpha1.ClusterConditionReady, Status: metav1.ConditionTrue, Reason: "ClusterReady"}
 	notReady := metav1.Condition{Type: clusterv1alpha1.ClusterConditionReady, Status: metav1.ConditionFalse, Reason: "ClusterNotReachable"}
+	// The agent's clock runs an hour behind the hub's: the hub judges by
+	// when it saw the renewal, renewed on its own clock.
+	skewed := &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{
+		RenewTime: ptr.To(metav1.NewMicroTime(renewed.Add(-time.Hour))), LeaseDurationSeconds: ptr.To[int32](40)}}
 	for _, tc := range []struct {
 		name       string
 		now        time.Time
 		lease      *coordinationv1.Lease
+		seenAt     time.Time
 		karmada    *clusterv1alpha1.Cluster
 		wantStatus metav1.ConditionStatus
 		wantReason string
 		wantExpiry time.Time
 	}{
-		{"no lease", renewed, nil, nil, metav1.ConditionUnknown, ctrlmeshv1alpha1.ReasonNoHeartbeat, time.Time{}},
-		{"a lease never renewed", renewed, &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](40)}},
+		{"no lease", renewed, nil, renewed, nil, metav1.ConditionUnknown, ctrlmeshv1alpha1.ReasonNoHeartbeat, time.Time{}},
+		{"a lease never renewed", renewed, &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](40)}}, renewed,
 			nil, metav1.ConditionUnknown, ctrlmeshv1alpha1.ReasonNoHeartbeat, time.Time{}},
-		{"a lease without duration", renewed, &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{RenewTime: lease.Spec.RenewTime}},
+		{"a lease without duration", renewed, &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{RenewTime: lease.Spec.RenewTime}}, renewed,
 			nil, metav1.ConditionUnknown, ctrlmeshv1alpha1.ReasonNoHeartbeat, time.Time{}},
-		{"fresh", renewed.Add(10 * time.Second), lease, nil, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable, expiry},
-		{"fresh until just before expiry", expiry.Add(-time.Microsecond), lease, nil, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable, expiry},
-		{"expired at expiry", expiry, lease, nil, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, expiry},
-		{"expired long ago", expiry.Add(time.Hour), lease, nil, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, expiry},
-		{"fresh and Karmada Ready", renewed, lease, karmada(ready), metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable, expiry},
-		{"fresh but Karmada not Ready", renewed, lease, karmada(notReady), metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonKarmadaClusterNotReady, expiry},
-		{"fresh but Karmada without Ready", renewed, lease, karmada(), metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonKarmadaClusterNotReady, expiry},
-		{"expired and Karmada Ready", expiry, lease, karmada(ready), metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, expiry},
+		{"fresh", renewed.Add(10 * time.Second), lease, renewed, nil, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable, expiry},
+		{"fresh until just before expiry", expiry.Add(-time.Microsecond), lease, renewed, nil, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable, expiry},
+		{"expired at expiry", expiry, lease, renewed, nil, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, expiry},
+		{"expired long ago", expiry.Add(time.Hour), lease, renewed, nil, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, expiry},
+		{"fresh and Karmada Ready", renewed, lease, renewed, karmada(ready), metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable, expiry},
+		{"fresh but Karmada not Ready", renewed, lease, renewed, karmada(notReady), metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonKarmadaClusterNotReady, expiry},
+		{"fresh but Karmada without Ready", renewed, lease, renewed, karmada(), metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonKarmadaClusterNotReady, expiry},
+		{"expired and Karmada Ready", expiry, lease, renewed, karmada(ready), metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, expiry},
+		{"agent clock behind, renewal seen", renewed.Add(10 * time.Second), skewed, renewed, nil, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable, expiry},
+		{"never seen renewed", renewed, lease, time.Time{}, nil, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, time.Time{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := assessAvailability(tc.now, tc.lease, tc.karmada)
+			got := assessAvailability(tc.now, tc.lease, tc.seenAt, tc.karmada)
 			if got.status != tc.wantStatus || got.reason != tc.wantReason || !got.heartbeatExpiry.Equal(tc.wantExpiry) || got.message == "" {
 				t.Errorf("got %+v, want %s %s expiring %s", got, tc.wantStatus, tc.wantReason, tc.wantExpiry)
 			}
 		})
+	}
+}
+
+// TestRenewals: the hub takes a lease as renewed when it sees its renewTime
+// change, on its own clock, whatever the agent's clock says; a lease first
+// read after a restart counts as renewed then, unless the cluster was
+// judged stale.
+func TestRenewals(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	leaseAt := func(renew time.Time) *coordinationv1.Lease {
+		return &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{RenewTime: ptr.To(metav1.NewMicroTime(renew)), LeaseDurationSeconds: ptr.To[int32](40)}}
+	}
+	agentClock := t0.Add(-time.Hour) // an hour behind
+	var r renewals
+	for i, step := range []struct {
+		lease       *coordinationv1.Lease
+		judgedStale bool
+		now         time.Time
+		want        time.Time
+	}{
+		{leaseAt(agentClock), false, t0, t0},                                                                   // first read, not judged stale: renewed now
+		{leaseAt(agentClock), false, t0.Add(5 * time.Second), t0},                                              // unchanged: still the first sighting
+		{leaseAt(agentClock.Add(10 * time.Second)), false, t0.Add(10 * time.Second), t0.Add(10 * time.Second)}, // renewed
+		{nil, false, t0.Add(11 * time.Second), time.Time{}},                                                    // lease gone
+		{leaseAt(agentClock.Add(20 * time.Second)), true, t0.Add(20 * time.Second), time.Time{}},               // first read, judged stale: not seen renewed
+		{leaseAt(agentClock.Add(20 * time.Second)), true, t0.Add(25 * time.Second), time.Time{}},               // unchanged
+		{leaseAt(agentClock.Add(30 * time.Second)), true, t0.Add(30 * time.Second), t0.Add(30 * time.Second)},  // renewed: seen
+	} {
+		if got := r.observe("member1", step.lease, step.judgedStale, step.now); !got.Equal(step.want) {
+			t.Errorf("step %d: renewed at %v, want %v", i, got, step.want)
+		}
 	}
 }
 

@@ -74,6 +74,8 @@ type Reconciler struct {
 	// karmadaClusters reads Karmada's Clusters; nil where the hub does not
 	// serve them.
 	karmadaClusters client.Reader
+	// renewals is when the hub saw each cluster's heartbeat renewed.
+	renewals renewals
 }
 
 // SetupWithManager adds the controller, and a cache of the heartbeat Leases,
@@ -141,6 +143,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if !apierrors.IsNotFound(err) {
 			return reconcile.Result{}, fmt.Errorf("reading the ManagedCluster: %w", err)
 		}
+		r.renewals.forget(name)
 		existed, err := r.Store.DeleteCluster(name)
 		if err != nil {
 			return reconcile.Result{}, err
@@ -177,7 +180,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 
 	now := time.Now()
-	avail := assessAvailability(now, lease, karmadaCluster)
+	judgedStale := meta.IsStatusConditionFalse(mc.Status.Conditions, clusterv1.ManagedClusterConditionAvailable)
+	avail := assessAvailability(now, lease, r.renewals.observe(name, lease, judgedStale, now), karmadaCluster)
 	if err := r.writeConditions(ctx, &mc, conditions(mc.Spec.HubAcceptsClient, avail)); err != nil {
 		return reconcile.Result{}, err
 	}

@@ -13,7 +13,9 @@ import (
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -174,8 +176,10 @@ func TestHeartbeatAvailability(t *testing.T) {
 	if err := recorded(c.store, name, true, false, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped); err != nil {
 		t.Error(err)
 	}
-	if sc, _ := c.store.Snapshot().Cluster(name); !sc.HeartbeatExpiry.Equal(expiry) {
-		t.Errorf("store heartbeat expiry %s, want %s", sc.HeartbeatExpiry, expiry)
+	// The hub judges by when it saw the last renewal, on its own clock: a
+	// moment after the agent wrote it.
+	if sc, _ := c.store.Snapshot().Cluster(name); sc.HeartbeatExpiry.Before(expiry) || sc.HeartbeatExpiry.After(expiry.Add(time.Second)) {
+		t.Errorf("store heartbeat expiry %s, want within a second after %s", sc.HeartbeatExpiry, expiry)
 	}
 	if sc, _ := c.store.Snapshot().Cluster(name); sc.Usable() {
 		t.Error("an unavailable cluster is usable")
@@ -185,6 +189,55 @@ func TestHeartbeatAvailability(t *testing.T) {
 	stopHeartbeat = runHeartbeat(t, name, leaseDuration)
 	defer stopHeartbeat()
 	env.Eventually(t, 20*time.Second, "availability after renewals resumed", isAvailable)
+}
+
+// TestSkewedAgentClock: an agent whose clock runs a minute behind the hub's
+// writes renewTimes that look a minute old; the hub judges freshness by when
+// it sees the renewals, so the cluster is available while they come and
+// unavailable one lease duration after they stop.
+func TestSkewedAgentClock(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const leaseDuration = 2 * time.Second
+	c, _ := startController(t, clusters.Options{AutoAccept: true})
+	name := unique("skewed")
+	createCluster(t, ctx, name, true)
+	env.Eventually(t, 20*time.Second, "the execution namespace", func() error { return acceptedWithNamespace(ctx, c, name) })
+
+	renew := func() error {
+		agentNow := metav1.NewMicroTime(time.Now().Add(-time.Minute))
+		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: executionNamespace(name), Name: ctrlmeshv1alpha1.HeartbeatLeaseName}}
+		if err := hub.Client.Get(ctx, client.ObjectKeyFromObject(lease), lease); apierrors.IsNotFound(err) {
+			lease.Spec = coordinationv1.LeaseSpec{HolderIdentity: ptr.To("agent-0"), LeaseDurationSeconds: ptr.To(int32(leaseDuration / time.Second)), RenewTime: &agentNow}
+			return hub.Client.Create(ctx, lease)
+		} else if err != nil {
+			return err
+		}
+		lease.Spec.RenewTime = &agentNow
+		return hub.Client.Update(ctx, lease)
+	}
+	var lastRenewal time.Time
+	renewFor := func(d time.Duration) {
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(leaseDuration / 10) {
+			if err := renew(); err != nil {
+				t.Fatal(err)
+			}
+			lastRenewal = time.Now()
+		}
+	}
+	renewFor(3 * leaseDuration)
+	if err := conditionIs(ctx, name, available, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable); err != nil {
+		t.Fatalf("renewing with a clock a minute behind: %v", err)
+	}
+	if sc, _ := c.store.Snapshot().Cluster(name); !sc.Usable() {
+		t.Fatalf("renewing with a clock a minute behind: not usable: %+v", sc)
+	}
+	env.Eventually(t, 10*time.Second, "unavailability after the renewals stopped", func() error {
+		return conditionIs(ctx, name, available, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped)
+	})
+	if since := time.Since(lastRenewal); since < leaseDuration || since > leaseDuration+2*time.Second {
+		t.Errorf("unavailable %s after the last renewal, want one lease duration (%s) and at most 2 s more", since, leaseDuration)
+	}
 }
 
 // The agent writes its claims into the status the controller writes its
@@ -255,7 +308,7 @@ func TestClaimsSurviveConditionWrites(t *testing.T) {
 }
 
 // A new hub (new manager, new Store) rebuilds the Store from the API objects
-// and writes nothing.
+// and writes nothing: a lost member stays unavailable, a live one available.
 func TestRestartRebuildsWithoutWrites(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -321,8 +374,12 @@ func TestRestartRebuildsWithoutWrites(t *testing.T) {
 		for name := range want {
 			old, _ := first.store.Snapshot().Cluster(name)
 			got, ok := second.store.Snapshot().Cluster(name)
+			// The hub judges heartbeats by when it saw them renewed, which a
+			// new hub has not: it takes a fresh lease as renewed at its
+			// start, so an available cluster's heartbeat expires no earlier
+			// than the first hub thought.
 			if !ok || got.Accepted != old.Accepted || got.Available != old.Available || got.Reason != old.Reason ||
-				!got.HeartbeatExpiry.Equal(old.HeartbeatExpiry) || got.Labels["test"] != old.Labels["test"] {
+				(old.Available && got.HeartbeatExpiry.Before(old.HeartbeatExpiry)) || got.Labels["test"] != old.Labels["test"] {
 				return fmt.Errorf("cluster %s: second hub has %+v, first had %+v", name, got, old)
 			}
 		}
