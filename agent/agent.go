@@ -253,7 +253,7 @@ func addInjection(mgr manager.Manager, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("agent: member clientset: %w", err)
 	}
-	keeper := webhookutil.NewConfigurationKeeper(InjectWebhookConfigurationName, mgr.GetClient(), clientset, opts.Log.WithName("inject"))
+	keeper := webhookutil.NewConfigurationKeeper(InjectWebhookConfigurationName, clientset, opts.Log.WithName("inject"))
 	keeper.Set(want)
 	return mgr.Add(keeper)
 }

@@ -339,7 +339,7 @@ func AddToManager(mgr manager.Manager, opts ManagerOptions) error {
 	if err != nil {
 		return fmt.Errorf("labeler: clientset: %w", err)
 	}
-	keeper := webhookutil.NewConfigurationKeeper(WebhookConfigurationName, mgr.GetClient(), clientset, opts.Log.WithName("labeler"))
+	keeper := webhookutil.NewConfigurationKeeper(WebhookConfigurationName, clientset, opts.Log.WithName("labeler"))
 	if err := mgr.Add(keeper); err != nil {
 		return err
 	}

@@ -12,9 +12,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	admissionregistrationv1client "k8s.io/client-go/kubernetes/typed/admissionregistration/v1"
 	toolscache "k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // ConfigurationKeeper keeps one MutatingWebhookConfiguration as its owner
@@ -28,10 +30,11 @@ import (
 // authorizes with resourceNames: the owner needs no rights on other
 // configurations. It runs on the elected replica only.
 type ConfigurationKeeper struct {
-	name      string
-	client    client.Client
-	clientset kubernetes.Interface
-	log       logr.Logger
+	name string
+	// configurations reads and writes the API server directly: a cache
+	// could still show a configuration the watch already saw deleted.
+	configurations admissionregistrationv1client.MutatingWebhookConfigurationInterface
+	log            logr.Logger
 
 	mu   sync.Mutex
 	want *admissionregistrationv1.MutatingWebhookConfiguration
@@ -39,10 +42,12 @@ type ConfigurationKeeper struct {
 	kick chan struct{}
 }
 
-// NewConfigurationKeeper returns the keeper of the configuration name:
-// c writes it, clientset watches it.
-func NewConfigurationKeeper(name string, c client.Client, clientset kubernetes.Interface, log logr.Logger) *ConfigurationKeeper {
-	return &ConfigurationKeeper{name: name, client: c, clientset: clientset, log: log.WithValues("mutatingWebhookConfiguration", name), kick: make(chan struct{}, 1)}
+// NewConfigurationKeeper returns the keeper of the configuration name.
+func NewConfigurationKeeper(name string, clientset kubernetes.Interface, log logr.Logger) *ConfigurationKeeper {
+	return &ConfigurationKeeper{
+		name: name, configurations: clientset.AdmissionregistrationV1().MutatingWebhookConfigurations(),
+		log: log.WithValues("mutatingWebhookConfiguration", name), kick: make(chan struct{}, 1),
+	}
 }
 
 // Set says what the configuration should be; nil deletes it. want's name
@@ -68,10 +73,16 @@ func (k *ConfigurationKeeper) NeedLeaderElection() bool { return true }
 // backoff.
 func (k *ConfigurationKeeper) Start(ctx context.Context) error {
 	byName := fields.OneTermEqualSelector("metadata.name", k.name).String()
-	informer := toolscache.NewSharedIndexInformer(
-		toolscache.NewFilteredListWatchFromClient(k.clientset.AdmissionregistrationV1().RESTClient(), "mutatingwebhookconfigurations", "",
-			func(o *metav1.ListOptions) { o.FieldSelector = byName }),
-		&admissionregistrationv1.MutatingWebhookConfiguration{}, 0, toolscache.Indexers{})
+	informer := toolscache.NewSharedIndexInformer(&toolscache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = byName
+			return k.configurations.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = byName
+			return k.configurations.Watch(ctx, o)
+		},
+	}, &admissionregistrationv1.MutatingWebhookConfiguration{}, 0, toolscache.Indexers{})
 	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { k.signal() },
 		UpdateFunc: func(any, any) { k.signal() },
@@ -110,14 +121,13 @@ func (k *ConfigurationKeeper) sync(ctx context.Context) error {
 	if !set {
 		return nil
 	}
-	existing := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	err := k.client.Get(ctx, client.ObjectKey{Name: k.name}, existing)
+	existing, err := k.configurations.Get(ctx, k.name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		if want == nil {
 			return nil
 		}
-		if err := k.client.Create(ctx, want); err != nil {
+		if _, err := k.configurations.Create(ctx, want, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating MutatingWebhookConfiguration %s: %w", k.name, err)
 		}
 		k.log.Info("Wrote the webhook configuration")
@@ -125,7 +135,7 @@ func (k *ConfigurationKeeper) sync(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("reading MutatingWebhookConfiguration %s: %w", k.name, err)
 	case want == nil:
-		if err := k.client.Delete(ctx, existing); err != nil && !apierrors.IsNotFound(err) {
+		if err := k.configurations.Delete(ctx, k.name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &existing.UID}}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting MutatingWebhookConfiguration %s: %w", k.name, err)
 		}
 		k.log.Info("Deleted the webhook configuration")
@@ -134,7 +144,7 @@ func (k *ConfigurationKeeper) sync(ctx context.Context) error {
 		return nil
 	}
 	existing.Webhooks = want.Webhooks
-	if err := k.client.Update(ctx, existing); err != nil {
+	if _, err := k.configurations.Update(ctx, existing, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("updating MutatingWebhookConfiguration %s: %w", k.name, err)
 	}
 	k.log.Info("Restored the webhook configuration")
