@@ -14,7 +14,7 @@ import (
 
 // shardRouteGVK is the one kind the agent applies: its member RBAC covers
 // ShardRoutes only.
-var shardRouteGVK = ctrlmeshv1alpha1.GroupVersion.WithKind("ShardRoute")
+var shardRouteGVK = ctrlmeshv1alpha1.ShardRouteGVK
 
 // decodeManifest returns the Work's one manifest as a ShardRoute. Unknown
 // fields are refused rather than dropped, so that nothing the hub wrote is

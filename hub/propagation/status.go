@@ -54,13 +54,13 @@ func ReadStatus(work *workv1alpha1.Work) (Report, error) {
 	case len(statuses) == 0:
 		return report, nil
 	case len(statuses) > 1:
-		return Report{}, fmt.Errorf("the status of Work %s/%s reports %d manifests; its one manifest is a %s", work.Namespace, work.Name, len(statuses), shardRouteKind.Kind)
+		return Report{}, fmt.Errorf("the status of Work %s/%s reports %d manifests; its one manifest is a %s", work.Namespace, work.Name, len(statuses), ctrlmeshv1alpha1.ShardRouteGVK.Kind)
 	}
 	ms := statuses[0]
 	id := ms.Identifier
-	if id.Ordinal != 0 || id.Group != shardRouteKind.Group || id.Kind != shardRouteKind.Kind {
+	if id.Ordinal != 0 || id.Group != ctrlmeshv1alpha1.ShardRouteGVK.Group || id.Kind != ctrlmeshv1alpha1.ShardRouteGVK.Kind {
 		return Report{}, fmt.Errorf("the status of Work %s/%s reports manifest %d, a %q of group %q; its one manifest is a %s of group %s",
-			work.Namespace, work.Name, id.Ordinal, id.Kind, id.Group, shardRouteKind.Kind, shardRouteKind.Group)
+			work.Namespace, work.Name, id.Ordinal, id.Kind, id.Group, ctrlmeshv1alpha1.ShardRouteGVK.Kind, ctrlmeshv1alpha1.ShardRouteGVK.Group)
 	}
 	switch ms.Health {
 	case workv1alpha1.ResourceHealthy, workv1alpha1.ResourceUnhealthy, workv1alpha1.ResourceUnknown:

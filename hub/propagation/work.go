@@ -1,3 +1,14 @@
+// Package propagation carries the hub's routes to the member clusters and
+// brings their reports back. A Writer keeps one Karmada Work per
+// (ShardingConfig, cluster) holding that cluster's ShardRoute
+// (pkg/route.Build) as its one manifest; ReadStatus decodes what the member
+// reflected into the Work's status: whether the route is applied, its
+// health, and the agent's report of candidate pods, acknowledgements and
+// leaders.
+//
+// The Works follow Karmada's conventions, so that either Karmada's
+// execution and work-status controllers or the ctrlmesh agent in standalone
+// mode (agent/workapply) can apply them.
 package propagation
 
 import (
@@ -53,7 +64,7 @@ const (
 // every member's execution namespace: Karmada's name for a Work of a
 // ShardRoute of the config's namespace and name.
 func WorkName(config *ctrlmeshv1alpha1.ShardingConfig) string {
-	return names.GenerateWorkName(shardRouteKind.Kind, config.Name, config.Namespace)
+	return names.GenerateWorkName(ctrlmeshv1alpha1.ShardRouteGVK.Kind, config.Name, config.Namespace)
 }
 
 // Writer writes the Works that carry ShardRoutes to member clusters, one per
@@ -175,7 +186,7 @@ func manifestOf(work *workv1alpha1.Work, route *ctrlmeshv1alpha1.ShardRoute) ([]
 	annotations[workv1alpha2.ManagedAnnotation] = strings.Join(managed, ",")
 
 	manifest := &ctrlmeshv1alpha1.ShardRoute{
-		TypeMeta: metav1.TypeMeta{APIVersion: shardRouteKind.GroupVersion().String(), Kind: shardRouteKind.Kind},
+		TypeMeta: metav1.TypeMeta{APIVersion: ctrlmeshv1alpha1.ShardRouteGVK.GroupVersion().String(), Kind: ctrlmeshv1alpha1.ShardRouteGVK.Kind},
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: route.Namespace, Name: route.Name, Labels: labels, Annotations: annotations,
 		},
@@ -275,8 +286,8 @@ func RouteOf(work *workv1alpha1.Work) (*ctrlmeshv1alpha1.ShardRoute, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decoding the ShardRoute of Work %s/%s: %w", work.Namespace, work.Name, err)
 	}
-	if route.GroupVersionKind() != shardRouteKind {
-		return nil, fmt.Errorf("work %s/%s carries a %s, not a %s", work.Namespace, work.Name, route.GroupVersionKind(), shardRouteKind)
+	if route.GroupVersionKind() != ctrlmeshv1alpha1.ShardRouteGVK {
+		return nil, fmt.Errorf("work %s/%s carries a %s, not a %s", work.Namespace, work.Name, route.GroupVersionKind(), ctrlmeshv1alpha1.ShardRouteGVK)
 	}
 	return &route, nil
 }

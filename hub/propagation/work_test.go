@@ -19,21 +19,44 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
-	"github.com/ctrlmesh/ctrlmesh/hub/placement"
+	"github.com/ctrlmesh/ctrlmesh/pkg/route"
+	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 )
+
+// testConfig is a ShardingConfig of 8 buckets as the API server serves it,
+// defaults set.
+func testConfig(namespace string, scope ctrlmeshv1alpha1.ShardingScope) *ctrlmeshv1alpha1.ShardingConfig {
+	return &ctrlmeshv1alpha1.ShardingConfig{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "op"},
+		Spec: ctrlmeshv1alpha1.ShardingConfigSpec{
+			Selector:   metav1.LabelSelector{MatchLabels: map[string]string{"app": "op"}},
+			Controller: &ctrlmeshv1alpha1.ControllerConfig{LeaderElectionName: "op-lock"},
+			Webhook:    &ctrlmeshv1alpha1.WebhookConfig{CertDir: "/tmp/certs", Port: 9443},
+			Limits: ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{
+				{APIGroups: []string{""}, Resources: []string{"configmaps"}},
+			}}},
+			Clusters: ctrlmeshv1alpha1.ClusterSelection{Names: []string{"m1", "m2"}},
+			Scope:    scope,
+			Sharding: ctrlmeshv1alpha1.ShardingLayout{Buckets: 8, PodsPerShard: 1},
+		},
+	}
+}
 
 // singleShardRoute builds the route of config for cluster at generation,
 // one shard of every bucket served by pod op-0.
 func singleShardRoute(t *testing.T, config *ctrlmeshv1alpha1.ShardingConfig, cluster string, generation int64) *ctrlmeshv1alpha1.ShardRoute {
 	t.Helper()
-	rules := placement.Rules{Generation: generation, Shards: []placement.RuleShard{{
-		ID: "0", Cluster: cluster, Pods: []placement.PodID{pod(cluster, "op-0")}, Buckets: scheme8.AllBuckets(), PendingBuckets: set(t, ""),
+	space := sharding.MustSpace(8)
+	none, _ := space.NewSet() // the empty set cannot fail
+	op0 := route.PodID{Cluster: cluster, Name: "op-0"}
+	table := route.Table{Generation: generation, Shards: []route.Shard{{
+		ID: "0", Cluster: cluster, Pods: []route.PodID{op0}, Buckets: space.AllBuckets(), PendingBuckets: none,
 	}}}
-	route, err := BuildRoute(config, cluster, rules, map[placement.PodID]string{pod(cluster, "op-0"): "10.0.0.1"})
+	r, err := route.Build(config, cluster, table, map[route.PodID]string{op0: "10.0.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return route
+	return r
 }
 
 // newCluster names a member cluster for one test and creates its execution
