@@ -9,17 +9,18 @@ import (
 
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
 	workv1alpha2 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha2"
+	"github.com/karmada-io/karmada/pkg/util"
 	"github.com/karmada-io/karmada/pkg/util/names"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/route"
+	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 )
 
@@ -71,7 +72,7 @@ func newCluster(t *testing.T, ctx context.Context, base string) string {
 func getWork(t *testing.T, ctx context.Context, config *ctrlmeshv1alpha1.ShardingConfig, cluster string) *workv1alpha1.Work {
 	t.Helper()
 	var work workv1alpha1.Work
-	key := client.ObjectKey{Namespace: names.GenerateExecutionSpaceName(cluster), Name: WorkName(config)}
+	key := routework.WorkKey(cluster, config.Namespace, config.Name)
 	if err := hub.Client.Get(ctx, key, &work); err != nil {
 		t.Fatalf("reading Work %s: %v", key, err)
 	}
@@ -182,8 +183,8 @@ func TestWriterKarmadaFinalizer(t *testing.T) {
 		t.Fatal(err)
 	}
 	work := getWork(t, ctx, config, cluster)
-	if !slices.Equal(work.Finalizers, []string{ExecutionControllerFinalizer}) {
-		t.Fatalf("finalizers %v, want %s", work.Finalizers, ExecutionControllerFinalizer)
+	if !slices.Equal(work.Finalizers, []string{util.ExecutionControllerFinalizer}) {
+		t.Fatalf("finalizers %v, want %s", work.Finalizers, util.ExecutionControllerFinalizer)
 	}
 	if err := writer.Delete(ctx, config, cluster); err != nil {
 		t.Fatal(err)
@@ -197,7 +198,7 @@ func TestWriterKarmadaFinalizer(t *testing.T) {
 	}
 
 	// What Karmada's execution controller does once the member is clean.
-	controllerutil.RemoveFinalizer(work, ExecutionControllerFinalizer)
+	controllerutil.RemoveFinalizer(work, util.ExecutionControllerFinalizer)
 	if err := hub.Client.Update(ctx, work); err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +231,7 @@ func TestWriterPruneAndDelete(t *testing.T) {
 		}
 		var clusters []string
 		for i := range works {
-			report, err := ReadStatus(&works[i])
+			report, err := routework.ReadStatus(&works[i])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -263,38 +264,5 @@ func TestWriterPruneAndDelete(t *testing.T) {
 	}
 	if got := clustersOf(config); len(got) != 0 {
 		t.Errorf("after Delete, Works for %v, want none", got)
-	}
-}
-
-func TestRouteOf(t *testing.T) {
-	config := testConfig("team-a", ctrlmeshv1alpha1.ScopePerCluster)
-	route := singleShardRoute(t, config, "m1", 3)
-	raw, err := json.Marshal(route)
-	if err != nil {
-		t.Fatal(err)
-	}
-	work := func(manifests ...[]byte) *workv1alpha1.Work {
-		w := &workv1alpha1.Work{ObjectMeta: metav1.ObjectMeta{Namespace: "karmada-es-m1", Name: "w"}}
-		for _, m := range manifests {
-			w.Spec.Workload.Manifests = append(w.Spec.Workload.Manifests, workv1alpha1.Manifest{RawExtension: runtime.RawExtension{Raw: m}})
-		}
-		return w
-	}
-	got, err := RouteOf(work(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !equality.Semantic.DeepEqual(got.Spec, route.Spec) {
-		t.Errorf("decoded spec %+v, want %+v", got.Spec, route.Spec)
-	}
-	for name, w := range map[string]*workv1alpha1.Work{
-		"no manifest":   work(),
-		"two manifests": work(raw, raw),
-		"another kind":  work([]byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}`)),
-		"unknown field": work([]byte(`{"apiVersion":"ctrlmesh.io/v1alpha1","kind":"ShardRoute","spec":{"bucketz":32}}`)),
-	} {
-		if _, err := RouteOf(w); err == nil {
-			t.Errorf("%s: decoded", name)
-		}
 	}
 }

@@ -25,7 +25,6 @@ import (
 
 	"github.com/go-logr/logr"
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
-	"github.com/karmada-io/karmada/pkg/util/names"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -48,6 +47,7 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/hub/propagation"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
 	"github.com/ctrlmesh/ctrlmesh/pkg/route"
+	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 )
 
@@ -364,14 +364,14 @@ func readBack(log logr.Logger, store *state.Store, config types.NamespacedName, 
 	for i := range works {
 		work := &works[i]
 		key := client.ObjectKeyFromObject(work)
-		cluster, err := names.GetClusterName(work.Namespace)
-		if err != nil || cluster == "" {
+		cluster, err := routework.ClusterOf(work)
+		if err != nil {
 			// Labelled as the config's but in no execution namespace:
 			// neither the hub nor an agent uses it.
 			log.Info("Ignoring a Work of the ShardingConfig outside every execution namespace", "work", key)
 			continue
 		}
-		route, err := propagation.RouteOf(work)
+		route, err := routework.Decode(work)
 		if err != nil {
 			unreadable[cluster] = unreadableWork(cluster, err)
 			continue
@@ -401,7 +401,7 @@ func unreadableWork(cluster string, err error) error {
 // reportOf is what a Work's status tells of its member, as a row of the
 // working model: nil while the member has reflected nothing into it.
 func reportOf(work *workv1alpha1.Work) (*state.Report, error) {
-	status, err := propagation.ReadStatus(work)
+	status, err := routework.ReadStatus(work)
 	if err != nil || (work.Status.ManifestStatuses == nil && status.Applied == nil) {
 		return nil, err
 	}

@@ -34,7 +34,7 @@ func publishedRoute(cluster string, gen int64) *ctrlmeshv1alpha1.ShardRoute {
 }
 
 // carrying is the Work of cluster carrying the route of generation gen, as
-// a Writer writes it (in the parts ReadStatus and RouteOf read).
+// a Writer writes it (in the parts routework.ReadStatus and Decode read).
 func carrying(t *testing.T, cluster string, gen int64) workv1alpha1.Work {
 	t.Helper()
 	raw, err := json.Marshal(publishedRoute(cluster, gen))

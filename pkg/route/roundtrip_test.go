@@ -7,11 +7,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
 )
 
 // TestRoundTrip: a table the hub publishes — built into each cluster's
-// ShardRoute and merged — reads back as the same table. That is how a
-// restarted hub learns what it published.
+// ShardRoute, carried in a Work, decoded from it and merged — reads back as
+// the same table. That is how a restarted hub learns what it published.
 func TestRoundTrip(t *testing.T) {
 	config := func(scope ctrlmeshv1alpha1.ShardingScope) *ctrlmeshv1alpha1.ShardingConfig {
 		c := testConfig("team-a", scope)
@@ -75,7 +76,7 @@ func TestRoundTrip(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				routes[cluster] = built
+				routes[cluster] = throughWork(t, cluster, built)
 			}
 			got, err := Merge(space32, routes)
 			if err != nil {
@@ -86,4 +87,19 @@ func TestRoundTrip(t *testing.T) {
 			}
 		})
 	}
+}
+
+// throughWork is the route as it reaches the member: the one manifest of a
+// Work.
+func throughWork(t *testing.T, cluster string, route *ctrlmeshv1alpha1.ShardRoute) *ctrlmeshv1alpha1.ShardRoute {
+	t.Helper()
+	work := routework.NewWork(routework.WorkKey(cluster, route.Namespace, route.Name))
+	if err := routework.SetManifest(work, route); err != nil {
+		t.Fatal(err)
+	}
+	decoded, err := routework.Decode(work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decoded
 }
