@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
@@ -126,5 +128,48 @@ func TestFromMergedTable(t *testing.T) {
 	}
 	if view := viewPlacement(FromTable(space32, table)); !reflect.DeepEqual(view, want) {
 		t.Errorf("shards\n got %+v\nwant %+v", view, want)
+	}
+}
+
+// TestSteadyAcrossReadBack drives placement the way the hub does: each
+// round starts from the table read back from the routes it published. Once
+// every proxy enforces the latest generation and nothing changes, a round
+// must publish nothing new, also for a Fleet shard whose pods are in two
+// clusters, most of them in the cluster named last.
+func TestSteadyAcrossReadBack(t *testing.T) {
+	config := &ctrlmeshv1alpha1.ShardingConfig{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "op"},
+		Spec: ctrlmeshv1alpha1.ShardingConfigSpec{
+			Scope:    ctrlmeshv1alpha1.ScopeFleet,
+			Sharding: ctrlmeshv1alpha1.ShardingLayout{Buckets: 32, PodsPerShard: 3},
+		},
+	}
+	clusters := []string{"c1", "c2"}
+	in := Input{Space: space32, PodsPerShard: 3, Pods: append(makePods("c1", "a"), makePods("c2", "b", "c")...)}
+	var published route.Table
+	for round := range 5 {
+		in.Previous = FromTable(space32, published)
+		desired := mustCompute(t, in)
+		var acks []PodAck
+		for _, p := range in.Pods {
+			acks = append(acks, PodAck{Pod: p.PodID, Acked: published.Generation})
+		}
+		step := mustHandover(t, desired, published, acks)
+		if round > 1 && step.Changed {
+			t.Fatalf("round %d: generation %d, changed though nothing did: published %s, next %s",
+				round, step.Table.Generation, describeTable(published), describeTable(step.Table))
+		}
+		routes := map[string]*ctrlmeshv1alpha1.ShardRoute{}
+		for _, c := range clusters {
+			r, err := route.Build(config, c, step.Table, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			routes[c] = r
+		}
+		var err error
+		if published, err = route.Merge(space32, routes); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

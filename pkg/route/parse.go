@@ -66,10 +66,11 @@ func nilIfEmpty(s []string) []string {
 // domain, by cluster, back into the domain's route table in space. In
 // PerCluster scope there is one route. In Fleet scope every member's route
 // lists every shard, with only that member's pods: a shard's pods are the
-// union, its cluster the first (by name) whose route lists pods for it. The
-// generation is the highest published, and only the routes of that
-// generation are merged; a cluster whose route is older is brought up to it
-// by the next publish.
+// union, its cluster the one most of them run in (the first by name on a
+// tie), as the hub's placement decides it, so that a table read back is the
+// table published. The generation is the highest published, and only the
+// routes of that generation are merged; a cluster whose route is older is
+// brought up to it by the next publish.
 func Merge(space sharding.Space, routes map[string]*ctrlmeshv1alpha1.ShardRoute) (Table, error) {
 	var table Table
 	clusters := slices.Sorted(maps.Keys(routes))
@@ -96,21 +97,32 @@ func Merge(space sharding.Space, routes map[string]*ctrlmeshv1alpha1.ShardRoute)
 			return Table{}, fmt.Errorf("the rules published to %s: %w", cluster, err)
 		}
 		for _, s := range shards {
-			merged, ok := byID[s.ID]
-			if !ok {
+			if merged, ok := byID[s.ID]; ok {
+				merged.Pods = append(merged.Pods, s.Pods...)
+			} else {
 				byID[s.ID] = &s
-				continue
-			}
-			merged.Pods = append(merged.Pods, s.Pods...)
-			if merged.Cluster == "" {
-				merged.Cluster = s.Cluster
 			}
 		}
 	}
 	for _, id := range slices.SortedFunc(maps.Keys(byID), CompareShardIDs) {
 		shard := byID[id]
 		slices.SortFunc(shard.Pods, ComparePodIDs)
+		shard.Cluster = majorityCluster(shard.Pods)
 		table.Shards = append(table.Shards, *shard)
 	}
 	return table, nil
+}
+
+// majorityCluster is the cluster most of the pods run in, the first by name
+// on a tie; "" for no pods.
+func majorityCluster(pods []PodID) string {
+	counts := map[string]int{}
+	best := ""
+	for _, p := range pods {
+		counts[p.Cluster]++
+		if n := counts[p.Cluster]; n > counts[best] || (n == counts[best] && p.Cluster < best) {
+			best = p.Cluster
+		}
+	}
+	return best
 }

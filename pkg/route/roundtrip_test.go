@@ -63,6 +63,13 @@ func TestRoundTrip(t *testing.T) {
 			canary(shard("canary", "c1", "", "", pods("c1", "z")...), nil, []string{"team-a"}),
 		}},
 	}, {
+		name: "Fleet, shards mostly in the cluster named last", scope: ctrlmeshv1alpha1.ScopeFleet, clusters: []string{"c1", "c2"},
+		table: Table{Generation: 5, Shards: []Shard{
+			shard("0", "c2", "0-15", "", append(pods("c1", "a"), pods("c2", "a", "b")...)...),
+			// A tie goes to the first by name.
+			shard("1", "c1", "16-31", "", append(pods("c1", "b"), pods("c2", "c")...)...),
+		}},
+	}, {
 		name: "Fleet, a shard of no pod", scope: ctrlmeshv1alpha1.ScopeFleet, clusters: []string{"c1", "c2"},
 		table: Table{Generation: 4, Shards: []Shard{
 			shard("0", "c1", "0-15", "", pods("c1", "a")...),
