@@ -232,7 +232,7 @@ func (s *APISource) report(ctx context.Context, c client.Client, latest <-chan *
 func (s *APISource) apply(ctx context.Context, c client.Client, route *ctrlmeshv1alpha1.ShardRoute, hash string) error {
 	patch := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": ctrlmeshv1alpha1.GroupVersion.String(),
-		"kind":       "ShardRoute",
+		"kind":       ctrlmeshv1alpha1.ShardRouteGVK.Kind,
 		"metadata":   map[string]any{"namespace": route.Namespace, "name": route.Name},
 		"status": map[string]any{"pods": []any{
 			map[string]any{"name": s.Loader.Pod, "appliedRulesHash": hash},

@@ -4,7 +4,9 @@
 // (karmada-es-<cluster>), applies each Work's one manifest, a ShardRoute, to
 // the member, deletes it when the Work goes, and reflects the applied
 // object's status and health into the Work's status, following the
-// conventions of Karmada's execution and work-status controllers.
+// conventions of Karmada's execution and work-status controllers. How the
+// ShardRoute rides in the Work and how its status goes back is
+// pkg/routework's, which the hub reads with too.
 package workapply
 
 import (
@@ -35,6 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
 )
 
 const (
@@ -42,12 +45,6 @@ const (
 	ControllerName = "workapply"
 	// FieldManager is the field manager of the applier's writes in the member.
 	FieldManager = "ctrlmesh-agent-workapply"
-
-	// managedLabel marks objects applied from a Work: Karmada's
-	// util.ManagedByKarmadaLabel, defined here because karmada's pkg/util
-	// would pull hundreds of packages into the agent.
-	managedLabel      = "karmada.io/managed"
-	managedLabelValue = "true"
 
 	// Reasons of the Applied condition, as Karmada's execution controller
 	// spells them (it has no constants for them).
@@ -134,7 +131,7 @@ func (a *Applier) SetupWithManager(mgr ctrl.Manager) error {
 		return fmt.Errorf("workapply: indexing member ShardRoutes by Work: %w", err)
 	}
 	if err := hubCluster.GetFieldIndexer().IndexField(ctx, &workv1alpha1.Work{}, targetIndex, func(obj client.Object) []string {
-		return manifestTargets(obj.(*workv1alpha1.Work))
+		return routework.Targets(obj.(*workv1alpha1.Work))
 	}); err != nil {
 		return fmt.Errorf("workapply: indexing Works by target: %w", err)
 	}
@@ -167,10 +164,8 @@ func (a *Applier) SetupWithManager(mgr ctrl.Manager) error {
 // appliedFrom returns the Work of this execution namespace that obj was
 // applied from, going by Karmada's label and annotations.
 func (a *Applier) appliedFrom(obj client.Object) (types.NamespacedName, bool) {
-	annotations := obj.GetAnnotations()
-	work := types.NamespacedName{Namespace: annotations[workv1alpha2.WorkNamespaceAnnotation], Name: annotations[workv1alpha2.WorkNameAnnotation]}
-	ok := obj.GetLabels()[managedLabel] == managedLabelValue && work.Namespace == a.namespace && work.Name != ""
-	return work, ok
+	work, managed := routework.AppliedFrom(obj)
+	return work, managed && work.Namespace == a.namespace && work.Name != ""
 }
 
 // worksOf maps a member ShardRoute to the Work it was applied from and to
@@ -205,7 +200,7 @@ func (a *Applier) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 		return reconcile.Result{}, fmt.Errorf("reading Work %s: %w", req.NamespacedName, err)
 	}
 
-	desired, err := decodeManifest(&work)
+	desired, err := routework.Decode(&work)
 	if err != nil {
 		// Only a new Work spec can fix its manifest: no retry.
 		return reconcile.Result{}, a.writeStatus(ctx, &work, failed(&work, err), nil)
@@ -231,7 +226,7 @@ func (a *Applier) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	if err := a.deleteApplied(ctx, log, req.NamespacedName, &keep); err != nil {
 		return reconcile.Result{}, err
 	}
-	manifest := manifestStatus(applied)
+	manifest := routework.ManifestStatus(applied)
 	return reconcile.Result{}, a.writeStatus(ctx, &work, metav1.Condition{
 		Type: workv1alpha1.WorkApplied, Status: metav1.ConditionTrue, Reason: reasonAppliedSuccessful,
 		Message: messageApplied, ObservedGeneration: work.Generation,
@@ -266,14 +261,7 @@ func (e *conflictError) Error() string {
 // manifest, and returns it as stored. It writes spec, labels and
 // annotations only: an update never changes the status subresource.
 func (a *Applier) apply(ctx context.Context, work *workv1alpha1.Work, desired *ctrlmeshv1alpha1.ShardRoute) (*ctrlmeshv1alpha1.ShardRoute, error) {
-	labels := map[string]string{managedLabel: managedLabelValue}
-	if id := work.Labels[workv1alpha2.WorkPermanentIDLabel]; id != "" {
-		labels[workv1alpha2.WorkPermanentIDLabel] = id
-	}
-	annotations := map[string]string{
-		workv1alpha2.WorkNamespaceAnnotation: work.Namespace,
-		workv1alpha2.WorkNameAnnotation:      work.Name,
-	}
+	labels, annotations := routework.AppliedLabels(work), routework.AppliedAnnotations(work)
 	key := client.ObjectKeyFromObject(desired)
 
 	var current ctrlmeshv1alpha1.ShardRoute
@@ -298,7 +286,7 @@ func (a *Applier) apply(ctx context.Context, work *workv1alpha1.Work, desired *c
 		return nil, fmt.Errorf("reading ShardRoute %s: %w", key, err)
 	}
 
-	owner := types.NamespacedName{Namespace: current.Annotations[workv1alpha2.WorkNamespaceAnnotation], Name: current.Annotations[workv1alpha2.WorkNameAnnotation]}
+	owner, _ := routework.AppliedFrom(&current)
 	if owner != client.ObjectKeyFromObject(work) && !overwrites(work, desired) {
 		conflict := &conflictError{route: key.String(), cluster: a.ClusterName}
 		if owner.Name != "" {

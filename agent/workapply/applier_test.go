@@ -371,7 +371,7 @@ func TestBadManifests(t *testing.T) {
 		{name: "undecodable", manifests: [][]byte{withSpec("undecodable", func(s map[string]any) { s["buckets"] = "thirty-two" })},
 			want: "manifest 0 is not a valid ShardRoute: json: cannot unmarshal string", routes: []string{"undecodable"}},
 		{name: "unknown-field", manifests: [][]byte{withSpec("unknown-field", func(s map[string]any) { s["shardz"] = []any{} })},
-			want: `unknown field "shardz"`, routes: []string{"unknown-field"}},
+			want: `unknown field "spec.shardz"`, routes: []string{"unknown-field"}},
 		{name: "no-namespace", manifests: [][]byte{mustJSON(t, noNamespace)}, want: "needs both metadata.namespace and metadata.name"},
 		{name: "refused-by-the-member", manifests: [][]byte{mustJSON(t, invalid)}, want: "buckets must be a power of two", routes: []string{"refused"}},
 	} {

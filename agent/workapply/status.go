@@ -13,52 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 )
-
-// manifestStatus is what Karmada's work-status controller reports of the
-// applied object: its identity, its whole status and its health.
-func manifestStatus(route *ctrlmeshv1alpha1.ShardRoute) workv1alpha1.ManifestStatus {
-	ms := workv1alpha1.ManifestStatus{
-		Identifier: workv1alpha1.ResourceIdentifier{
-			Ordinal:   0,
-			Group:     shardRouteGVK.Group,
-			Version:   shardRouteGVK.Version,
-			Kind:      shardRouteGVK.Kind,
-			Resource:  "shardroutes",
-			Namespace: route.Namespace,
-			Name:      route.Name,
-		},
-		Health: health(route),
-	}
-	// Like Karmada, no status stays nil rather than an empty object.
-	if !reflect.DeepEqual(route.Status, ctrlmeshv1alpha1.ShardRouteStatus{}) {
-		// Marshalling a struct of strings, numbers and times cannot fail.
-		raw, _ := json.Marshal(route.Status)
-		ms.Status = &runtime.RawExtension{Raw: raw}
-	}
-	return ms
-}
-
-// health is Healthy when the route's status describes its current spec and
-// says the rules are applied and every proxy enforces them; Unhealthy when
-// it describes the current spec and says either is not so; Unknown before
-// the agent's status controller has caught up.
-func health(route *ctrlmeshv1alpha1.ShardRoute) workv1alpha1.ResourceHealth {
-	if route.Status.ObservedGeneration != route.Generation {
-		return workv1alpha1.ResourceUnknown
-	}
-	conditions := route.Status.Conditions
-	switch rules, proxies := meta.FindStatusCondition(conditions, ctrlmeshv1alpha1.ConditionRulesApplied), meta.FindStatusCondition(conditions, ctrlmeshv1alpha1.ConditionProxiesReady); {
-	case rules != nil && rules.Status == metav1.ConditionFalse, proxies != nil && proxies.Status == metav1.ConditionFalse:
-		return workv1alpha1.ResourceUnhealthy
-	case rules != nil && rules.Status == metav1.ConditionTrue && proxies != nil && proxies.Status == metav1.ConditionTrue:
-		return workv1alpha1.ResourceHealthy
-	default:
-		return workv1alpha1.ResourceUnknown
-	}
-}
 
 // writeStatus sets the Work's Applied condition and, when manifest is not
 // nil, its manifest status, writing only when that changes something. A

@@ -7,13 +7,14 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 )
 
 // Pod is a candidate pod as its cluster's agent reports it. An unready pod
 // is treated as gone: it leaves its shard.
 type Pod struct {
-	PodID
+	route.PodID
 	Ready  bool
 	Canary bool
 }
@@ -78,7 +79,7 @@ func Compute(in Input) (Placement, error) {
 
 	out := Placement{Space: in.Space}
 	for _, s := range shards {
-		slices.SortFunc(s.pods, ComparePodIDs)
+		slices.SortFunc(s.pods, route.ComparePodIDs)
 		out.Shards = append(out.Shards, Shard{
 			ID:      s.id,
 			Cluster: majorityCluster(s.pods, s.cluster),
@@ -97,7 +98,7 @@ func Compute(in Input) (Placement, error) {
 			Canary:     true,
 		})
 	}
-	slices.SortFunc(out.Shards, func(a, b Shard) int { return CompareShardIDs(a.ID, b.ID) })
+	slices.SortFunc(out.Shards, func(a, b Shard) int { return route.CompareShardIDs(a.ID, b.ID) })
 	return out, nil
 }
 
@@ -116,7 +117,7 @@ func (in Input) validate() error {
 			return err
 		}
 	}
-	seen := map[PodID]bool{}
+	seen := map[route.PodID]bool{}
 	for _, p := range in.Pods {
 		if seen[p.PodID] {
 			return fmt.Errorf("pod %s is listed twice", p.PodID)
@@ -135,7 +136,7 @@ func (in Input) validate() error {
 }
 
 // readyPods splits the ready pods into regular and canary ones, each sorted.
-func readyPods(pods []Pod) (regular, canary []PodID) {
+func readyPods(pods []Pod) (regular, canary []route.PodID) {
 	for _, p := range pods {
 		switch {
 		case !p.Ready:
@@ -145,8 +146,8 @@ func readyPods(pods []Pod) (regular, canary []PodID) {
 			regular = append(regular, p.PodID)
 		}
 	}
-	slices.SortFunc(regular, ComparePodIDs)
-	slices.SortFunc(canary, ComparePodIDs)
+	slices.SortFunc(regular, route.ComparePodIDs)
+	slices.SortFunc(canary, route.ComparePodIDs)
 	return regular, canary
 }
 
@@ -170,7 +171,7 @@ type forming struct {
 	// cluster is the shard's previous cluster, where spares are taken
 	// first; empty for a new shard.
 	cluster string
-	pods    []PodID
+	pods    []route.PodID
 	// buckets, ascending: kept from the previous placement, then assigned.
 	buckets []int
 }
@@ -179,13 +180,13 @@ type forming struct {
 // those that keep the most pods, then the most buckets (dissolving a small
 // shard moves few buckets), then the lowest IDs. Each keeps its ready pods
 // (at most podsPerShard) and its buckets outside the canary.
-func keepShards(previous Placement, regular []PodID, free sharding.Set, count, podsPerShard int) []*forming {
-	ready := map[PodID]bool{}
+func keepShards(previous Placement, regular []route.PodID, free sharding.Set, count, podsPerShard int) []*forming {
+	ready := map[route.PodID]bool{}
 	for _, p := range regular {
 		ready[p] = true
 	}
 	prev := slices.Clone(previous.Shards)
-	slices.SortFunc(prev, func(a, b Shard) int { return CompareShardIDs(a.ID, b.ID) })
+	slices.SortFunc(prev, func(a, b Shard) int { return route.CompareShardIDs(a.ID, b.ID) })
 	claimed := make([]bool, free.Space().Buckets())
 	var candidates []*forming
 	for _, s := range prev {
@@ -193,7 +194,7 @@ func keepShards(previous Placement, regular []PodID, free sharding.Set, count, p
 			continue
 		}
 		f := &forming{id: s.ID, cluster: s.Cluster}
-		for _, p := range slices.SortedFunc(slices.Values(s.Pods), ComparePodIDs) {
+		for _, p := range slices.SortedFunc(slices.Values(s.Pods), route.ComparePodIDs) {
 			if ready[p] && len(f.pods) < podsPerShard {
 				f.pods = append(f.pods, p)
 				// A pod serves one shard, even if a previous placement
@@ -217,17 +218,17 @@ func keepShards(previous Placement, regular []PodID, free sharding.Set, count, p
 
 // sparePool holds the ready non-canary pods no shard has yet, by cluster.
 type sparePool struct {
-	byCluster map[string][]PodID
+	byCluster map[string][]route.PodID
 }
 
-func newSparePool(regular []PodID, shards []*forming) *sparePool {
-	taken := map[PodID]bool{}
+func newSparePool(regular []route.PodID, shards []*forming) *sparePool {
+	taken := map[route.PodID]bool{}
 	for _, s := range shards {
 		for _, p := range s.pods {
 			taken[p] = true
 		}
 	}
-	pool := &sparePool{byCluster: map[string][]PodID{}}
+	pool := &sparePool{byCluster: map[string][]route.PodID{}}
 	for _, p := range regular {
 		if !taken[p] {
 			pool.byCluster[p.Cluster] = append(pool.byCluster[p.Cluster], p)
@@ -250,8 +251,8 @@ func (sp *sparePool) largestCluster() string {
 
 // take removes up to n spares, from cluster first so that a shard's pods
 // stay in one cluster when they can, then from the largest clusters.
-func (sp *sparePool) take(cluster string, n int) []PodID {
-	var out []PodID
+func (sp *sparePool) take(cluster string, n int) []route.PodID {
+	var out []route.PodID
 	for len(out) < n {
 		from := cluster
 		if len(sp.byCluster[from]) == 0 {
@@ -295,7 +296,7 @@ func assignBuckets(shards []*forming, free sharding.Set) {
 	}
 	byHoldings := slices.Clone(shards)
 	slices.SortStableFunc(byHoldings, func(a, b *forming) int {
-		return cmp.Or(cmp.Compare(len(b.buckets), len(a.buckets)), CompareShardIDs(a.id, b.id))
+		return cmp.Or(cmp.Compare(len(b.buckets), len(a.buckets)), route.CompareShardIDs(a.id, b.id))
 	})
 	quota := map[*forming]int{}
 	base, extra := free.Len()/len(shards), free.Len()%len(shards)
@@ -327,7 +328,7 @@ func assignBuckets(shards []*forming, free sharding.Set) {
 
 // majorityCluster is the cluster most of the pods run in; prefer (the
 // shard's previous cluster) wins a tie, so the record does not flap.
-func majorityCluster(pods []PodID, prefer string) string {
+func majorityCluster(pods []route.PodID, prefer string) string {
 	counts := map[string]int{}
 	for _, p := range pods {
 		counts[p.Cluster]++

@@ -8,13 +8,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 )
 
 func TestComputeTable(t *testing.T) {
 	s32 := sharding.MustSpace(32)
-	canaryPod := Pod{PodID: PodID{Cluster: "a", Name: "canary-0"}, Ready: true, Canary: true}
-	unready := Pod{PodID: PodID{Cluster: "a", Name: "p9"}}
+	canaryPod := Pod{PodID: route.PodID{Cluster: "a", Name: "canary-0"}, Ready: true, Canary: true}
+	unready := Pod{PodID: route.PodID{Cluster: "a", Name: "p9"}}
 	cases := []struct {
 		name string
 		in   Input
@@ -153,7 +154,7 @@ func TestComputeReplacesDeadPodWithoutMoving(t *testing.T) {
 			if !slices.Equal(bucketOwners(before), bucketOwners(after)) {
 				t.Fatalf("buckets moved:\nbefore\n%safter\n%s", describe(before), describe(after))
 			}
-			spare := PodID{Cluster: "a", Name: fmt.Sprintf("p%02d", 3*pps)}
+			spare := route.PodID{Cluster: "a", Name: fmt.Sprintf("p%02d", 3*pps)}
 			if !slices.Contains(after.Shards[1].Pods, spare) {
 				t.Fatalf("spare %s did not replace %s:\n%s", spare, victim, describe(after))
 			}
@@ -200,7 +201,7 @@ func TestComputeProperties(t *testing.T) {
 			switch rng.Intn(6) {
 			case 0, 1: // a pod appears
 				in.Pods = append(in.Pods, Pod{
-					PodID:  PodID{Cluster: fmt.Sprintf("c%d", rng.Intn(3)), Name: fmt.Sprintf("p%d", next)},
+					PodID:  route.PodID{Cluster: fmt.Sprintf("c%d", rng.Intn(3)), Name: fmt.Sprintf("p%d", next)},
 					Ready:  rng.Intn(5) > 0,
 					Canary: rng.Intn(5) == 0,
 				})
@@ -254,12 +255,12 @@ func TestComputeMovementBounds(t *testing.T) {
 		in := Input{Space: space, PodsPerShard: 1}
 		if rng.Intn(2) == 0 {
 			in.Canary = &CanaryStep{Buckets: randomSet(rng, space, 0.1)}
-			in.Pods = append(in.Pods, Pod{PodID: PodID{Cluster: "a", Name: "canary"}, Ready: true, Canary: true})
+			in.Pods = append(in.Pods, Pod{PodID: route.PodID{Cluster: "a", Name: "canary"}, Ready: true, Canary: true})
 		}
 		// Churn first, so that the starting placement is not a fresh one.
 		next := 0
 		addPod := func() {
-			in.Pods = append(in.Pods, Pod{PodID: PodID{Cluster: "a", Name: fmt.Sprintf("p%d", next)}, Ready: true})
+			in.Pods = append(in.Pods, Pod{PodID: route.PodID{Cluster: "a", Name: fmt.Sprintf("p%d", next)}, Ready: true})
 			next++
 		}
 		for range 1 + rng.Intn(min(20, space.Buckets())) {

@@ -4,11 +4,12 @@ import (
 	"fmt"
 
 	"github.com/ctrlmesh/ctrlmesh/hub/placement"
+	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 )
 
 func pod(name string, canary bool) placement.Pod {
-	return placement.Pod{PodID: placement.PodID{Cluster: "member-1", Name: name}, Ready: true, Canary: canary}
+	return placement.Pod{PodID: route.PodID{Cluster: "member-1", Name: name}, Ready: true, Canary: canary}
 }
 
 func printPlacement(p placement.Placement) {
@@ -81,13 +82,13 @@ func ExampleHandover() {
 	if err != nil {
 		panic(err)
 	}
-	published := placement.Rules{}
+	published := route.Table{}
 	publish := func(desired placement.Placement, acks ...placement.PodAck) {
 		step, err := placement.Handover(desired, published, acks)
 		if err != nil {
 			panic(err)
 		}
-		published = step.Rules
+		published = step.Table
 		fmt.Printf("generation %d (changed %v):", published.Generation, step.Changed)
 		for _, s := range published.Shards {
 			fmt.Printf(" shard %s serves %q, pending %q;", s.ID, s.Buckets, s.PendingBuckets)

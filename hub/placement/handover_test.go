@@ -5,11 +5,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 )
 
-// describeRules prints rules one shard a line, pending parts in brackets.
-func describeRules(r Rules) string {
+// describeTable prints a table one shard a line, pending parts in brackets.
+func describeTable(r route.Table) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "gen %d", r.Generation)
 	for _, s := range r.Shards {
@@ -36,7 +37,7 @@ func describeChanges(cs []Change) string {
 	return strings.Join(parts, "; ")
 }
 
-func mustHandover(t *testing.T, desired Placement, published Rules, acks []PodAck) Step {
+func mustHandover(t *testing.T, desired Placement, published route.Table, acks []PodAck) Step {
 	t.Helper()
 	step, err := Handover(desired, published, acks)
 	if err != nil {
@@ -49,14 +50,14 @@ func mustHandover(t *testing.T, desired Placement, published Rules, acks []PodAc
 // first publication, a revoke, waiting for acknowledgements, the grant.
 func TestHandoverMovesInTwoSteps(t *testing.T) {
 	space := sharding.MustSpace(32)
-	p0, p1 := PodID{"a", "p0"}, PodID{"a", "p1"}
+	p0, p1 := route.PodID{Cluster: "a", Name: "p0"}, route.PodID{Cluster: "a", Name: "p1"}
 	one := mustCompute(t, Input{Space: space, PodsPerShard: 1, Pods: makePods("a", "p0")})
 	two := mustCompute(t, Input{Space: space, PodsPerShard: 1, Pods: makePods("a", "p0", "p1"), Previous: one})
 
 	type call struct {
 		desired     Placement
 		acks        []PodAck
-		wantRules   string
+		wantTable   string
 		wantChanged bool
 		revoked     string
 		granted     string
@@ -74,15 +75,15 @@ func TestHandoverMovesInTwoSteps(t *testing.T) {
 		{two, []PodAck{{Pod: p0, Acked: 2}, {Pod: p1, Acked: 2}}, `gen 3; 0 "0-15"; 1 "16-31"`, true, "", `1 "16-31"`, "[]"},
 		{two, []PodAck{{Pod: p0, Acked: 3}, {Pod: p1, Acked: 2}}, `gen 3; 0 "0-15"; 1 "16-31"`, false, "", "", "[]"},
 	}
-	var published Rules
+	var published route.Table
 	for i, c := range calls {
 		step := mustHandover(t, c.desired, published, c.acks)
-		got := []string{describeRules(step.Rules), fmt.Sprint(step.Changed), describeChanges(step.Revoked), describeChanges(step.Granted), fmt.Sprint(step.WaitingFor)}
-		want := []string{c.wantRules, fmt.Sprint(c.wantChanged), c.revoked, c.granted, c.waitingFor}
+		got := []string{describeTable(step.Table), fmt.Sprint(step.Changed), describeChanges(step.Revoked), describeChanges(step.Granted), fmt.Sprint(step.WaitingFor)}
+		want := []string{c.wantTable, fmt.Sprint(c.wantChanged), c.revoked, c.granted, c.waitingFor}
 		if strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Fatalf("call %d: got\n%s\nwant\n%s", i, strings.Join(got, "\n"), strings.Join(want, "\n"))
 		}
-		published = step.Rules
+		published = step.Table
 	}
 }
 
@@ -90,19 +91,19 @@ func TestHandoverMovesInTwoSteps(t *testing.T) {
 // live pods enforce the latest rules, its buckets move in one step.
 func TestHandoverFailover(t *testing.T) {
 	space := sharding.MustSpace(8)
-	p0, p1 := PodID{"a", "p0"}, PodID{"a", "p1"}
+	p0, p1 := route.PodID{Cluster: "a", Name: "p0"}, route.PodID{Cluster: "a", Name: "p1"}
 	two := mustCompute(t, Input{Space: space, PodsPerShard: 1, Pods: makePods("a", "p0", "p1")})
-	published := mustHandover(t, two, Rules{}, nil).Rules
+	published := mustHandover(t, two, route.Table{}, nil).Table
 	one := mustCompute(t, Input{Space: space, PodsPerShard: 1, Pods: makePods("a", "p0"), Previous: two})
 
 	// p1 is dead but not yet gone: revoke only.
 	step := mustHandover(t, one, published, []PodAck{{Pod: p0, Acked: 1}, {Pod: p1, Acked: 1}})
-	if got, want := describeRules(step.Rules), `gen 2; 0 "0-3" pending "4-7" []`; got != want {
+	if got, want := describeTable(step.Table), `gen 2; 0 "0-3" pending "4-7" []`; got != want {
 		t.Fatalf("p1 not gone: got %s, want %s", got, want)
 	}
 	// p1 gone, p0 at generation 1: straight to p0's shard.
 	step = mustHandover(t, one, published, []PodAck{{Pod: p0, Acked: 1}, {Pod: p1, Acked: 1, Gone: true}})
-	if got, want := describeRules(step.Rules), `gen 2; 0 "0-7"`; got != want {
+	if got, want := describeTable(step.Table), `gen 2; 0 "0-7"`; got != want {
 		t.Fatalf("p1 gone: got %s, want %s", got, want)
 	}
 	if got, want := describeChanges(step.Granted), `0 "4-7"`; got != want {
@@ -110,7 +111,7 @@ func TestHandoverFailover(t *testing.T) {
 	}
 	// A pod the rules list and the report forgets is taken as live.
 	step = mustHandover(t, one, published, []PodAck{{Pod: p0, Acked: 1}})
-	if got, want := describeRules(step.Rules), `gen 2; 0 "0-3" pending "4-7" []`; got != want {
+	if got, want := describeTable(step.Table), `gen 2; 0 "0-3" pending "4-7" []`; got != want {
 		t.Fatalf("p1 unreported: got %s, want %s", got, want)
 	}
 }
@@ -122,12 +123,12 @@ func TestHandoverFailover(t *testing.T) {
 func TestHandoverCanaryNamespaces(t *testing.T) {
 	space := sharding.MustSpace(4)
 	bucket := space.Bucket("team-a")
-	pods := append(makePods("a", "p0"), Pod{PodID: PodID{"a", "c0"}, Ready: true, Canary: true})
+	pods := append(makePods("a", "p0"), Pod{PodID: route.PodID{Cluster: "a", Name: "c0"}, Ready: true, Canary: true})
 	acks := func(gen int64) []PodAck {
-		return []PodAck{{Pod: PodID{"a", "p0"}, Acked: gen}, {Pod: PodID{"a", "c0"}, Acked: gen}}
+		return []PodAck{{Pod: route.PodID{Cluster: "a", Name: "p0"}, Acked: gen}, {Pod: route.PodID{Cluster: "a", Name: "c0"}, Acked: gen}}
 	}
 	before := mustCompute(t, Input{Space: space, PodsPerShard: 1, Pods: pods})
-	published := mustHandover(t, before, Rules{}, nil).Rules
+	published := mustHandover(t, before, route.Table{}, nil).Table
 	withCanary := mustCompute(t, Input{Space: space, PodsPerShard: 1, Pods: pods, Previous: before,
 		Canary: &CanaryStep{Buckets: mustSet(t, space, ""), Namespaces: []string{"team-a"}}})
 
@@ -143,17 +144,17 @@ func TestHandoverCanaryNamespaces(t *testing.T) {
 	}
 	for i, s := range steps {
 		step := mustHandover(t, s.desired, published, acks(published.Generation))
-		if got := describeRules(step.Rules); got != s.want {
+		if got := describeTable(step.Table); got != s.want {
 			t.Fatalf("step %d: got %s, want %s", i, got, s.want)
 		}
-		published = step.Rules
+		published = step.Table
 	}
 }
 
 func TestHandoverRejects(t *testing.T) {
 	space := sharding.MustSpace(8)
 	good := mustCompute(t, Input{Space: space, PodsPerShard: 1, Pods: makePods("a", "p0", "p1")})
-	published := mustHandover(t, good, Rules{}, nil).Rules
+	published := mustHandover(t, good, route.Table{}, nil).Table
 	overlapping := Placement{Space: space, Shards: []Shard{
 		{ID: "0", Buckets: mustSet(t, space, "0-4")},
 		{ID: "1", Buckets: mustSet(t, space, "4-7")},
@@ -161,14 +162,14 @@ func TestHandoverRejects(t *testing.T) {
 	cases := []struct {
 		name      string
 		desired   Placement
-		published Rules
+		published route.Table
 		acks      []PodAck
 		want      string
 	}{
-		{"no space", Placement{}, Rules{}, nil, "desired placement has no bucket space"},
-		{"two owners desired", overlapping, Rules{}, nil, `desired placement: bucket 4 is given to both shard "0" and shard "1"`},
-		{"ack from the future", good, published, []PodAck{{Pod: PodID{"a", "p0"}, Acked: 2}}, "pod a/p0 acknowledged generation 2, but generation 1 is the latest published"},
-		{"rules of another space", mustCompute(t, Input{Space: sharding.MustSpace(16), PodsPerShard: 1}), published, nil, `published shard "0" buckets: a set of 8 buckets, want 16`},
+		{"no space", Placement{}, route.Table{}, nil, "desired placement: no bucket space"},
+		{"two owners desired", overlapping, route.Table{}, nil, `desired placement: bucket 4 is served by both shard "0" and shard "1"`},
+		{"ack from the future", good, published, []PodAck{{Pod: route.PodID{Cluster: "a", Name: "p0"}, Acked: 2}}, "pod a/p0 acknowledged generation 2, but generation 1 is the latest published"},
+		{"table of another space", mustCompute(t, Input{Space: sharding.MustSpace(16), PodsPerShard: 1}), published, nil, `the table published at generation 1: shard "0": buckets are a set of 8 buckets, want 16`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

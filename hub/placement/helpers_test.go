@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 )
 
@@ -15,7 +16,7 @@ import (
 func makePods(cluster string, names ...string) []Pod {
 	out := make([]Pod, 0, len(names))
 	for _, n := range names {
-		out = append(out, Pod{PodID: PodID{Cluster: cluster, Name: n}, Ready: true})
+		out = append(out, Pod{PodID: route.PodID{Cluster: cluster, Name: n}, Ready: true})
 	}
 	return out
 }
@@ -76,7 +77,7 @@ func checkPlacement(t *testing.T, in Input, p Placement) {
 		t.Helper()
 		t.Fatalf("%s\nplacement:\n%s", fmt.Sprintf(format, args...), describe(p))
 	}
-	pods := map[PodID]Pod{}
+	pods := map[route.PodID]Pod{}
 	readyRegular, readyCanary := 0, 0
 	for _, pod := range in.Pods {
 		pods[pod.PodID] = pod
@@ -89,11 +90,11 @@ func checkPlacement(t *testing.T, in Input, p Placement) {
 	}
 	canaryOn := in.Canary != nil && readyCanary > 0
 	holder := make([]int, in.Space.Buckets())
-	seenPod := map[PodID]string{}
+	seenPod := map[route.PodID]string{}
 	var sizes []int
 	regularShards := 0
 	for i, s := range p.Shards {
-		if i > 0 && CompareShardIDs(p.Shards[i-1].ID, s.ID) >= 0 {
+		if i > 0 && route.CompareShardIDs(p.Shards[i-1].ID, s.ID) >= 0 {
 			fail("shards not sorted by ID")
 		}
 		if !shardIDPattern.MatchString(s.ID) || len(s.ID) > 50 {
@@ -112,7 +113,7 @@ func checkPlacement(t *testing.T, in Input, p Placement) {
 			}
 			seenPod[id] = s.ID
 		}
-		if !slices.IsSortedFunc(s.Pods, ComparePodIDs) {
+		if !slices.IsSortedFunc(s.Pods, route.ComparePodIDs) {
 			fail("shard %s pods not sorted", s.ID)
 		}
 		for _, b := range s.Buckets.Buckets() {

@@ -7,12 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 )
 
 // simPod is an operator pod with its proxy, as the model sees it.
 type simPod struct {
-	id     PodID
+	id     route.PodID
 	canary bool
 	ready  bool
 	// alive is false once the pod's process is dead: it enforces nothing.
@@ -40,8 +41,8 @@ type model struct {
 	input    Input
 	pods     []*simPod
 	nsPool   []string
-	history  map[int64]Rules
-	rules    Rules
+	history  map[int64]route.Table
+	table    route.Table
 	desired  Placement
 	log      []string
 	nextName int
@@ -57,7 +58,7 @@ func newModel(t *testing.T, rng *rand.Rand) *model {
 		space:   space,
 		input:   Input{Space: space, PodsPerShard: 1 + rng.Intn(2)},
 		nsPool:  []string{"team-a", "team-b", "tenant-01", "payments"},
-		history: map[int64]Rules{0: {}},
+		history: map[int64]route.Table{0: {}},
 	}
 	if rng.Intn(3) == 0 {
 		m.input.Shards = 1 + rng.Intn(3)
@@ -71,11 +72,11 @@ func newModel(t *testing.T, rng *rand.Rand) *model {
 
 func (m *model) addPod() {
 	m.pods = append(m.pods, &simPod{
-		id:     PodID{Cluster: fmt.Sprintf("c%d", m.rng.Intn(2)), Name: fmt.Sprintf("p%d", m.nextName)},
+		id:     route.PodID{Cluster: fmt.Sprintf("c%d", m.rng.Intn(2)), Name: fmt.Sprintf("p%d", m.nextName)},
 		canary: m.rng.Intn(4) == 0,
 		ready:  true,
 		alive:  true,
-		born:   m.rules.Generation,
+		born:   m.table.Generation,
 	})
 	m.nextName++
 }
@@ -131,9 +132,9 @@ func (m *model) event() string {
 		}
 		return fmt.Sprintf("canary step %q %v", m.input.Canary.Buckets, m.input.Canary.Namespaces)
 	case 5, 6, 7:
-		if p := m.pick(func(p *simPod) bool { return p.alive && max(p.loaded, p.born) < m.rules.Generation }); p != nil {
+		if p := m.pick(func(p *simPod) bool { return p.alive && max(p.loaded, p.born) < m.table.Generation }); p != nil {
 			from := max(p.loaded, p.born) + 1
-			p.loaded = from + m.rng.Int63n(m.rules.Generation-from+1)
+			p.loaded = from + m.rng.Int63n(m.table.Generation-from+1)
 			return fmt.Sprintf("%s loads %d", p.id, p.loaded)
 		}
 	default:
@@ -169,18 +170,18 @@ func (m *model) reconcile(cause string) Step {
 	}
 	checkPlacement(m.t, m.input, desired)
 	m.input.Previous, m.desired = desired, desired
-	step, err := Handover(desired, m.rules, acks)
+	step, err := Handover(desired, m.table, acks)
 	if err != nil {
 		m.fail("Handover: %v", err)
 	}
 	if step.Changed {
-		m.rules = step.Rules
-		m.history[m.rules.Generation] = m.rules
+		m.table = step.Table
+		m.history[m.table.Generation] = m.table
 		m.published++
 	}
-	m.log = append(m.log, fmt.Sprintf("%s -> %s", cause, describeRules(m.rules)))
-	if again, err := Handover(desired, m.rules, acks); err != nil || again.Changed {
-		m.fail("Handover is not idempotent: %v, again %s", err, describeRules(again.Rules))
+	m.log = append(m.log, fmt.Sprintf("%s -> %s", cause, describeTable(m.table)))
+	if again, err := Handover(desired, m.table, acks); err != nil || again.Changed {
+		m.fail("Handover is not idempotent: %v, again %s", err, describeTable(again.Table))
 	}
 	return step
 }
@@ -190,7 +191,7 @@ func (m *model) reconcile(cause string) Step {
 // proxy reads them (sharding.Ownership).
 func (m *model) enforcedOwners() map[string]map[string][]string {
 	served := map[string]map[string][]string{} // token → shard → pods
-	note := func(token, shard string, pod PodID) {
+	note := func(token, shard string, pod route.PodID) {
 		if served[token] == nil {
 			served[token] = map[string][]string{}
 		}
@@ -201,12 +202,12 @@ func (m *model) enforcedOwners() map[string]map[string][]string {
 			continue
 		}
 		for _, gen := range []int64{p.acked, p.loaded} {
-			rules := m.history[gen]
-			var mine *RuleShard
+			table := m.history[gen]
+			var mine *route.Shard
 			var othersNamespaces []string
-			for i, s := range rules.Shards {
+			for i, s := range table.Shards {
 				if slices.Contains(s.Pods, p.id) {
-					mine = &rules.Shards[i]
+					mine = &table.Shards[i]
 				} else {
 					othersNamespaces = append(othersNamespaces, s.Namespaces...)
 				}
@@ -253,7 +254,7 @@ func (m *model) converge() int {
 	for round := 1; ; round++ {
 		for _, p := range m.pods {
 			if p.alive {
-				p.loaded, p.acked = m.rules.Generation, m.rules.Generation
+				p.loaded, p.acked = m.table.Generation, m.table.Generation
 			}
 		}
 		m.checkOneOwner()
@@ -267,20 +268,20 @@ func (m *model) converge() int {
 	}
 }
 
-// checkConverged asserts the published rules are the desired placement and
+// checkConverged asserts the published table is the desired placement and
 // that the live pods serve every bucket, each by one shard.
 func (m *model) checkConverged() {
 	m.t.Helper()
-	if m.rules.HasPending() {
+	if m.table.HasPending() {
 		m.fail("still pending after convergence")
 	}
-	want := Rules{Generation: m.rules.Generation}
+	want := route.Table{Generation: m.table.Generation}
 	for _, s := range m.desired.Shards {
-		want.Shards = append(want.Shards, RuleShard{ID: s.ID, Cluster: s.Cluster, Canary: s.Canary, Pods: s.Pods,
+		want.Shards = append(want.Shards, route.Shard{ID: s.ID, Cluster: s.Cluster, Canary: s.Canary, Pods: s.Pods,
 			Buckets: s.Buckets, PendingBuckets: setOf(m.space, nil), Namespaces: s.Namespaces})
 	}
-	if !slices.EqualFunc(want.Shards, m.rules.Shards, RuleShard.equal) {
-		m.fail("converged rules %s, desired %s", describeRules(m.rules), describeRules(want))
+	if !slices.EqualFunc(want.Shards, m.table.Shards, route.Shard.Equal) {
+		m.fail("converged table %s, desired %s", describeTable(m.table), describeTable(want))
 	}
 	served := m.enforcedOwners()
 	hasRegular := slices.ContainsFunc(m.desired.Shards, func(s Shard) bool { return !s.Canary })

@@ -5,39 +5,25 @@
 // Compute turns the candidate pods, the canary step in force and the previous
 // placement into the desired placement: which pods serve which shard, and
 // which buckets and namespaces each shard serves. Handover turns the desired
-// placement, the rules published so far and the pods' acknowledgements into
-// the next rules to publish, revoking a bucket from its old shard before
-// granting it to the new one.
+// placement, the route table published so far (pkg/route) and the pods'
+// acknowledgements into the next table to publish, revoking a bucket from its
+// old shard before granting it to the new one. FromTable is the placement a
+// published table heads for, to start Compute from.
 //
 // The package is pure logic: no API server, no clock. Callers feed it what the
 // agents report and publish what it returns.
 package placement
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
-	"strconv"
 
+	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 )
 
 // CanaryShardID is the ID of the canary shard.
 const CanaryShardID = "canary"
-
-// PodID names an operator pod in the fleet: pod names are unique only within
-// a cluster.
-type PodID struct {
-	Cluster string
-	Name    string
-}
-
-func (p PodID) String() string { return p.Cluster + "/" + p.Name }
-
-// ComparePodIDs orders pods by cluster, then name.
-func ComparePodIDs(a, b PodID) int {
-	return cmp.Or(cmp.Compare(a.Cluster, b.Cluster), cmp.Compare(a.Name, b.Name))
-}
 
 // Shard is one shard of a placement: the pods that serve it (one leads through
 // the lock "<name>---<ID>", the others are hot standbys) and what it serves.
@@ -48,7 +34,7 @@ type Shard struct {
 	// Cluster is where most of the shard's pods run.
 	Cluster string
 	// Pods serving the shard, sorted.
-	Pods []PodID
+	Pods []route.PodID
 	// Buckets the shard serves.
 	Buckets sharding.Set
 	// Namespaces the shard serves exactly, whatever their bucket; every other
@@ -81,25 +67,25 @@ func (p Placement) Equal(other Placement) bool {
 	return p.Space == other.Space && slices.EqualFunc(p.Shards, other.Shards, Shard.equal)
 }
 
+// FromTable is the placement a published route table heads for: what each
+// shard serves now or has pending. Compute keeps it where it can, so that an
+// unchanged fleet keeps its placement across hub restarts. The placement
+// shares nothing with the table.
+func FromTable(space sharding.Space, table route.Table) Placement {
+	p := Placement{Space: space}
+	for _, s := range table.Shards {
+		p.Shards = append(p.Shards, Shard{
+			ID: s.ID, Cluster: s.Cluster, Pods: slices.Clone(s.Pods),
+			Buckets:    s.Buckets.Union(s.PendingBuckets),
+			Namespaces: slices.Concat(s.Namespaces, s.PendingNamespaces), Canary: s.Canary,
+		})
+	}
+	return p
+}
+
 func (s Shard) equal(o Shard) bool {
 	return s.ID == o.ID && s.Cluster == o.Cluster && s.Canary == o.Canary &&
 		slices.Equal(s.Pods, o.Pods) && s.Buckets.Equal(o.Buckets) && slices.Equal(s.Namespaces, o.Namespaces)
-}
-
-// CompareShardIDs orders shard IDs: numeric IDs by value ("2" before "10"), before
-// any other ID.
-func CompareShardIDs(a, b string) int {
-	na, errA := strconv.Atoi(a)
-	nb, errB := strconv.Atoi(b)
-	switch {
-	case errA == nil && errB == nil:
-		return cmp.Compare(na, nb)
-	case errA == nil:
-		return -1
-	case errB == nil:
-		return 1
-	}
-	return cmp.Compare(a, b)
 }
 
 // setOf is the set of buckets that are known to lie in the space.
@@ -122,7 +108,7 @@ func sortedUnique(in []string) []string {
 }
 
 // checkSpace refuses a set of another bucket count: a zero Set (from a zero
-// Shard or RuleShard) has no space at all.
+// Shard or CanaryStep) has no space at all.
 func checkSpace(space sharding.Space, set sharding.Set, what string) error {
 	if set.Space() != space {
 		return fmt.Errorf("%s: a set of %d buckets, want %d", what, set.Space().Buckets(), space.Buckets())

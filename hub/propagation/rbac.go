@@ -5,8 +5,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 )
 
-// RBACRules are the hub rights a Writer needs, and ReadStatus's caller to
-// read and watch Works: Works live in one execution namespace per member
+// RBACRules are the hub rights a Writer needs, and routework.ReadStatus's
+// caller to read and watch Works: Works live in one execution namespace per member
 // (karmada-es-<cluster>), so the rules are for a ClusterRole bound
 // cluster-wide. Status is read from the Works themselves; the Writer never
 // writes it.

@@ -3,18 +3,15 @@ package propagation
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
-	"github.com/karmada-io/karmada/pkg/util/names"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,6 +21,7 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/agent/workapply"
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
+	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
@@ -84,7 +82,8 @@ func startAgent(t *testing.T, ctx context.Context, cluster string) {
 
 // TestReadStatusOfAppliedWork writes a Work, lets the standalone agent apply
 // it to member1, writes the member ShardRoute's status as the agent's route
-// status controller would, and reads it back from the Work.
+// status controller would, and reads it back from the Work with
+// routework.ReadStatus.
 func TestReadStatusOfAppliedWork(t *testing.T) {
 	ctx := context.Background()
 	cluster := newCluster(t, ctx, "status")
@@ -97,8 +96,8 @@ func TestReadStatusOfAppliedWork(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	report := func() (Report, error) {
-		return ReadStatus(getWork(t, ctx, config, cluster))
+	report := func() (routework.Report, error) {
+		return routework.ReadStatus(getWork(t, ctx, config, cluster))
 	}
 	env.Eventually(t, 30*time.Second, "the Work is applied", func() error {
 		r, err := report()
@@ -159,82 +158,4 @@ func TestReadStatusOfAppliedWork(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-func TestReadStatusRefusesMalformed(t *testing.T) {
-	status := func(health workv1alpha1.ResourceHealth, raw string, mutate ...func(*workv1alpha1.ManifestStatus)) []workv1alpha1.ManifestStatus {
-		ms := workv1alpha1.ManifestStatus{
-			Identifier: workv1alpha1.ResourceIdentifier{Group: "ctrlmesh.io", Version: "v1alpha1", Kind: "ShardRoute", Resource: "shardroutes", Namespace: "team-a", Name: "op"},
-			Health:     health,
-		}
-		if raw != "" {
-			ms.Status = &runtime.RawExtension{Raw: []byte(raw)}
-		}
-		for _, m := range mutate {
-			m(&ms)
-		}
-		return []workv1alpha1.ManifestStatus{ms}
-	}
-	for _, tc := range []struct {
-		name      string
-		namespace string
-		statuses  []workv1alpha1.ManifestStatus
-		want      string
-	}{{
-		name: "not in an execution namespace", namespace: "default",
-		want: "is not in an execution namespace",
-	}, {
-		name: "two manifests", statuses: append(status(workv1alpha1.ResourceHealthy, ""), status(workv1alpha1.ResourceHealthy, "")...),
-		want: "reports 2 manifests",
-	}, {
-		name: "another kind", statuses: status(workv1alpha1.ResourceHealthy, "", func(ms *workv1alpha1.ManifestStatus) { ms.Identifier.Kind = "ConfigMap"; ms.Identifier.Group = "" }),
-		want: `a "ConfigMap" of group ""`,
-	}, {
-		name: "an unknown health", statuses: status("Fine", ""),
-		want: `reports health "Fine"`,
-	}, {
-		name: "a status that is no JSON", statuses: status(workv1alpha1.ResourceHealthy, "{"),
-		want: "is not a ShardRoute status",
-	}, {
-		name: "a status of the wrong shape", statuses: status(workv1alpha1.ResourceHealthy, `{"pods":"op-0"}`),
-		want: "is not a ShardRoute status",
-	}} {
-		t.Run(tc.name, func(t *testing.T) {
-			work := &workv1alpha1.Work{ObjectMeta: metav1.ObjectMeta{Namespace: names.GenerateExecutionSpaceName("m1"), Name: "w"}}
-			if tc.namespace != "" {
-				work.Namespace = tc.namespace
-			}
-			work.Status.ManifestStatuses = tc.statuses
-			if r, err := ReadStatus(work); err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("ReadStatus = %+v, %v; want an error containing %q", r, err, tc.want)
-			}
-		})
-	}
-}
-
-func TestReadStatusBeforeReports(t *testing.T) {
-	work := &workv1alpha1.Work{ObjectMeta: metav1.ObjectMeta{Namespace: names.GenerateExecutionSpaceName("m1"), Name: "w", Generation: 2}}
-	r, err := ReadStatus(work)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Cluster != "m1" || r.Applied != nil || r.Current || r.Health != workv1alpha1.ResourceUnknown || !equality.Semantic.DeepEqual(r.Route, ctrlmeshv1alpha1.ShardRouteStatus{}) {
-		t.Errorf("report of an unreported Work: %+v", r)
-	}
-
-	// Applied for the previous generation, with a newer agent's unknown field.
-	work.Status.Conditions = []metav1.Condition{{Type: workv1alpha1.WorkApplied, Status: metav1.ConditionTrue, Reason: "AppliedSuccessful", ObservedGeneration: 1}}
-	work.Status.ManifestStatuses = []workv1alpha1.ManifestStatus{{
-		Identifier: workv1alpha1.ResourceIdentifier{Group: "ctrlmesh.io", Version: "v1alpha1", Kind: "ShardRoute", Namespace: "team-a", Name: "op"},
-		Health:     workv1alpha1.ResourceHealthy,
-		Status:     &runtime.RawExtension{Raw: []byte(`{"observedRoutingGeneration":1,"leaders":[{"shard":"0","pod":"op-0"}],"future":true}`)},
-	}}
-	r, err = ReadStatus(work)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := ctrlmeshv1alpha1.ShardRouteStatus{ObservedRoutingGeneration: 1, Leaders: []ctrlmeshv1alpha1.ShardLeader{{Shard: "0", Pod: "op-0"}}}
-	if r.Applied == nil || r.Current || r.Health != workv1alpha1.ResourceHealthy || !equality.Semantic.DeepEqual(r.Route, want) {
-		t.Errorf("report of a Work applied at an older generation: %+v", r)
-	}
 }

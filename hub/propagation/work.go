@@ -1,60 +1,45 @@
+// Package propagation writes the Karmada Works that carry the hub's routes
+// to the member clusters: a Writer keeps one Work per (ShardingConfig,
+// cluster) holding that cluster's ShardRoute (pkg/route.Build) as its one
+// manifest (pkg/routework), and finds, prunes and deletes them. What the
+// members report back through the Works' status is read with
+// routework.ReadStatus.
+//
+// The Works follow Karmada's conventions, so that either Karmada's
+// execution and work-status controllers or the ctrlmesh agent in standalone
+// mode (agent/workapply) can apply them.
 package propagation
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
-	strictjson "sigs.k8s.io/json"
 	"slices"
 	"strings"
 
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
-	workv1alpha2 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha2"
-	"github.com/karmada-io/karmada/pkg/util/names"
+	"github.com/karmada-io/karmada/pkg/util"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
 )
 
 // Labels and annotations of the Works a Writer writes.
 const (
 	// ConfigNamespaceLabel and ConfigNameLabel on a Work name the
-	// ShardingConfig it carries the rules of.
+	// ShardingConfig it carries the route of.
 	ConfigNamespaceLabel = "ctrlmesh.io/shardingconfig-namespace"
 	ConfigNameLabel      = "ctrlmesh.io/shardingconfig-name"
 	// RulesHashAnnotation on a Work is the rulesHash of its ShardRoute, so
 	// that Sync can tell an unchanged Work without decoding its manifest.
 	RulesHashAnnotation = "ctrlmesh.io/rules-hash"
-
-	// ExecutionControllerFinalizer is Karmada's util.ExecutionControllerFinalizer:
-	// Karmada's controllers put it on the Works they create, and its
-	// execution controller removes it once it has deleted the Work's objects
-	// from the member. Defined here because karmada's pkg/util pulls in
-	// hundreds of packages.
-	ExecutionControllerFinalizer = "karmada.io/execution-controller"
-
-	// managedLabel is Karmada's util.ManagedByKarmadaLabel, on every manifest
-	// of a Work.
-	managedLabel      = "karmada.io/managed"
-	managedLabelValue = "true"
 )
-
-// WorkName is the name of the Work carrying the ShardRoute of config, in
-// every member's execution namespace: Karmada's name for a Work of a
-// ShardRoute of the config's namespace and name.
-func WorkName(config *ctrlmeshv1alpha1.ShardingConfig) string {
-	return names.GenerateWorkName(shardRouteKind.Kind, config.Name, config.Namespace)
-}
 
 // Writer writes the Works that carry ShardRoutes to member clusters, one per
 // (ShardingConfig, cluster), in the cluster's execution namespace
@@ -63,9 +48,10 @@ func WorkName(config *ctrlmeshv1alpha1.ShardingConfig) string {
 type Writer struct {
 	// Client writes Works on the hub, with the rights of RBACRules.
 	Client client.Client
-	// KarmadaFinalizer puts ExecutionControllerFinalizer on new Works, as
-	// Karmada's own controllers do, so that Karmada's execution controller
-	// deletes a Work's ShardRoute from the member before the Work goes. Set
+	// KarmadaFinalizer puts Karmada's util.ExecutionControllerFinalizer on
+	// new Works, as Karmada's own controllers do, so that Karmada's execution
+	// controller deletes a Work's ShardRoute from the member before the Work
+	// goes. Set
 	// it only where Karmada's controllers run: in standalone mode the agent
 	// applies Works but may not update them, so nothing would ever remove the
 	// finalizer and deleted Works would stay forever. The agent observes
@@ -112,13 +98,7 @@ func (w *Writer) Sync(ctx context.Context, config *ctrlmeshv1alpha1.ShardingConf
 }
 
 func (w *Writer) create(ctx context.Context, config *ctrlmeshv1alpha1.ShardingConfig, key client.ObjectKey, route *ctrlmeshv1alpha1.ShardRoute) error {
-	work := &workv1alpha1.Work{ObjectMeta: metav1.ObjectMeta{
-		Namespace: key.Namespace, Name: key.Name,
-		// Karmada's Work webhook sets the permanent ID where Karmada runs;
-		// in standalone mode there is none, and the agent copies it onto
-		// the ShardRoute as Karmada's execution controller does.
-		Labels: map[string]string{workv1alpha2.WorkPermanentIDLabel: string(uuid.NewUUID())},
-	}}
+	work := routework.NewWork(key)
 	if err := w.fill(work, config, route); err != nil {
 		return err
 	}
@@ -145,55 +125,9 @@ func (w *Writer) fill(work *workv1alpha1.Work, config *ctrlmeshv1alpha1.Sharding
 	}
 	work.Annotations[RulesHashAnnotation] = route.Spec.RulesHash
 	if w.KarmadaFinalizer {
-		controllerutil.AddFinalizer(work, ExecutionControllerFinalizer)
+		controllerutil.AddFinalizer(work, util.ExecutionControllerFinalizer)
 	}
-	manifest, err := manifestOf(work, route)
-	if err != nil {
-		return err
-	}
-	work.Spec.Workload.Manifests = []workv1alpha1.Manifest{{RawExtension: runtime.RawExtension{Raw: manifest}}}
-	return nil
-}
-
-// manifestOf is route as the manifest of work, with the labels and
-// annotations Karmada's CreateOrUpdateWork and Work webhook put on a
-// manifest: the managed label, the Work's permanent ID and name, and the
-// records of the keys it manages. Karmada's resource template UID
-// annotation is left out: a ShardRoute comes from no resource template.
-func manifestOf(work *workv1alpha1.Work, route *ctrlmeshv1alpha1.ShardRoute) ([]byte, error) {
-	labels := map[string]string{managedLabel: managedLabelValue}
-	if id := work.Labels[workv1alpha2.WorkPermanentIDLabel]; id != "" {
-		labels[workv1alpha2.WorkPermanentIDLabel] = id
-	}
-	annotations := map[string]string{
-		workv1alpha2.WorkNameAnnotation:      work.Name,
-		workv1alpha2.WorkNamespaceAnnotation: work.Namespace,
-		workv1alpha2.ManagedLabels:           strings.Join(slices.Sorted(maps.Keys(labels)), ","),
-	}
-	managed := append(slices.Collect(maps.Keys(annotations)), workv1alpha2.ManagedAnnotation)
-	slices.Sort(managed)
-	annotations[workv1alpha2.ManagedAnnotation] = strings.Join(managed, ",")
-
-	manifest := &ctrlmeshv1alpha1.ShardRoute{
-		TypeMeta: metav1.TypeMeta{APIVersion: shardRouteKind.GroupVersion().String(), Kind: shardRouteKind.Kind},
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: route.Namespace, Name: route.Name, Labels: labels, Annotations: annotations,
-		},
-		Spec: route.Spec,
-	}
-	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(manifest)
-	if err != nil {
-		return nil, fmt.Errorf("converting ShardRoute %s/%s: %w", route.Namespace, route.Name, err)
-	}
-	// What Karmada prunes from manifests: a null creationTimestamp and an
-	// empty status would only be noise.
-	unstructured.RemoveNestedField(obj, "metadata", "creationTimestamp")
-	unstructured.RemoveNestedField(obj, "status")
-	data, err := json.Marshal(obj)
-	if err != nil {
-		return nil, fmt.Errorf("encoding ShardRoute %s/%s: %w", route.Namespace, route.Name, err)
-	}
-	return data, nil
+	return routework.SetManifest(work, route)
 }
 
 // Delete deletes the Work of config for cluster; a missing Work is no error.
@@ -218,7 +152,7 @@ func (w *Writer) Prune(ctx context.Context, config *ctrlmeshv1alpha1.ShardingCon
 	}
 	var pruned []string
 	for i := range works {
-		cluster, err := clusterOf(&works[i])
+		cluster, err := routework.ClusterOf(&works[i])
 		if err != nil || slices.Contains(keep, cluster) {
 			continue
 		}
@@ -256,27 +190,5 @@ func workKey(config *ctrlmeshv1alpha1.ShardingConfig, cluster string) (client.Ob
 		return client.ObjectKey{}, fmt.Errorf("ShardingConfig %s/%s: its name must fit in label %s of its Works: %s",
 			config.Namespace, config.Name, ConfigNameLabel, strings.Join(errs, "; "))
 	}
-	return client.ObjectKey{Namespace: names.GenerateExecutionSpaceName(cluster), Name: WorkName(config)}, nil
-}
-
-// RouteOf decodes the ShardRoute a Work carries: the rules published to its
-// cluster. Decoding is strict, so a manifest the hub did not write is an
-// error rather than half-read rules.
-func RouteOf(work *workv1alpha1.Work) (*ctrlmeshv1alpha1.ShardRoute, error) {
-	manifests := work.Spec.Workload.Manifests
-	if len(manifests) != 1 {
-		return nil, fmt.Errorf("work %s/%s carries %d manifests; the hub writes one ShardRoute", work.Namespace, work.Name, len(manifests))
-	}
-	var route ctrlmeshv1alpha1.ShardRoute
-	strict, err := strictjson.UnmarshalStrict(manifests[0].Raw, &route)
-	if err == nil {
-		err = errors.Join(strict...)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("decoding the ShardRoute of Work %s/%s: %w", work.Namespace, work.Name, err)
-	}
-	if route.GroupVersionKind() != shardRouteKind {
-		return nil, fmt.Errorf("work %s/%s carries a %s, not a %s", work.Namespace, work.Name, route.GroupVersionKind(), shardRouteKind)
-	}
-	return &route, nil
+	return routework.WorkKey(cluster, config.Namespace, config.Name), nil
 }

@@ -9,31 +9,55 @@ import (
 
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
 	workv1alpha2 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha2"
+	"github.com/karmada-io/karmada/pkg/util"
 	"github.com/karmada-io/karmada/pkg/util/names"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
-	"github.com/ctrlmesh/ctrlmesh/hub/placement"
+	"github.com/ctrlmesh/ctrlmesh/pkg/route"
+	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
+	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 )
+
+// testConfig is a ShardingConfig of 8 buckets as the API server serves it,
+// defaults set.
+func testConfig(namespace string, scope ctrlmeshv1alpha1.ShardingScope) *ctrlmeshv1alpha1.ShardingConfig {
+	return &ctrlmeshv1alpha1.ShardingConfig{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "op"},
+		Spec: ctrlmeshv1alpha1.ShardingConfigSpec{
+			Selector:   metav1.LabelSelector{MatchLabels: map[string]string{"app": "op"}},
+			Controller: &ctrlmeshv1alpha1.ControllerConfig{LeaderElectionName: "op-lock"},
+			Webhook:    &ctrlmeshv1alpha1.WebhookConfig{CertDir: "/tmp/certs", Port: 9443},
+			Limits: ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{
+				{APIGroups: []string{""}, Resources: []string{"configmaps"}},
+			}}},
+			Clusters: ctrlmeshv1alpha1.ClusterSelection{Names: []string{"m1", "m2"}},
+			Scope:    scope,
+			Sharding: ctrlmeshv1alpha1.ShardingLayout{Buckets: 8, PodsPerShard: 1},
+		},
+	}
+}
 
 // singleShardRoute builds the route of config for cluster at generation,
 // one shard of every bucket served by pod op-0.
 func singleShardRoute(t *testing.T, config *ctrlmeshv1alpha1.ShardingConfig, cluster string, generation int64) *ctrlmeshv1alpha1.ShardRoute {
 	t.Helper()
-	rules := placement.Rules{Generation: generation, Shards: []placement.RuleShard{{
-		ID: "0", Cluster: cluster, Pods: []placement.PodID{pod(cluster, "op-0")}, Buckets: scheme8.AllBuckets(), PendingBuckets: set(t, ""),
+	space := sharding.MustSpace(8)
+	none, _ := space.NewSet() // the empty set cannot fail
+	op0 := route.PodID{Cluster: cluster, Name: "op-0"}
+	table := route.Table{Generation: generation, Shards: []route.Shard{{
+		ID: "0", Cluster: cluster, Pods: []route.PodID{op0}, Buckets: space.AllBuckets(), PendingBuckets: none,
 	}}}
-	route, err := BuildRoute(config, cluster, rules, map[placement.PodID]string{pod(cluster, "op-0"): "10.0.0.1"})
+	r, err := route.Build(config, cluster, table, map[route.PodID]string{op0: "10.0.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return route
+	return r
 }
 
 // newCluster names a member cluster for one test and creates its execution
@@ -48,7 +72,7 @@ func newCluster(t *testing.T, ctx context.Context, base string) string {
 func getWork(t *testing.T, ctx context.Context, config *ctrlmeshv1alpha1.ShardingConfig, cluster string) *workv1alpha1.Work {
 	t.Helper()
 	var work workv1alpha1.Work
-	key := client.ObjectKey{Namespace: names.GenerateExecutionSpaceName(cluster), Name: WorkName(config)}
+	key := routework.WorkKey(cluster, config.Namespace, config.Name)
 	if err := hub.Client.Get(ctx, key, &work); err != nil {
 		t.Fatalf("reading Work %s: %v", key, err)
 	}
@@ -159,8 +183,8 @@ func TestWriterKarmadaFinalizer(t *testing.T) {
 		t.Fatal(err)
 	}
 	work := getWork(t, ctx, config, cluster)
-	if !slices.Equal(work.Finalizers, []string{ExecutionControllerFinalizer}) {
-		t.Fatalf("finalizers %v, want %s", work.Finalizers, ExecutionControllerFinalizer)
+	if !slices.Equal(work.Finalizers, []string{util.ExecutionControllerFinalizer}) {
+		t.Fatalf("finalizers %v, want %s", work.Finalizers, util.ExecutionControllerFinalizer)
 	}
 	if err := writer.Delete(ctx, config, cluster); err != nil {
 		t.Fatal(err)
@@ -174,7 +198,7 @@ func TestWriterKarmadaFinalizer(t *testing.T) {
 	}
 
 	// What Karmada's execution controller does once the member is clean.
-	controllerutil.RemoveFinalizer(work, ExecutionControllerFinalizer)
+	controllerutil.RemoveFinalizer(work, util.ExecutionControllerFinalizer)
 	if err := hub.Client.Update(ctx, work); err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +231,7 @@ func TestWriterPruneAndDelete(t *testing.T) {
 		}
 		var clusters []string
 		for i := range works {
-			report, err := ReadStatus(&works[i])
+			report, err := routework.ReadStatus(&works[i])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -240,38 +264,5 @@ func TestWriterPruneAndDelete(t *testing.T) {
 	}
 	if got := clustersOf(config); len(got) != 0 {
 		t.Errorf("after Delete, Works for %v, want none", got)
-	}
-}
-
-func TestRouteOf(t *testing.T) {
-	config := testConfig("team-a", ctrlmeshv1alpha1.ScopePerCluster)
-	route := singleShardRoute(t, config, "m1", 3)
-	raw, err := json.Marshal(route)
-	if err != nil {
-		t.Fatal(err)
-	}
-	work := func(manifests ...[]byte) *workv1alpha1.Work {
-		w := &workv1alpha1.Work{ObjectMeta: metav1.ObjectMeta{Namespace: "karmada-es-m1", Name: "w"}}
-		for _, m := range manifests {
-			w.Spec.Workload.Manifests = append(w.Spec.Workload.Manifests, workv1alpha1.Manifest{RawExtension: runtime.RawExtension{Raw: m}})
-		}
-		return w
-	}
-	got, err := RouteOf(work(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !equality.Semantic.DeepEqual(got.Spec, route.Spec) {
-		t.Errorf("decoded spec %+v, want %+v", got.Spec, route.Spec)
-	}
-	for name, w := range map[string]*workv1alpha1.Work{
-		"no manifest":   work(),
-		"two manifests": work(raw, raw),
-		"another kind":  work([]byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}`)),
-		"unknown field": work([]byte(`{"apiVersion":"ctrlmesh.io/v1alpha1","kind":"ShardRoute","spec":{"bucketz":32}}`)),
-	} {
-		if _, err := RouteOf(w); err == nil {
-			t.Errorf("%s: decoded", name)
-		}
 	}
 }

@@ -25,7 +25,6 @@ import (
 
 	"github.com/go-logr/logr"
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
-	"github.com/karmada-io/karmada/pkg/util/names"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -47,6 +46,8 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/hub/placement"
 	"github.com/ctrlmesh/ctrlmesh/hub/propagation"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
+	"github.com/ctrlmesh/ctrlmesh/pkg/route"
+	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 )
 
@@ -239,7 +240,7 @@ func (m *member) generationOf(rulesHash string) (int64, bool) {
 // domainOutcome is the result of placing one placement domain.
 type domainOutcome struct {
 	clusters  []string
-	published placement.Rules
+	published route.Table
 	step      placement.Step
 	pods      []placement.Pod
 }
@@ -323,12 +324,12 @@ func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingCon
 			if m.usable() || m.route() == nil {
 				continue
 			}
-			published, err := publishedRules(space, map[string]*ctrlmeshv1alpha1.ShardRoute{name: m.route()})
+			published, err := route.Merge(space, map[string]*ctrlmeshv1alpha1.ShardRoute{name: m.route()})
 			if err != nil {
 				out.invalid = err
 				return out, nil
 			}
-			out.domains = append(out.domains, domainOutcome{clusters: []string{name}, published: published, step: placement.Step{Rules: published}})
+			out.domains = append(out.domains, domainOutcome{clusters: []string{name}, published: published, step: placement.Step{Table: published}})
 		}
 	}
 	for _, domain := range domains(sc, out.members) {
@@ -363,14 +364,14 @@ func readBack(log logr.Logger, store *state.Store, config types.NamespacedName, 
 	for i := range works {
 		work := &works[i]
 		key := client.ObjectKeyFromObject(work)
-		cluster, err := names.GetClusterName(work.Namespace)
-		if err != nil || cluster == "" {
+		cluster, err := routework.ClusterOf(work)
+		if err != nil {
 			// Labelled as the config's but in no execution namespace:
 			// neither the hub nor an agent uses it.
 			log.Info("Ignoring a Work of the ShardingConfig outside every execution namespace", "work", key)
 			continue
 		}
-		route, err := propagation.RouteOf(work)
+		route, err := routework.Decode(work)
 		if err != nil {
 			unreadable[cluster] = unreadableWork(cluster, err)
 			continue
@@ -400,7 +401,7 @@ func unreadableWork(cluster string, err error) error {
 // reportOf is what a Work's status tells of its member, as a row of the
 // working model: nil while the member has reflected nothing into it.
 func reportOf(work *workv1alpha1.Work) (*state.Report, error) {
-	status, err := propagation.ReadStatus(work)
+	status, err := routework.ReadStatus(work)
 	if err != nil || (work.Status.ManifestStatuses == nil && status.Applied == nil) {
 		return nil, err
 	}
@@ -477,17 +478,17 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 			routes[name] = m.route()
 		}
 	}
-	published, err := publishedRules(space, routes)
+	published, err := route.Merge(space, routes)
 	if err != nil {
 		return d, &invalidError{err}
 	}
 	d.published = published
-	addresses := map[placement.PodID]string{}
+	addresses := map[route.PodID]string{}
 	for _, name := range clusters {
 		if rep := members[name].report; rep != nil {
 			for _, p := range rep.Pods {
 				if p.Address != "" {
-					addresses[placement.PodID{Cluster: name, Name: p.Name}] = p.Address
+					addresses[route.PodID{Cluster: name, Name: p.Name}] = p.Address
 				}
 			}
 			d.pods = append(d.pods, candidates(name, rep.Pods)...)
@@ -495,7 +496,7 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 	}
 	desired, err := placement.Compute(placement.Input{
 		Space: space, Shards: int(ptrValue(sc.Spec.Sharding.Shards)), PodsPerShard: int(max(sc.Spec.Sharding.PodsPerShard, 1)),
-		Pods: d.pods, Canary: canary, Previous: previousPlacement(space, published),
+		Pods: d.pods, Canary: canary, Previous: placement.FromTable(space, published),
 	})
 	if err != nil {
 		return d, &invalidError{err}
@@ -504,12 +505,12 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 	if err != nil {
 		return d, fmt.Errorf("handover: %w", err)
 	}
-	if step.Rules.Generation == 0 {
+	if step.Table.Generation == 0 {
 		// The first rules, even without pods: the agents report candidate
 		// pods only for a ShardRoute they have.
-		step.Rules.Generation = 1
+		step.Table.Generation = 1
 	}
-	built, err := buildRoutes(sc, clusters, step.Rules, addresses)
+	built, err := buildRoutes(sc, clusters, step.Table, addresses)
 	if err != nil {
 		return d, err
 	}
@@ -517,9 +518,9 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 		// The spec changed (limits, selectors, canary) but no bucket moved:
 		// still a new generation, so that the hash a proxy reports names
 		// exactly one generation.
-		step.Rules.Generation++
+		step.Table.Generation++
 		step.Changed = true
-		if built, err = buildRoutes(sc, clusters, step.Rules, addresses); err != nil {
+		if built, err = buildRoutes(sc, clusters, step.Table, addresses); err != nil {
 			return d, err
 		}
 	}
@@ -543,14 +544,14 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 }
 
 // buildRoutes builds the ShardRoute of each cluster of a domain.
-func buildRoutes(sc *ctrlmeshv1alpha1.ShardingConfig, clusters []string, rules placement.Rules, addresses map[placement.PodID]string) (map[string]*ctrlmeshv1alpha1.ShardRoute, error) {
+func buildRoutes(sc *ctrlmeshv1alpha1.ShardingConfig, clusters []string, table route.Table, addresses map[route.PodID]string) (map[string]*ctrlmeshv1alpha1.ShardRoute, error) {
 	out := make(map[string]*ctrlmeshv1alpha1.ShardRoute, len(clusters))
 	for _, name := range clusters {
-		route, err := propagation.BuildRoute(sc, name, rules, addresses)
+		shardRoute, err := route.Build(sc, name, table, addresses)
 		if err != nil {
 			return nil, fmt.Errorf("building the rules of %s: %w", name, err)
 		}
-		out[name] = route
+		out[name] = shardRoute
 	}
 	return out, nil
 }
@@ -571,11 +572,11 @@ func changedInPlace(built map[string]*ctrlmeshv1alpha1.ShardRoute, members map[s
 func (r *Reconciler) recordMoves(sc *ctrlmeshv1alpha1.ShardingConfig, clusters []string, step placement.Step) {
 	for _, c := range step.Revoked {
 		r.Recorder.Eventf(sc, corev1.EventTypeNormal, ctrlmeshv1alpha1.ReasonRevoked, "Generation %d in %v: shard %s stops serving buckets %s namespaces %v",
-			step.Rules.Generation, clusters, c.Shard, c.Buckets, c.Namespaces)
+			step.Table.Generation, clusters, c.Shard, c.Buckets, c.Namespaces)
 	}
 	for _, c := range step.Granted {
 		r.Recorder.Eventf(sc, corev1.EventTypeNormal, ctrlmeshv1alpha1.ReasonGranted, "Generation %d in %v: shard %s starts serving buckets %s namespaces %v",
-			step.Rules.Generation, clusters, c.Shard, c.Buckets, c.Namespaces)
+			step.Table.Generation, clusters, c.Shard, c.Buckets, c.Namespaces)
 		r.Metrics.bucketsMoved.WithLabelValues(sc.Namespace, sc.Name).Add(float64(c.Buckets.Len()))
 	}
 }
@@ -586,9 +587,9 @@ func (r *Reconciler) recordMoves(sc *ctrlmeshv1alpha1.ShardingConfig, clusters [
 // agent no longer reports it — the pod object is deleted, which happens
 // once its containers stopped — and it leads no shard (a force-deleted pod
 // may still run: its lease must have expired first).
-func acks(published placement.Rules, domain []string, members map[string]*member) []placement.PodAck {
-	byPod := map[placement.PodID]*placement.PodAck{}
-	ack := func(id placement.PodID) *placement.PodAck {
+func acks(published route.Table, domain []string, members map[string]*member) []placement.PodAck {
+	byPod := map[route.PodID]*placement.PodAck{}
+	ack := func(id route.PodID) *placement.PodAck {
 		a, ok := byPod[id]
 		if !ok {
 			a = &placement.PodAck{Pod: id}
@@ -618,7 +619,7 @@ func acks(published placement.Rules, domain []string, members map[string]*member
 		}
 		for _, p := range m.report.Pods {
 			if gen, ok := m.generationOf(p.AppliedRulesHash); ok {
-				a := ack(placement.PodID{Cluster: name, Name: p.Name})
+				a := ack(route.PodID{Cluster: name, Name: p.Name})
 				a.Acked = max(a.Acked, gen)
 			}
 		}
@@ -630,7 +631,7 @@ func acks(published placement.Rules, domain []string, members map[string]*member
 	for _, name := range domain {
 		if m := members[name]; m.report != nil {
 			for _, l := range m.report.Leaders {
-				ack(placement.PodID{Cluster: name, Name: l.Pod})
+				ack(route.PodID{Cluster: name, Name: l.Pod})
 			}
 		}
 	}
@@ -638,7 +639,7 @@ func acks(published placement.Rules, domain []string, members map[string]*member
 	for _, a := range byPod {
 		out = append(out, *a)
 	}
-	slices.SortFunc(out, func(a, b placement.PodAck) int { return placement.ComparePodIDs(a.Pod, b.Pod) })
+	slices.SortFunc(out, func(a, b placement.PodAck) int { return route.ComparePodIDs(a.Pod, b.Pod) })
 	return out
 }
 
@@ -648,7 +649,7 @@ func acks(published placement.Rules, domain []string, members map[string]*member
 func candidates(cluster string, pods []state.Pod) []placement.Pod {
 	var out []placement.Pod
 	for _, p := range pods {
-		out = append(out, placement.Pod{PodID: placement.PodID{Cluster: cluster, Name: p.Name}, Ready: p.Ready, Canary: p.Canary})
+		out = append(out, placement.Pod{PodID: route.PodID{Cluster: cluster, Name: p.Name}, Ready: p.Ready, Canary: p.Canary})
 	}
 	return out
 }

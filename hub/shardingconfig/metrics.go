@@ -80,11 +80,11 @@ func (m *Metrics) observe(sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome, too
 	m.computations.WithLabelValues(sc.Namespace, sc.Name, "placed").Inc()
 	pending, unowned, usable := 0, 0, 0
 	for _, d := range out.domains {
-		if d.step.Rules.HasPending() {
+		if d.step.Table.HasPending() {
 			pending++
 		}
 		owned := make(map[int]bool)
-		for _, s := range d.step.Rules.Shards {
+		for _, s := range d.step.Table.Shards {
 			for _, b := range s.Buckets.Buckets() {
 				owned[b] = true
 			}

@@ -11,6 +11,7 @@ import (
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/hub/placement"
+	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 )
 
 // The metrics are read back from the registry. (prometheus/testutil needs
@@ -63,8 +64,8 @@ func value(t *testing.T, reg *prometheus.Registry, name, labels string) (v float
 }
 
 func TestMetricsObserve(t *testing.T) {
-	domain := func(shards ...placement.RuleShard) domainOutcome {
-		return domainOutcome{step: placement.Step{Rules: placement.Rules{Generation: 2, Shards: shards}}}
+	domain := func(shards ...route.Shard) domainOutcome {
+		return domainOutcome{step: placement.Step{Table: route.Table{Generation: 2, Shards: shards}}}
 	}
 	tests := []struct {
 		name string
@@ -74,7 +75,7 @@ func TestMetricsObserve(t *testing.T) {
 		wantOutcome                            string
 	}{{
 		name:         "steady state",
-		out:          &outcome{members: members([]string{"a", "b"}), domains: []domainOutcome{domain(ruleShard(t, "0", "0-15", ""), ruleShard(t, "1", "16-31", ""))}},
+		out:          &outcome{members: members([]string{"a", "b"}), domains: []domainOutcome{domain(tableShard(t, "0", "0-15", ""), tableShard(t, "1", "16-31", ""))}},
 		wantPending:  0,
 		wantUnowned:  0,
 		wantClusters: 2,
@@ -82,8 +83,8 @@ func TestMetricsObserve(t *testing.T) {
 	}, {
 		name: "pending buckets are not owned yet",
 		out: &outcome{members: members([]string{"a", "b", "c"}, "b"), domains: []domainOutcome{
-			domain(ruleShard(t, "0", "0-7", ""), ruleShard(t, "1", "16-31", "8-15")),
-			domain(ruleShard(t, "0", "0-31", "")),
+			domain(tableShard(t, "0", "0-7", ""), tableShard(t, "1", "16-31", "8-15")),
+			domain(tableShard(t, "0", "0-31", "")),
 		}},
 		wantPending:  1,
 		wantUnowned:  8,
@@ -92,10 +93,10 @@ func TestMetricsObserve(t *testing.T) {
 	}, {
 		name: "pending namespaces",
 		out: &outcome{members: members([]string{"a", "b"}), domains: []domainOutcome{
-			domain(ruleShard(t, "0", "0-31", ""), placement.RuleShard{
+			domain(tableShard(t, "0", "0-31", ""), route.Shard{
 				ID: "canary", Canary: true, Buckets: mustSet(t, ""), PendingBuckets: mustSet(t, ""), PendingNamespaces: []string{"team-a"},
 			}),
-			domain(ruleShard(t, "0", "0-15", "16-23")),
+			domain(tableShard(t, "0", "0-15", "16-23")),
 		}},
 		wantPending:  2,
 		wantUnowned:  16,
@@ -104,7 +105,7 @@ func TestMetricsObserve(t *testing.T) {
 	}, {
 		name: "a bucket two shards serve counts once",
 		out: &outcome{members: members([]string{"a"}), domains: []domainOutcome{
-			domain(ruleShard(t, "0", "0-20", ""), ruleShard(t, "1", "16-30", "")),
+			domain(tableShard(t, "0", "0-20", ""), tableShard(t, "1", "16-30", "")),
 		}},
 		wantPending:  0,
 		wantUnowned:  1,
@@ -196,11 +197,11 @@ func TestMetricsObserveUpdates(t *testing.T) {
 			Spec:       ctrlmeshv1alpha1.ShardingConfigSpec{Sharding: ctrlmeshv1alpha1.ShardingLayout{Buckets: 32}},
 		}
 	}
-	handingOver := &outcome{members: members([]string{"a", "b"}, "b"), domains: []domainOutcome{{step: placement.Step{Rules: placement.Rules{
-		Generation: 3, Shards: []placement.RuleShard{ruleShard(t, "0", "0-15", ""), ruleShard(t, "1", "", "16-31")},
+	handingOver := &outcome{members: members([]string{"a", "b"}, "b"), domains: []domainOutcome{{step: placement.Step{Table: route.Table{
+		Generation: 3, Shards: []route.Shard{tableShard(t, "0", "0-15", ""), tableShard(t, "1", "", "16-31")},
 	}}}}}
-	settled := &outcome{members: members([]string{"a", "b"}), domains: []domainOutcome{{step: placement.Step{Rules: placement.Rules{
-		Generation: 4, Shards: []placement.RuleShard{ruleShard(t, "0", "0-15", ""), ruleShard(t, "1", "16-31", "")},
+	settled := &outcome{members: members([]string{"a", "b"}), domains: []domainOutcome{{step: placement.Step{Table: route.Table{
+		Generation: 4, Shards: []route.Shard{tableShard(t, "0", "0-15", ""), tableShard(t, "1", "16-31", "")},
 	}}}}}
 	check := func(when, name string, pending, unowned, clusters float64) {
 		t.Helper()

@@ -33,6 +33,7 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/hub/shardingconfig"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
 	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
+	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
@@ -135,7 +136,7 @@ func (r rows) String() string {
 func workOf(t *testing.T, ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, cluster string) (*workv1alpha1.Work, error) {
 	t.Helper()
 	var work workv1alpha1.Work
-	err := hub.Client.Get(ctx, client.ObjectKey{Namespace: names.GenerateExecutionSpaceName(cluster), Name: propagation.WorkName(sc)}, &work)
+	err := hub.Client.Get(ctx, routework.WorkKey(cluster, sc.Namespace, sc.Name), &work)
 	return &work, err
 }
 
@@ -144,7 +145,7 @@ func workOf(t *testing.T, ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConf
 // rules the Work carries, and the rules applied.
 func reportPods(t *testing.T, ctx context.Context, work *workv1alpha1.Work, pod string) {
 	t.Helper()
-	route, err := propagation.RouteOf(work)
+	route, err := routework.Decode(work)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +207,7 @@ func TestWorkingModelFollowsWorks(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			route, err := propagation.RouteOf(work)
+			route, err := routework.Decode(work)
 			if err != nil {
 				return err
 			}

@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
-	"github.com/ctrlmesh/ctrlmesh/hub/propagation"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
+	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 )
 
 var readBackConfig = types.NamespacedName{Namespace: "ops", Name: "op"}
@@ -29,12 +29,12 @@ func publishedRoute(cluster string, gen int64) *ctrlmeshv1alpha1.ShardRoute {
 		ObjectMeta: metav1.ObjectMeta{Namespace: readBackConfig.Namespace, Name: readBackConfig.Name},
 		Spec:       ctrlmeshv1alpha1.ShardRouteSpec{Cluster: cluster, RoutingGeneration: gen, Buckets: 32},
 	}
-	r.Spec.RulesHash = propagation.RulesHash(&r.Spec)
+	r.Spec.RulesHash = route.RulesHash(&r.Spec)
 	return r
 }
 
 // carrying is the Work of cluster carrying the route of generation gen, as
-// a Writer writes it (in the parts ReadStatus and RouteOf read).
+// a Writer writes it (in the parts routework.ReadStatus and Decode read).
 func carrying(t *testing.T, cluster string, gen int64) workv1alpha1.Work {
 	t.Helper()
 	raw, err := json.Marshal(publishedRoute(cluster, gen))

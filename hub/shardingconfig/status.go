@@ -109,13 +109,13 @@ func degraded(sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome) (reason, messag
 		}
 	}
 	for _, d := range out.domains {
-		if d.step.Rules.HasPending() {
+		if d.step.Table.HasPending() {
 			waiting := make([]string, 0, len(d.step.WaitingFor))
 			for _, p := range d.step.WaitingFor {
 				waiting = append(waiting, p.String())
 			}
 			return ctrlmeshv1alpha1.ReasonHandoverPending, fmt.Sprintf("buckets move in %s once these proxies enforce generation %d: %s",
-				strings.Join(d.clusters, ", "), d.step.Rules.Generation, strings.Join(waiting, ", "))
+				strings.Join(d.clusters, ", "), d.step.Table.Generation, strings.Join(waiting, ", "))
 		}
 	}
 	return "", ""
@@ -126,8 +126,8 @@ func degraded(sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome) (reason, messag
 func placementStatus(sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome) []ctrlmeshv1alpha1.ShardPlacement {
 	var list []ctrlmeshv1alpha1.ShardPlacement
 	for _, d := range out.domains {
-		rules := d.step.Rules
-		for _, rs := range rules.Shards {
+		table := d.step.Table
+		for _, rs := range table.Shards {
 			p := ctrlmeshv1alpha1.ShardPlacement{
 				Shard: rs.ID, Cluster: rs.Cluster, Buckets: rs.Buckets.String(), Namespaces: slices.Clone(rs.Namespaces), Canary: rs.Canary,
 				State: ctrlmeshv1alpha1.ShardServing, Health: ctrlmeshv1alpha1.ShardHealthUnknown,
@@ -148,7 +148,7 @@ func placementStatus(sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome) []ctrlme
 				pod, reported := m.pod(id.Name)
 				allReady = allReady && reported && pod.Ready
 				gen, ok := m.generationOf(pod.AppliedRulesHash)
-				allAcked = allAcked && reported && ok && gen >= rules.Generation
+				allAcked = allAcked && reported && ok && gen >= table.Generation
 			}
 			if m := out.members[p.Cluster]; m != nil && m.report != nil {
 				for _, l := range m.report.Leaders {

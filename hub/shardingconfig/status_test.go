@@ -13,6 +13,7 @@ import (
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/hub/placement"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
+	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 )
 
 // readyPods are ready, non-canary candidate pods of one cluster.
@@ -47,25 +48,25 @@ func TestDegraded(t *testing.T) {
 		for _, c := range clusters {
 			candidates = append(candidates, readyPods(c, "p0")...)
 		}
-		return domainOutcome{clusters: clusters, pods: candidates, step: placement.Step{Rules: placement.Rules{
-			Generation: 3, Shards: []placement.RuleShard{ruleShard(t, "0", "0-31", "", pods(clusters[0], "p0")...)},
+		return domainOutcome{clusters: clusters, pods: candidates, step: placement.Step{Table: route.Table{
+			Generation: 3, Shards: []route.Shard{tableShard(t, "0", "0-31", "", pods(clusters[0], "p0")...)},
 		}}}
 	}
 	handingOver := func(clusters ...string) domainOutcome {
 		d := settled(clusters...)
-		d.step.Rules.Generation = 4
-		d.step.Rules.Shards = []placement.RuleShard{
-			ruleShard(t, "0", "0-7", "", pods(clusters[0], "p0")...),
-			ruleShard(t, "1", "16-31", "8-15", pods(clusters[0], "p1")...),
+		d.step.Table.Generation = 4
+		d.step.Table.Shards = []route.Shard{
+			tableShard(t, "0", "0-7", "", pods(clusters[0], "p0")...),
+			tableShard(t, "1", "16-31", "8-15", pods(clusters[0], "p1")...),
 		}
 		d.step.WaitingFor = pods(clusters[0], "p0", "p1")
 		return d
 	}
 	namespaceHandingOver := func(clusters ...string) domainOutcome {
 		d := settled(clusters...)
-		canary := ruleShard(t, "canary", "", "", pods(clusters[0], "z")...)
+		canary := tableShard(t, "canary", "", "", pods(clusters[0], "z")...)
 		canary.Canary, canary.PendingNamespaces = true, []string{"team-a"}
-		d.step.Rules.Shards = append(d.step.Rules.Shards, canary)
+		d.step.Table.Shards = append(d.step.Table.Shards, canary)
 		d.step.WaitingFor = pods(clusters[0], "p0")
 		return d
 	}
@@ -139,8 +140,8 @@ func TestDegraded(t *testing.T) {
 		out: &outcome{
 			members: members([]string{"a", "b"}),
 			domains: []domainOutcome{settled("a"), withPods(settled("b"),
-				placement.Pod{PodID: placement.PodID{Cluster: "b", Name: "unready"}},
-				placement.Pod{PodID: placement.PodID{Cluster: "b", Name: "canary"}, Ready: true, Canary: true},
+				placement.Pod{PodID: route.PodID{Cluster: "b", Name: "unready"}},
+				placement.Pod{PodID: route.PodID{Cluster: "b", Name: "canary"}, Ready: true, Canary: true},
 			)},
 		},
 		wantReason:  ctrlmeshv1alpha1.ReasonNoCandidatePods,

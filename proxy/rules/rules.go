@@ -1,8 +1,11 @@
 // Package rules compiles a ShardRoute into the immutable Snapshot one proxy
-// enforces: which namespaces its pod serves, which resources are sharded and
-// with which extra selector, the leader-election lock to rename, and where
-// the other shards' pods are. Compile refuses rules that cannot be enforced
-// safely; the proxy then keeps the last good snapshot.
+// enforces. What the route means — the pod's shard, what it serves, which
+// shard serves every other namespace, and the one ownership check — is
+// pkg/route's (route.Compile); this package adds what only a proxy needs:
+// the selector mode, the limits compiled against the API server's discovery
+// (which resources are sharded and with which extra selector), and the
+// leader-election lock to rename. Compile refuses routes that cannot be
+// enforced safely; the proxy then keeps the last good snapshot.
 package rules
 
 import (
@@ -15,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
-	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
+	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 )
 
 // Mode is how the proxy narrows list and watch.
@@ -48,52 +51,26 @@ func (l *Limit) Matches(gr schema.GroupResource) bool {
 		(slices.Contains(l.resources, "*") || slices.Contains(l.resources, gr.Resource))
 }
 
-// Snapshot is the compiled rules for one pod. It is never modified.
+// Snapshot is a route compiled for one pod. It is never modified.
 type Snapshot struct {
-	// Route is the rules object it was compiled from.
+	// Assignment is the pod's shard and what it serves, and the owner of
+	// every namespace; OwnerOf returns shards of Route.
+	route.Assignment
+	// Route is the ShardRoute it was compiled from.
 	Route *ctrlmeshv1alpha1.ShardRoute
-	// Pod the snapshot is for.
-	Pod string
 	// Mode the selectors are written for.
 	Mode Mode
-	// Shard is the pod's shard, "" when the rules do not list the pod: such a
-	// pod serves nothing.
-	Shard string
-	// Ownership is what the pod's shard serves now.
-	Ownership sharding.Ownership
-	// Limits in the order of the rules.
+	// Limits in the order of the route.
 	Limits []Limit
 	// LeaderElectionName is the lock to rename, "" for none.
 	LeaderElectionName string
-
-	space sharding.Space
-	// owners of each bucket and exact namespace, for routing admission
-	// requests to the shard that serves an object.
-	bucketOwner    []*ctrlmeshv1alpha1.RouteShard
-	namespaceOwner map[string]*ctrlmeshv1alpha1.RouteShard
 }
 
 // Hash is the rules hash the snapshot enforces.
 func (s *Snapshot) Hash() string { return s.Route.Spec.RulesHash }
 
-// Generation is the routing generation of the rules.
+// Generation is the routing generation of the route.
 func (s *Snapshot) Generation() int64 { return s.Route.Spec.RoutingGeneration }
-
-// Assigned reports whether the pod belongs to a shard: it may take the
-// shard's leader-election lock.
-func (s *Snapshot) Assigned() bool { return s.Shard != "" }
-
-// Serving reports whether the pod's shard serves anything now; a shard whose
-// buckets are all still pending does not.
-func (s *Snapshot) Serving() bool { return s.Shard != "" && !s.Ownership.IsEmpty() }
-
-// Owns reports whether the pod's shard serves the namespace.
-func (s *Snapshot) Owns(namespace string) bool {
-	return s.Assigned() && s.Ownership.Owns(namespace)
-}
-
-// Bucket is the namespace's bucket under these rules.
-func (s *Snapshot) Bucket(namespace string) int { return s.space.Bucket(namespace) }
 
 // LimitFor returns the limit that shards the resource, if any.
 func (s *Snapshot) LimitFor(gr schema.GroupResource) (*Limit, bool) {
@@ -103,15 +80,6 @@ func (s *Snapshot) LimitFor(gr schema.GroupResource) (*Limit, bool) {
 		}
 	}
 	return nil, false
-}
-
-// OwnerOf returns the shard that serves the namespace now, or nil while no
-// shard does (its bucket is pending).
-func (s *Snapshot) OwnerOf(namespace string) *ctrlmeshv1alpha1.RouteShard {
-	if owner, ok := s.namespaceOwner[namespace]; ok {
-		return owner
-	}
-	return s.bucketOwner[s.space.Bucket(namespace)]
 }
 
 // SameSelectionOf reports whether both snapshots select the same objects of
@@ -160,90 +128,31 @@ func (s *Snapshot) sameShard(other *Snapshot) bool {
 	return s.Mode == other.Mode && s.Shard == other.Shard && s.Ownership.Equal(other.Ownership)
 }
 
-// Compile checks the rules and compiles them for one pod. Errors say what is
-// wrong in terms of the rules object.
-func Compile(route *ctrlmeshv1alpha1.ShardRoute, pod string, mode Mode, scopes Scopes) (*Snapshot, error) {
-	if route == nil {
+// Compile checks the route and compiles it for one pod. Errors say what is
+// wrong in terms of the ShardRoute.
+func Compile(r *ctrlmeshv1alpha1.ShardRoute, pod string, mode Mode, scopes Scopes) (*Snapshot, error) {
+	if r == nil {
 		return nil, errors.New("no rules")
 	}
-	spec := &route.Spec
-	if spec.RulesHash == "" {
+	if r.Spec.RulesHash == "" {
 		return nil, errors.New("rules have no rulesHash")
 	}
-	space, err := sharding.NewSpace(int(spec.Buckets))
-	if err != nil {
-		return nil, fmt.Errorf("spec.buckets: %w", err)
-	}
-	limits, err := CompileLimits(spec.Limits, scopes)
+	limits, err := CompileLimits(r.Spec.Limits, scopes)
 	if err != nil {
 		return nil, err
 	}
-	snap := &Snapshot{
-		Route:          route.DeepCopy(),
-		Pod:            pod,
-		Mode:           mode,
-		Limits:         limits,
-		space:          space,
-		bucketOwner:    make([]*ctrlmeshv1alpha1.RouteShard, space.Buckets()),
-		namespaceOwner: map[string]*ctrlmeshv1alpha1.RouteShard{},
+	snap := &Snapshot{Route: r.DeepCopy(), Mode: mode, Limits: limits}
+	// The assignment points into the snapshot's own copy, which nobody
+	// changes.
+	if snap.Assignment, err = route.Compile(&snap.Route.Spec, pod); err != nil {
+		return nil, err
 	}
-	if spec.Controller != nil {
-		snap.LeaderElectionName = spec.Controller.LeaderElectionName
+	if r.Spec.Controller != nil {
+		snap.LeaderElectionName = r.Spec.Controller.LeaderElectionName
 	}
-
-	var mine *ctrlmeshv1alpha1.RouteShard
-	var mineBuckets, minePending sharding.Set
-	var othersNamespaces []string
-	shards := snap.Route.Spec.Shards
-	for i := range shards {
-		shard := &shards[i]
-		served, err := space.ParseSet(shard.Buckets)
-		if err != nil {
-			return nil, fmt.Errorf("shard %q buckets: %w", shard.ID, err)
-		}
-		pending, err := space.ParseSet(shard.PendingBuckets)
-		if err != nil {
-			return nil, fmt.Errorf("shard %q pendingBuckets: %w", shard.ID, err)
-		}
-		for _, b := range served.Buckets() {
-			if prev := snap.bucketOwner[b]; prev != nil {
-				return nil, fmt.Errorf("bucket %d is served by both shard %q and shard %q", b, prev.ID, shard.ID)
-			}
-			snap.bucketOwner[b] = shard
-		}
-		for _, ns := range shard.Namespaces {
-			if prev, ok := snap.namespaceOwner[ns]; ok {
-				return nil, fmt.Errorf("namespace %q is served by both shard %q and shard %q", ns, prev.ID, shard.ID)
-			}
-			snap.namespaceOwner[ns] = shard
-		}
-		isMine := slices.ContainsFunc(shard.Pods, func(p ctrlmeshv1alpha1.RoutePod) bool { return p.Name == pod })
-		if isMine {
-			if mine != nil {
-				return nil, fmt.Errorf("pod %q is listed in both shard %q and shard %q", pod, mine.ID, shard.ID)
-			}
-			mine, mineBuckets, minePending = shard, served, pending
-		} else {
-			othersNamespaces = append(othersNamespaces, shard.Namespaces...)
-		}
-	}
-	if mine == nil {
-		return snap, nil
-	}
-	snap.Shard = mine.ID
-	snap.Ownership = sharding.NewOwnership(mineBuckets, mine.Namespaces, othersNamespaces)
-	if snap.Ownership.IsEmpty() {
-		// A new shard waits for its buckets or namespaces while their
-		// previous owners let them go (revoke before grant): it leads its
-		// lock but serves nothing.
-		if !minePending.IsEmpty() || len(mine.PendingNamespaces) > 0 {
-			return snap, nil
-		}
-		return nil, fmt.Errorf("shard %q of pod %q has an empty bucket set, no pending buckets and no namespaces: a listed pod must serve something", mine.ID, pod)
-	}
-	if mode == ModeLabel {
+	if mode == ModeLabel && snap.Serving() {
 		if _, err := snap.Ownership.LabelRequirements(); err != nil {
-			return nil, fmt.Errorf("shard %q in label mode: %w", mine.ID, err)
+			return nil, fmt.Errorf("shard %q in label mode: %w", snap.Shard, err)
 		}
 	}
 	return snap, nil

@@ -30,7 +30,7 @@ var served = mapScopes{
 	{Resource: "nodes"}:                      false,
 }
 
-func route(mutate func(*ctrlmeshv1alpha1.ShardRoute)) *ctrlmeshv1alpha1.ShardRoute {
+func testRoute(mutate func(*ctrlmeshv1alpha1.ShardRoute)) *ctrlmeshv1alpha1.ShardRoute {
 	r := &ctrlmeshv1alpha1.ShardRoute{Spec: ctrlmeshv1alpha1.ShardRouteSpec{
 		Cluster: "m1", RoutingGeneration: 4, RulesHash: "h4", Scope: ctrlmeshv1alpha1.ScopePerCluster, Buckets: 32,
 		Controller: &ctrlmeshv1alpha1.ControllerConfig{LeaderElectionName: "op"},
@@ -76,7 +76,7 @@ func TestCompileRefusesBadRules(t *testing.T) {
 		{"pod twice", func(r *ctrlmeshv1alpha1.ShardRoute) {
 			r.Spec.Shards[1].Pods = append(r.Spec.Shards[1].Pods, ctrlmeshv1alpha1.RoutePod{Name: "op-0"})
 		},
-			ModeRange, `pod "op-0" is listed in both shard "0" and shard "1"`},
+			ModeRange, `pod m1/op-0 is listed in both shard "0" and shard "1"`},
 		{"overlapping limits", func(r *ctrlmeshv1alpha1.ShardRoute) {
 			r.Spec.Limits[1].RelateResources[0] = ctrlmeshv1alpha1.ResourceGroup{APIGroups: []string{"*"}, Resources: []string{"secrets"}}
 		}, ModeRange, "limits 0 and 1 name the same resource"},
@@ -89,7 +89,7 @@ func TestCompileRefusesBadRules(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Compile(route(tt.mutate), "op-0", tt.mode, served)
+			_, err := Compile(testRoute(tt.mutate), "op-0", tt.mode, served)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Compile error = %v, want one containing %q", err, tt.want)
 			}
@@ -112,7 +112,7 @@ func TestCompile(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.pod, func(t *testing.T) {
-			snap, err := Compile(route(nil), tt.pod, ModeLabel, served)
+			snap, err := Compile(testRoute(nil), tt.pod, ModeLabel, served)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,7 +133,7 @@ func TestCompile(t *testing.T) {
 
 	// A new shard whose buckets are all pending leads its lock but serves
 	// nothing until they are granted.
-	pendingOnly, err := Compile(route(func(r *ctrlmeshv1alpha1.ShardRoute) { r.Spec.Shards[1].Buckets = "" }), "op-1", ModeLabel, served)
+	pendingOnly, err := Compile(testRoute(func(r *ctrlmeshv1alpha1.ShardRoute) { r.Spec.Shards[1].Buckets = "" }), "op-1", ModeLabel, served)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestCompile(t *testing.T) {
 		t.Errorf("pending-only shard: assigned %v, serving %v", pendingOnly.Assigned(), pendingOnly.Serving())
 	}
 
-	snap, err := Compile(route(nil), "op-0", ModeRange, served)
+	snap, err := Compile(testRoute(nil), "op-0", ModeRange, served)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestCompile(t *testing.T) {
 func TestSameSelection(t *testing.T) {
 	compile := func(pod string, mutate func(*ctrlmeshv1alpha1.ShardRoute)) *Snapshot {
 		t.Helper()
-		snap, err := Compile(route(mutate), pod, ModeRange, served)
+		snap, err := Compile(testRoute(mutate), pod, ModeRange, served)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,10 @@ import (
 // GroupVersion is the API group and version of this package.
 var GroupVersion = schema.GroupVersion{Group: "ctrlmesh.io", Version: "v1alpha1"}
 
+// ShardRouteGVK is the group, version and kind of ShardRoute, the one
+// manifest of the Karmada Works the hub writes.
+var ShardRouteGVK = GroupVersion.WithKind("ShardRoute")
+
 // AddToScheme registers the types of this package with a scheme. It is an
 // explicit function, not an init() side effect, so that every binary states
 // which APIs it speaks.

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 	"github.com/ctrlmesh/ctrlmesh/test/localfleet"
 )
@@ -251,14 +252,14 @@ func (b *bench) failovers(ctx context.Context, lf *latencyFleet) (*failoverResul
 		if st.route == nil {
 			return nil, fmt.Errorf("%s: no ShardRoute", m)
 		}
+		_, table, err := route.Parse(&st.route.Spec)
+		if err != nil {
+			return nil, err
+		}
 		var sets []sharding.Set
-		for _, s := range st.route.Spec.Shards {
-			if slices.ContainsFunc(s.Pods, func(p ctrlmeshv1alpha1.RoutePod) bool { return p.Name == victim.Name }) {
-				set, err := space.ParseSet(s.Buckets)
-				if err != nil {
-					return nil, err
-				}
-				sets = append(sets, set)
+		for _, s := range table.Shards {
+			if slices.ContainsFunc(s.Pods, func(p route.PodID) bool { return p.Name == victim.Name }) {
+				sets = append(sets, s.Buckets)
 			}
 		}
 		served := union(sets...)
@@ -323,14 +324,17 @@ func takenOver(st *memberState, served sharding.Set, survivors []string, lease b
 	if r == nil {
 		return false
 	}
+	_, table, err := route.Parse(&r.Spec)
+	if err != nil {
+		return false
+	}
 	for bk := range buckets {
 		if !served.Has(bk) {
 			continue
 		}
 		ok := false
-		for _, s := range r.Spec.Shards {
-			set, err := space.ParseSet(s.Buckets)
-			if err != nil || !set.Has(bk) {
+		for i, s := range r.Spec.Shards {
+			if !table.Shards[i].Buckets.Has(bk) {
 				continue
 			}
 			for _, p := range s.Pods {
@@ -355,19 +359,19 @@ func reassignedTo(st *memberState, killed string, served sharding.Set, survivors
 	if r == nil {
 		return false
 	}
+	_, table, err := route.Parse(&r.Spec)
+	if err != nil {
+		return false
+	}
 	var sets []sharding.Set
-	for _, s := range r.Spec.Shards {
-		if slices.ContainsFunc(s.Pods, func(p ctrlmeshv1alpha1.RoutePod) bool { return p.Name == killed }) {
+	for _, s := range table.Shards {
+		if slices.ContainsFunc(s.Pods, func(p route.PodID) bool { return p.Name == killed }) {
 			return false
 		}
-		if !slices.ContainsFunc(s.Pods, func(p ctrlmeshv1alpha1.RoutePod) bool { return slices.Contains(survivors, p.Name) }) {
+		if !slices.ContainsFunc(s.Pods, func(p route.PodID) bool { return slices.Contains(survivors, p.Name) }) {
 			continue
 		}
-		set, err := space.ParseSet(s.Buckets)
-		if err != nil {
-			return false
-		}
-		sets = append(sets, set)
+		sets = append(sets, s.Buckets)
 	}
 	u := union(sets...)
 	for bk := range buckets {

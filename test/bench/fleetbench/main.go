@@ -36,7 +36,7 @@
 //     last proxy of both members reports, in its ShardRoute's
 //     status.pods[].appliedRulesHash, the spec.rulesHash of the route
 //     version carrying the new limits (the hub hashes each route spec,
-//     hub/propagation.RulesHash, and a proxy reports a hash only once it
+//     pkg/route.RulesHash, and a proxy reports a hash only once it
 //     enforces those rules and the operator has relisted every resource
 //     whose selection they changed; see
 //     proxy.Proxy.Applied). It is observed with informers on the

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 	"github.com/ctrlmesh/ctrlmesh/test/controlplane"
 )
@@ -231,9 +232,13 @@ func settled(st *memberState, pods []string) bool {
 	if !enforcing(r, pods) {
 		return false
 	}
+	_, table, err := route.Parse(&r.Spec)
+	if err != nil {
+		return false
+	}
 	var served []sharding.Set
 	inShard := map[string]bool{}
-	for _, s := range r.Spec.Shards {
+	for i, s := range r.Spec.Shards {
 		if s.PendingBuckets != "" || len(s.PendingNamespaces) > 0 {
 			return false
 		}
@@ -246,11 +251,7 @@ func settled(st *memberState, pods []string) bool {
 		if s.Buckets == "" {
 			continue
 		}
-		set, err := space.ParseSet(s.Buckets)
-		if err != nil {
-			return false
-		}
-		served = append(served, set)
+		served = append(served, table.Shards[i].Buckets)
 		if !slices.ContainsFunc(s.Pods, func(p ctrlmeshv1alpha1.RoutePod) bool { return st.leases[leaseName(r, s.ID)] == p.Name }) {
 			return false
 		}

@@ -233,7 +233,7 @@ func (b *bench) seed(ctx context.Context) error {
 // same objects.
 func shardRoute() *ctrlmeshv1alpha1.ShardRoute {
 	return &ctrlmeshv1alpha1.ShardRoute{
-		TypeMeta:   metav1.TypeMeta{APIVersion: ctrlmeshv1alpha1.GroupVersion.String(), Kind: "ShardRoute"},
+		TypeMeta:   metav1.TypeMeta{APIVersion: ctrlmeshv1alpha1.ShardRouteGVK.GroupVersion().String(), Kind: ctrlmeshv1alpha1.ShardRouteGVK.Kind},
 		ObjectMeta: metav1.ObjectMeta{Namespace: "operators", Name: "proxybench"},
 		Spec: ctrlmeshv1alpha1.ShardRouteSpec{
 			Cluster: "bench", RoutingGeneration: 1, RulesHash: "bench0001", Scope: ctrlmeshv1alpha1.ScopePerCluster, Buckets: buckets,

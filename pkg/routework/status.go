@@ -1,16 +1,61 @@
-package propagation
+package routework
 
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
-	"github.com/karmada-io/karmada/pkg/util/names"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 )
+
+// ManifestStatus is what Karmada's work-status controller reports of an
+// applied ShardRoute, the Work's one manifest: its identity, its whole
+// status and its health.
+func ManifestStatus(route *ctrlmeshv1alpha1.ShardRoute) workv1alpha1.ManifestStatus {
+	ms := workv1alpha1.ManifestStatus{
+		Identifier: workv1alpha1.ResourceIdentifier{
+			Ordinal:   0,
+			Group:     shardRouteGVK.Group,
+			Version:   shardRouteGVK.Version,
+			Kind:      shardRouteGVK.Kind,
+			Resource:  "shardroutes",
+			Namespace: route.Namespace,
+			Name:      route.Name,
+		},
+		Health: health(route),
+	}
+	// Like Karmada, no status stays nil rather than an empty object.
+	if !reflect.DeepEqual(route.Status, ctrlmeshv1alpha1.ShardRouteStatus{}) {
+		// Marshalling a struct of strings, numbers and times cannot fail.
+		raw, _ := json.Marshal(route.Status)
+		ms.Status = &runtime.RawExtension{Raw: raw}
+	}
+	return ms
+}
+
+// health is Healthy when the route's status describes its current spec and
+// says the rules are applied and every proxy enforces them; Unhealthy when
+// it describes the current spec and says either is not so; Unknown before
+// the agent's status controller has caught up.
+func health(route *ctrlmeshv1alpha1.ShardRoute) workv1alpha1.ResourceHealth {
+	if route.Status.ObservedGeneration != route.Generation {
+		return workv1alpha1.ResourceUnknown
+	}
+	conditions := route.Status.Conditions
+	switch rules, proxies := meta.FindStatusCondition(conditions, ctrlmeshv1alpha1.ConditionRulesApplied), meta.FindStatusCondition(conditions, ctrlmeshv1alpha1.ConditionProxiesReady); {
+	case rules != nil && rules.Status == metav1.ConditionFalse, proxies != nil && proxies.Status == metav1.ConditionFalse:
+		return workv1alpha1.ResourceUnhealthy
+	case rules != nil && rules.Status == metav1.ConditionTrue && proxies != nil && proxies.Status == metav1.ConditionTrue:
+		return workv1alpha1.ResourceHealthy
+	default:
+		return workv1alpha1.ResourceUnknown
+	}
+}
 
 // Report is what a member reflected into a Work's status.
 type Report struct {
@@ -35,12 +80,12 @@ type Report struct {
 }
 
 // ReadStatus decodes a Work's status as Karmada's work-status controller, or
-// the agent in standalone mode, writes it: the Applied condition and, in
-// manifestStatuses[0], the ShardRoute's identity, health and raw status.
-// Fields the status has and ShardRouteStatus has not are ignored, so that a
-// newer agent's report still reads.
+// the agent in standalone mode (ManifestStatus), writes it: the Applied
+// condition and, in manifestStatuses[0], the ShardRoute's identity, health
+// and raw status. Fields the status has and ShardRouteStatus has not are
+// ignored, so that a newer agent's report still reads.
 func ReadStatus(work *workv1alpha1.Work) (Report, error) {
-	cluster, err := clusterOf(work)
+	cluster, err := ClusterOf(work)
 	if err != nil {
 		return Report{}, err
 	}
@@ -54,13 +99,13 @@ func ReadStatus(work *workv1alpha1.Work) (Report, error) {
 	case len(statuses) == 0:
 		return report, nil
 	case len(statuses) > 1:
-		return Report{}, fmt.Errorf("the status of Work %s/%s reports %d manifests; its one manifest is a %s", work.Namespace, work.Name, len(statuses), shardRouteKind.Kind)
+		return Report{}, fmt.Errorf("the status of Work %s/%s reports %d manifests; its one manifest is a %s", work.Namespace, work.Name, len(statuses), shardRouteGVK.Kind)
 	}
 	ms := statuses[0]
 	id := ms.Identifier
-	if id.Ordinal != 0 || id.Group != shardRouteKind.Group || id.Kind != shardRouteKind.Kind {
+	if id.Ordinal != 0 || id.Group != shardRouteGVK.Group || id.Kind != shardRouteGVK.Kind {
 		return Report{}, fmt.Errorf("the status of Work %s/%s reports manifest %d, a %q of group %q; its one manifest is a %s of group %s",
-			work.Namespace, work.Name, id.Ordinal, id.Kind, id.Group, shardRouteKind.Kind, shardRouteKind.Group)
+			work.Namespace, work.Name, id.Ordinal, id.Kind, id.Group, shardRouteGVK.Kind, shardRouteGVK.Group)
 	}
 	switch ms.Health {
 	case workv1alpha1.ResourceHealthy, workv1alpha1.ResourceUnhealthy, workv1alpha1.ResourceUnknown:
@@ -77,13 +122,4 @@ func ReadStatus(work *workv1alpha1.Work) (Report, error) {
 		}
 	}
 	return report, nil
-}
-
-// clusterOf is the member cluster of a Work, from its execution namespace.
-func clusterOf(work *workv1alpha1.Work) (string, error) {
-	cluster, err := names.GetClusterName(work.Namespace)
-	if err != nil || cluster == "" {
-		return "", fmt.Errorf("work %s/%s is not in an execution namespace (%s<cluster>)", work.Namespace, work.Name, names.ExecutionSpacePrefix)
-	}
-	return cluster, nil
 }

@@ -1,4 +1,4 @@
-package propagation
+package route
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
-	"github.com/ctrlmesh/ctrlmesh/hub/placement"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 )
 
@@ -27,7 +26,7 @@ func set(t testing.TB, text string) sharding.Set {
 	return s
 }
 
-func pod(cluster, name string) placement.PodID { return placement.PodID{Cluster: cluster, Name: name} }
+func pod(cluster, name string) PodID { return PodID{Cluster: cluster, Name: name} }
 
 // testConfig is a ShardingConfig of 8 buckets as the API server serves it,
 // defaults set.
@@ -56,7 +55,7 @@ func withCanary(c *ctrlmeshv1alpha1.ShardingConfig) *ctrlmeshv1alpha1.ShardingCo
 	return c
 }
 
-// routeSpec is the spec BuildRoute should make of testConfig, without its
+// routeSpec is the spec Build should make of testConfig, without its
 // hash.
 func routeSpec(cluster string, scope ctrlmeshv1alpha1.ShardingScope, generation int64, shards ...ctrlmeshv1alpha1.RouteShard) ctrlmeshv1alpha1.ShardRouteSpec {
 	c := testConfig("x", scope).Spec
@@ -70,7 +69,7 @@ type buildCase struct {
 	name    string
 	config  *ctrlmeshv1alpha1.ShardingConfig
 	cluster string
-	rules   func(t testing.TB) placement.Rules
+	table   func(t testing.TB) Table
 	want    ctrlmeshv1alpha1.ShardRouteSpec
 }
 
@@ -91,10 +90,10 @@ func buildCases() []buildCase {
 		name:    "PerCluster",
 		config:  testConfig("team-a", ctrlmeshv1alpha1.ScopePerCluster),
 		cluster: "m1",
-		rules: func(t testing.TB) placement.Rules {
-			return placement.Rules{Generation: 3, Shards: []placement.RuleShard{
-				{ID: "0", Cluster: "m1", Pods: []placement.PodID{pod("m1", "op-0"), pod("m1", "op-1")}, Buckets: set(t, "0-3"), PendingBuckets: set(t, "")},
-				{ID: "1", Cluster: "m1", Pods: []placement.PodID{pod("m1", "op-2")}, Buckets: set(t, "4-7"), PendingBuckets: set(t, "")},
+		table: func(t testing.TB) Table {
+			return Table{Generation: 3, Shards: []Shard{
+				{ID: "0", Cluster: "m1", Pods: []PodID{pod("m1", "op-0"), pod("m1", "op-1")}, Buckets: set(t, "0-3"), PendingBuckets: set(t, "")},
+				{ID: "1", Cluster: "m1", Pods: []PodID{pod("m1", "op-2")}, Buckets: set(t, "4-7"), PendingBuckets: set(t, "")},
 			}}
 		},
 		want: routeSpec("m1", ctrlmeshv1alpha1.ScopePerCluster, 3,
@@ -104,12 +103,12 @@ func buildCases() []buildCase {
 		name:    "Fleet lists every shard, with this cluster's pods only",
 		config:  testConfig("team-a", ctrlmeshv1alpha1.ScopeFleet),
 		cluster: "m2",
-		rules: func(t testing.TB) placement.Rules {
-			return placement.Rules{Generation: 7, Shards: []placement.RuleShard{
-				{ID: "0", Cluster: "m1", Pods: []placement.PodID{pod("m1", "op-0")}, Buckets: set(t, "0-2"), PendingBuckets: set(t, "")},
+		table: func(t testing.TB) Table {
+			return Table{Generation: 7, Shards: []Shard{
+				{ID: "0", Cluster: "m1", Pods: []PodID{pod("m1", "op-0")}, Buckets: set(t, "0-2"), PendingBuckets: set(t, "")},
 				// Pod names repeat across clusters: only m2's op-0 is listed.
-				{ID: "1", Cluster: "m2", Pods: []placement.PodID{pod("m1", "op-1"), pod("m2", "op-0")}, Buckets: set(t, "3-5"), PendingBuckets: set(t, "")},
-				{ID: "2", Cluster: "m2", Pods: []placement.PodID{pod("m2", "op-1")}, Buckets: set(t, "6"), PendingBuckets: set(t, "7")},
+				{ID: "1", Cluster: "m2", Pods: []PodID{pod("m1", "op-1"), pod("m2", "op-0")}, Buckets: set(t, "3-5"), PendingBuckets: set(t, "")},
+				{ID: "2", Cluster: "m2", Pods: []PodID{pod("m2", "op-1")}, Buckets: set(t, "6"), PendingBuckets: set(t, "7")},
 			}}
 		},
 		want: routeSpec("m2", ctrlmeshv1alpha1.ScopeFleet, 7,
@@ -120,10 +119,10 @@ func buildCases() []buildCase {
 		name:    "canary serving its namespaces",
 		config:  withCanary(testConfig("team-a", ctrlmeshv1alpha1.ScopePerCluster)),
 		cluster: "m1",
-		rules: func(t testing.TB) placement.Rules {
-			return placement.Rules{Generation: 4, Shards: []placement.RuleShard{
-				{ID: "0", Cluster: "m1", Pods: []placement.PodID{pod("m1", "op-0")}, Buckets: set(t, "0-7"), PendingBuckets: set(t, "")},
-				{ID: "canary", Cluster: "m1", Canary: true, Pods: []placement.PodID{pod("m1", "op-c")}, Buckets: set(t, ""), PendingBuckets: set(t, ""), Namespaces: []string{"ns-a"}},
+		table: func(t testing.TB) Table {
+			return Table{Generation: 4, Shards: []Shard{
+				{ID: "0", Cluster: "m1", Pods: []PodID{pod("m1", "op-0")}, Buckets: set(t, "0-7"), PendingBuckets: set(t, "")},
+				{ID: "canary", Cluster: "m1", Canary: true, Pods: []PodID{pod("m1", "op-c")}, Buckets: set(t, ""), PendingBuckets: set(t, ""), Namespaces: []string{"ns-a"}},
 			}}
 		},
 		want: canarySpec,
@@ -131,12 +130,12 @@ func buildCases() []buildCase {
 		name:    "a canary whose namespaces are all pending is listed with them pending",
 		config:  withCanary(testConfig("team-a", ctrlmeshv1alpha1.ScopePerCluster)),
 		cluster: "m1",
-		rules: func(t testing.TB) placement.Rules {
+		table: func(t testing.TB) Table {
 			bucket := scheme8.Bucket("ns-a")
 			rest, _ := scheme8.NewSet(bucket)
-			return placement.Rules{Generation: 3, Shards: []placement.RuleShard{
-				{ID: "0", Cluster: "m1", Pods: []placement.PodID{pod("m1", "op-0")}, Buckets: scheme8.AllBuckets().Difference(rest), PendingBuckets: rest},
-				{ID: "canary", Cluster: "m1", Canary: true, Pods: []placement.PodID{pod("m1", "op-c")}, Buckets: set(t, ""), PendingBuckets: set(t, ""), PendingNamespaces: []string{"ns-a"}},
+			return Table{Generation: 3, Shards: []Shard{
+				{ID: "0", Cluster: "m1", Pods: []PodID{pod("m1", "op-0")}, Buckets: scheme8.AllBuckets().Difference(rest), PendingBuckets: rest},
+				{ID: "canary", Cluster: "m1", Canary: true, Pods: []PodID{pod("m1", "op-c")}, Buckets: set(t, ""), PendingBuckets: set(t, ""), PendingNamespaces: []string{"ns-a"}},
 			}}
 		},
 		want: pendingCanarySpec,
@@ -144,10 +143,10 @@ func buildCases() []buildCase {
 		name:    "a shard with pending buckets only is listed with its pods, which serve nothing yet",
 		config:  testConfig("team-a", ctrlmeshv1alpha1.ScopePerCluster),
 		cluster: "m1",
-		rules: func(t testing.TB) placement.Rules {
-			return placement.Rules{Generation: 5, Shards: []placement.RuleShard{
-				{ID: "0", Cluster: "m1", Pods: []placement.PodID{pod("m1", "op-0")}, Buckets: set(t, "0-3"), PendingBuckets: set(t, "")},
-				{ID: "1", Cluster: "m1", Pods: []placement.PodID{pod("m1", "op-1")}, Buckets: set(t, ""), PendingBuckets: set(t, "4-7")},
+		table: func(t testing.TB) Table {
+			return Table{Generation: 5, Shards: []Shard{
+				{ID: "0", Cluster: "m1", Pods: []PodID{pod("m1", "op-0")}, Buckets: set(t, "0-3"), PendingBuckets: set(t, "")},
+				{ID: "1", Cluster: "m1", Pods: []PodID{pod("m1", "op-1")}, Buckets: set(t, ""), PendingBuckets: set(t, "4-7")},
 			}}
 		},
 		want: routeSpec("m1", ctrlmeshv1alpha1.ScopePerCluster, 5,
@@ -156,20 +155,20 @@ func buildCases() []buildCase {
 	}}
 }
 
-var testAddresses = map[placement.PodID]string{
+var testAddresses = map[PodID]string{
 	pod("m1", "op-0"): "10.0.0.1", pod("m1", "op-1"): "10.0.0.2", pod("m2", "op-0"): "10.1.0.1",
 }
 
-// TestBuildRoute checks the routes BuildRoute makes of the table's rules.
+// TestBuild checks the routes Build makes of the case table's route tables.
 // The case "canary whose namespaces are all pending" relies on ns-a's bucket
 // being 2.
-func TestBuildRoute(t *testing.T) {
+func TestBuild(t *testing.T) {
 	if b := scheme8.Bucket("ns-a"); b != 2 {
 		t.Fatalf("ns-a is in bucket %d of 8; the table expects 2", b)
 	}
 	for _, tc := range buildCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			route, err := BuildRoute(tc.config, tc.cluster, tc.rules(t), testAddresses)
+			route, err := Build(tc.config, tc.cluster, tc.table(t), testAddresses)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -188,64 +187,64 @@ func TestBuildRoute(t *testing.T) {
 	}
 }
 
-func TestBuildRouteRefuses(t *testing.T) {
+func TestBuildRefuses(t *testing.T) {
 	perCluster := testConfig("team-a", ctrlmeshv1alpha1.ScopePerCluster)
-	valid := func(id string, pods ...placement.PodID) placement.RuleShard {
-		return placement.RuleShard{ID: id, Cluster: "m1", Pods: pods, Buckets: set(t, id), PendingBuckets: set(t, "")}
+	valid := func(id string, pods ...PodID) Shard {
+		return Shard{ID: id, Cluster: "m1", Pods: pods, Buckets: set(t, id), PendingBuckets: set(t, "")}
 	}
 	for _, tc := range []struct {
 		name   string
 		config *ctrlmeshv1alpha1.ShardingConfig
-		rules  placement.Rules
+		table  Table
 		want   string
 	}{{
 		name:   "nothing published",
 		config: perCluster,
-		rules:  placement.Rules{Shards: []placement.RuleShard{valid("0", pod("m1", "a"))}},
+		table:  Table{Shards: []Shard{valid("0", pod("m1", "a"))}},
 		want:   "spec.routingGeneration is 0",
 	}, {
 		name:   "a pod of another cluster in PerCluster scope",
 		config: perCluster,
-		rules:  placement.Rules{Generation: 1, Shards: []placement.RuleShard{valid("0", pod("m2", "a"))}},
+		table:  Table{Generation: 1, Shards: []Shard{valid("0", pod("m2", "a"))}},
 		want:   `pod m2/a is of another cluster`,
 	}, {
 		name:   "a set of another bucket count",
 		config: perCluster,
-		rules: placement.Rules{Generation: 1, Shards: []placement.RuleShard{
+		table: Table{Generation: 1, Shards: []Shard{
 			{ID: "0", Buckets: sharding.MustSpace(16).AllBuckets(), PendingBuckets: set(t, "")}}},
-		want: "buckets are a set of 16 buckets, the ShardingConfig has 8",
+		want: `shard "0": buckets are a set of 16 buckets, want 8`,
 	}, {
 		name:   "a zero set",
 		config: perCluster,
-		rules:  placement.Rules{Generation: 1, Shards: []placement.RuleShard{{ID: "0", Buckets: set(t, "0")}}},
-		want:   "pending buckets are a set of 0 buckets",
+		table:  Table{Generation: 1, Shards: []Shard{{ID: "0", Buckets: set(t, "0")}}},
+		want:   `shard "0": pending buckets are a set of 0 buckets, want 8`,
 	}, {
 		name:   "a bucket in two shards",
 		config: perCluster,
-		rules: placement.Rules{Generation: 1, Shards: []placement.RuleShard{
+		table: Table{Generation: 1, Shards: []Shard{
 			valid("0"), {ID: "1", Buckets: set(t, "0-1"), PendingBuckets: set(t, "")}}},
-		want: `shard "1": buckets 0 are served by another shard too`,
+		want: `bucket 0 is served by both shard "0" and shard "1"`,
 	}, {
 		name:   "a pod in two shards",
 		config: perCluster,
-		rules:  placement.Rules{Generation: 1, Shards: []placement.RuleShard{valid("0", pod("m1", "a")), valid("1", pod("m1", "a"))}},
-		want:   `shard "1": pod "a" is listed in shard "0" too`,
+		table:  Table{Generation: 1, Shards: []Shard{valid("0", pod("m1", "a")), valid("1", pod("m1", "a"))}},
+		want:   `pod m1/a is listed in both shard "0" and shard "1"`,
 	}, {
 		name:   "a shard ID that is no DNS label",
 		config: perCluster,
-		rules:  placement.Rules{Generation: 1, Shards: []placement.RuleShard{{ID: "Shard_0", Buckets: set(t, "0"), PendingBuckets: set(t, "")}}},
+		table:  Table{Generation: 1, Shards: []Shard{{ID: "Shard_0", Buckets: set(t, "0"), PendingBuckets: set(t, "")}}},
 		want:   `shard "Shard_0": the ID must be a DNS label`,
 	}, {
 		name:   "too many pods",
 		config: perCluster,
-		rules: placement.Rules{Generation: 1, Shards: []placement.RuleShard{valid("0",
+		table: Table{Generation: 1, Shards: []Shard{valid("0",
 			pod("m1", "p0"), pod("m1", "p1"), pod("m1", "p2"), pod("m1", "p3"), pod("m1", "p4"), pod("m1", "p5"), pod("m1", "p6"), pod("m1", "p7"), pod("m1", "p8"),
 			pod("m1", "p9"), pod("m1", "p10"), pod("m1", "p11"), pod("m1", "p12"), pod("m1", "p13"), pod("m1", "p14"), pod("m1", "p15"), pod("m1", "p16"))}},
 		want: "17 pods in this cluster, at most 16",
 	}, {
 		name:   "no scope",
 		config: testConfig("team-a", ""),
-		rules:  placement.Rules{Generation: 1},
+		table:  Table{Generation: 1},
 		want:   `scope "" is neither PerCluster nor Fleet`,
 	}, {
 		name: "no bucket count",
@@ -254,13 +253,13 @@ func TestBuildRouteRefuses(t *testing.T) {
 			c.Spec.Sharding.Buckets = 0
 			return c
 		}(),
-		rules: placement.Rules{Generation: 1},
+		table: Table{Generation: 1},
 		want:  "sharding.buckets: bucket count must be a power of two",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			route, err := BuildRoute(tc.config, "m1", tc.rules, nil)
+			route, err := Build(tc.config, "m1", tc.table, nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("BuildRoute = %v, %v; want an error containing %q", route, err, tc.want)
+				t.Fatalf("Build = %v, %v; want an error containing %q", route, err, tc.want)
 			}
 		})
 	}
@@ -269,7 +268,7 @@ func TestBuildRouteRefuses(t *testing.T) {
 func TestRulesHash(t *testing.T) {
 	base := buildCases()[2] // canary: every optional field set
 	build := func() *ctrlmeshv1alpha1.ShardRoute {
-		route, err := BuildRoute(base.config, base.cluster, base.rules(t), testAddresses)
+		route, err := Build(base.config, base.cluster, base.table(t), testAddresses)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -320,15 +319,15 @@ func TestRulesHash(t *testing.T) {
 	}
 }
 
-// TestBuiltRoutesAreValid creates every route of the BuildRoute table on a
-// real API server, and checks that routes validateRoute refuses for reasons
-// of the CRD are refused by the API server too.
+// TestBuiltRoutesAreValid creates every route of the Build case table on a
+// real API server, and checks that routes checkCRD refuses are refused by
+// the API server too.
 func TestBuiltRoutesAreValid(t *testing.T) {
 	ctx := context.Background()
 	ns := unique("built-routes")
 	createNamespace(t, ctx, hub.Client, ns)
 	for i, tc := range buildCases() {
-		route, err := BuildRoute(tc.config, tc.cluster, tc.rules(t), testAddresses)
+		route, err := Build(tc.config, tc.cluster, tc.table(t), testAddresses)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -338,7 +337,7 @@ func TestBuiltRoutesAreValid(t *testing.T) {
 		}
 	}
 
-	valid, err := BuildRoute(testConfig(ns, ctrlmeshv1alpha1.ScopePerCluster), "m1", buildCases()[0].rules(t), testAddresses)
+	valid, err := Build(testConfig(ns, ctrlmeshv1alpha1.ScopePerCluster), "m1", buildCases()[0].table(t), testAddresses)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,8 +359,8 @@ func TestBuiltRoutesAreValid(t *testing.T) {
 		route := valid.DeepCopy()
 		route.Name = unique("invalid")
 		breakIt(&route.Spec)
-		if err := validateRoute(route); err == nil {
-			t.Errorf("%s: validateRoute accepts it", name)
+		if err := checkCRD(&route.Spec); err == nil {
+			t.Errorf("%s: checkCRD accepts it", name)
 		}
 		if err := hub.Client.Create(ctx, route); !apierrors.IsInvalid(err) {
 			t.Errorf("%s: the API server answers %v, want Invalid", name, err)
