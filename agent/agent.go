@@ -8,7 +8,7 @@
 //     applies the ShardRoutes the hub's Works carry and reflects their status
 //     into the Works, as Karmada would; in Karmada mode Karmada does that;
 //   - the ShardRoute status controller (agent/routestatus, elected);
-//   - labeling (agent/labeler): the rules on every replica, for the
+//   - labeling (agent/labeler): the targets on every replica, for the
 //     webhook; sweeps and the webhook configuration on the elected one;
 //   - the proxy injection webhook (agent/inject, every replica) and the
 //     Events on pods it could not serve (elected).
@@ -19,8 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 
 	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -43,6 +41,7 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/agent/labeler"
 	"github.com/ctrlmesh/ctrlmesh/agent/routestatus"
 	"github.com/ctrlmesh/ctrlmesh/agent/workapply"
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
 	ctrlmeshscheme "github.com/ctrlmesh/ctrlmesh/pkg/scheme"
 	"github.com/ctrlmesh/ctrlmesh/pkg/webhookutil"

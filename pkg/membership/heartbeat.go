@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
-
 	"github.com/go-logr/logr"
 	"github.com/karmada-io/karmada/pkg/util/names"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -15,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 )
 
 // Defaults of Heartbeat.

@@ -25,14 +25,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ctrlmesh/ctrlmesh/proxy/internal/apistatus"
-
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/proxy/internal/apistatus"
 	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 )
 
