@@ -70,7 +70,7 @@ func leanPod(obj any) (any, error) {
 func ctrlmeshAnnotations(in map[string]string) map[string]string {
 	var out map[string]string
 	for k, v := range in {
-		if strings.HasPrefix(k, "ctrlmesh.io/") {
+		if strings.HasPrefix(k, ctrlmeshv1alpha1.GroupVersion.Group+"/") {
 			if out == nil {
 				out = map[string]string{}
 			}

@@ -98,7 +98,7 @@ func installAcceptPolicy(t *testing.T, ctx context.Context) {
 	t.Helper()
 	acceptPolicyOnce.Do(func() {
 		for _, obj := range membership.AgentHubRBAC("policy") {
-			if obj.GetLabels()[membership.ClusterLabel] != "" {
+			if obj.GetLabels()[ctrlmeshv1alpha1.MemberClusterLabel] != "" {
 				continue // the shared objects only
 			}
 			if err := hub.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {

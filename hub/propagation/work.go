@@ -30,17 +30,6 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
 )
 
-// Labels and annotations of the Works a Writer writes.
-const (
-	// ConfigNamespaceLabel and ConfigNameLabel on a Work name the
-	// ShardingConfig it carries the route of.
-	ConfigNamespaceLabel = "ctrlmesh.io/shardingconfig-namespace"
-	ConfigNameLabel      = "ctrlmesh.io/shardingconfig-name"
-	// RulesHashAnnotation on a Work is the rulesHash of its ShardRoute, so
-	// that Sync can tell an unchanged Work without decoding its manifest.
-	RulesHashAnnotation = "ctrlmesh.io/rules-hash"
-)
-
 // Writer writes the Works that carry ShardRoutes to member clusters, one per
 // (ShardingConfig, cluster), in the cluster's execution namespace
 // karmada-es-<cluster>, which must exist (Karmada's cluster controller, or
@@ -79,7 +68,7 @@ func (w *Writer) Sync(ctx context.Context, config *ctrlmeshv1alpha1.ShardingConf
 		if err != nil {
 			return fmt.Errorf("reading Work %s: %w", key, err)
 		}
-		if current.Annotations[RulesHashAnnotation] == route.Spec.RulesHash {
+		if current.Annotations[ctrlmeshv1alpha1.WorkRulesHashAnnotation] == route.Spec.RulesHash {
 			return nil
 		}
 		if !current.DeletionTimestamp.IsZero() {
@@ -123,7 +112,7 @@ func (w *Writer) fill(work *workv1alpha1.Work, config *ctrlmeshv1alpha1.Sharding
 	if work.Annotations == nil {
 		work.Annotations = map[string]string{}
 	}
-	work.Annotations[RulesHashAnnotation] = route.Spec.RulesHash
+	work.Annotations[ctrlmeshv1alpha1.WorkRulesHashAnnotation] = route.Spec.RulesHash
 	if w.KarmadaFinalizer {
 		controllerutil.AddFinalizer(work, util.ExecutionControllerFinalizer)
 	}
@@ -177,7 +166,7 @@ func (w *Writer) List(ctx context.Context, config *ctrlmeshv1alpha1.ShardingConf
 }
 
 func configLabels(config *ctrlmeshv1alpha1.ShardingConfig) map[string]string {
-	return map[string]string{ConfigNamespaceLabel: config.Namespace, ConfigNameLabel: config.Name}
+	return map[string]string{ctrlmeshv1alpha1.WorkConfigNamespaceLabel: config.Namespace, ctrlmeshv1alpha1.WorkConfigNameLabel: config.Name}
 }
 
 // workKey is the namespace and name of the Work of config for cluster. The
@@ -188,7 +177,7 @@ func workKey(config *ctrlmeshv1alpha1.ShardingConfig, cluster string) (client.Ob
 	}
 	if errs := validation.IsValidLabelValue(config.Name); len(errs) > 0 {
 		return client.ObjectKey{}, fmt.Errorf("ShardingConfig %s/%s: its name must fit in label %s of its Works: %s",
-			config.Namespace, config.Name, ConfigNameLabel, strings.Join(errs, "; "))
+			config.Namespace, config.Name, ctrlmeshv1alpha1.WorkConfigNameLabel, strings.Join(errs, "; "))
 	}
 	return routework.WorkKey(cluster, config.Namespace, config.Name), nil
 }

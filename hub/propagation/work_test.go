@@ -118,11 +118,11 @@ func TestWriterSync(t *testing.T) {
 		t.Errorf("Work name %s, want %s", work.Name, want)
 	}
 	id := work.Labels[workv1alpha2.WorkPermanentIDLabel]
-	if id == "" || work.Labels[ConfigNamespaceLabel] != config.Namespace || work.Labels[ConfigNameLabel] != config.Name {
+	if id == "" || work.Labels[ctrlmeshv1alpha1.WorkConfigNamespaceLabel] != config.Namespace || work.Labels[ctrlmeshv1alpha1.WorkConfigNameLabel] != config.Name {
 		t.Errorf("Work labels %v: want a permanent ID and the config's namespace and name", work.Labels)
 	}
-	if work.Annotations[RulesHashAnnotation] != first.Spec.RulesHash {
-		t.Errorf("Work annotations %v, want %s=%s", work.Annotations, RulesHashAnnotation, first.Spec.RulesHash)
+	if work.Annotations[ctrlmeshv1alpha1.WorkRulesHashAnnotation] != first.Spec.RulesHash {
+		t.Errorf("Work annotations %v, want %s=%s", work.Annotations, ctrlmeshv1alpha1.WorkRulesHashAnnotation, first.Spec.RulesHash)
 	}
 	if len(work.Finalizers) != 0 {
 		t.Errorf("Work finalizers %v, want none in standalone mode", work.Finalizers)
@@ -157,7 +157,7 @@ func TestWriterSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	updated := getWork(t, ctx, config, cluster)
-	if updated.ResourceVersion == work.ResourceVersion || updated.Annotations[RulesHashAnnotation] != second.Spec.RulesHash {
+	if updated.ResourceVersion == work.ResourceVersion || updated.Annotations[ctrlmeshv1alpha1.WorkRulesHashAnnotation] != second.Spec.RulesHash {
 		t.Errorf("changed rules did not update the Work: annotations %v", updated.Annotations)
 	}
 	if got := manifest(t, updated); got.Spec.RoutingGeneration != 2 || got.Labels[workv1alpha2.WorkPermanentIDLabel] != id {

@@ -95,7 +95,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // configOfWork maps a Work to the ShardingConfig it carries rules of.
 func configOfWork(_ context.Context, obj client.Object) []reconcile.Request {
 	l := obj.GetLabels()
-	ns, name := l[propagation.ConfigNamespaceLabel], l[propagation.ConfigNameLabel]
+	ns, name := l[ctrlmeshv1alpha1.WorkConfigNamespaceLabel], l[ctrlmeshv1alpha1.WorkConfigNameLabel]
 	if ns == "" || name == "" {
 		return nil
 	}

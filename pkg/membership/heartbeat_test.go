@@ -78,10 +78,17 @@ func TestHeartbeatRenewsUntilStopped(t *testing.T) {
 	if len(renewals) < 4 {
 		t.Fatalf("renewTime advanced %d times in 20 s, want 4: %v", len(renewals)-1, renewals)
 	}
+	// Each renewTime is taken after a read of the Lease, which a loaded
+	// machine may slow for one renewal and not the next: single gaps may be
+	// short, but renewals must come about every interval on average and
+	// never stall.
 	for i := 1; i < len(renewals); i++ {
-		if gap := renewals[i].Sub(renewals[i-1]); gap < interval/2 || gap > 10*interval {
+		if gap := renewals[i].Sub(renewals[i-1]); gap > 10*interval {
 			t.Errorf("renewal %d came %s after the previous, interval %s", i, gap, interval)
 		}
+	}
+	if mean := renewals[len(renewals)-1].Sub(renewals[0]) / time.Duration(len(renewals)-1); mean < interval/2 {
+		t.Errorf("renewals came every %s on average, interval %s", mean, interval)
 	}
 
 	stop()

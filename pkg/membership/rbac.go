@@ -26,8 +26,6 @@ const (
 	ExecutionRoleBinding = "ctrlmesh-agent"
 	// partOfLabel marks every object AgentHubRBAC returns.
 	partOfLabel = "app.kubernetes.io/part-of"
-	// ClusterLabel names the member of a per-member object of AgentHubRBAC.
-	ClusterLabel = "ctrlmesh.io/cluster"
 	// AcceptPolicy is the ValidatingAdmissionPolicy, and its binding, that
 	// guards spec.hubAcceptsClient as OCM's webhook does.
 	AcceptPolicy = "ctrlmesh-managedcluster-accept"
@@ -92,7 +90,7 @@ func HubClusterRole(cluster string) string { return "ctrlmesh-agent-hub:" + clus
 func AgentHubRBAC(cluster string) []client.Object {
 	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: AgentNamespace, Name: AgentServiceAccount(cluster)}}
 	shared := map[string]string{partOfLabel: "ctrlmesh"}
-	member := map[string]string{partOfLabel: "ctrlmesh", ClusterLabel: cluster}
+	member := map[string]string{partOfLabel: "ctrlmesh", ctrlmeshv1alpha1.MemberClusterLabel: cluster}
 	return []client.Object{
 		&rbacv1.ClusterRole{
 			TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "ClusterRole"},

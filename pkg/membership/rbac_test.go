@@ -258,7 +258,7 @@ func applyAgentHubRBAC(t *testing.T, ctx context.Context, cluster string, edit f
 		if edit != nil {
 			edit(obj)
 		}
-		if err := hub.Client.Create(ctx, obj); err != nil && !(apierrors.IsAlreadyExists(err) && obj.GetLabels()[membership.ClusterLabel] == "") {
+		if err := hub.Client.Create(ctx, obj); err != nil && !(apierrors.IsAlreadyExists(err) && obj.GetLabels()[ctrlmeshv1alpha1.MemberClusterLabel] == "") {
 			t.Fatal(err)
 		}
 	}

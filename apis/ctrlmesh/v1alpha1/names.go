@@ -109,3 +109,19 @@ const (
 	HubComponent   = "ctrlmesh-hub"
 	AgentComponent = "ctrlmesh-agent"
 )
+
+// Labels and annotations of the Works the hub writes, one per
+// (ShardingConfig, cluster).
+const (
+	// WorkConfigNamespaceLabel and WorkConfigNameLabel on a Work name the
+	// ShardingConfig it carries the route of.
+	WorkConfigNamespaceLabel = "ctrlmesh.io/shardingconfig-namespace"
+	WorkConfigNameLabel      = "ctrlmesh.io/shardingconfig-name"
+	// WorkRulesHashAnnotation on a Work is the rulesHash of its ShardRoute,
+	// so that the hub tells an unchanged Work without decoding its manifest.
+	WorkRulesHashAnnotation = "ctrlmesh.io/rules-hash"
+)
+
+// MemberClusterLabel names the member cluster of a hub object that exists
+// per member, such as the RBAC of its agent.
+const MemberClusterLabel = "ctrlmesh.io/cluster"
