@@ -26,6 +26,7 @@ package routestatus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -102,7 +103,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	status.Pods = mergeByName(candidates, others)
 	var nextExpiry time.Time
 	status.Leaders, nextExpiry = leaders(leases, candidates, time.Now())
-	refusal := r.recheckRules(&route)
+	refusal, err := r.recheckRules(&route)
 	if refusal != nil {
 		meta.SetStatusCondition(&status.Conditions, *refusal)
 	}
@@ -112,6 +113,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !nextExpiry.IsZero() {
 		// Come back once, just after the lease runs out unless renewed.
 		result.RequeueAfter = time.Until(nextExpiry) + time.Millisecond
+	}
+	if err != nil {
+		// Discovery failed: the rules are neither good nor refused yet.
+		log.Info("Cannot check the rules while discovery fails; retrying", "in", discoveryRetry, "error", err.Error())
+		if result.RequeueAfter == 0 || result.RequeueAfter > discoveryRetry {
+			result.RequeueAfter = discoveryRetry
+		}
 	}
 	if equality.Semantic.DeepEqual(status, &route.Status) {
 		return result, nil
@@ -134,24 +142,35 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return result, nil
 }
 
+// discoveryRetry is how soon rules that discovery kept from being checked
+// are checked again.
+const discoveryRetry = 5 * time.Second
+
 // recheckRules returns the RulesApplied condition for a generation of the
 // route the status does not describe yet, and nil when it does. Like the
 // proxies, which offer each generation once, the agent checks each
 // generation once: a resource that the API server learns later does not
-// turn refused rules into good ones.
-func (r *Reconciler) recheckRules(route *ctrlmeshv1alpha1.ShardRoute) *metav1.Condition {
+// turn refused rules into good ones. A check that discovery kept from
+// finishing (rules.ErrDiscovery) decides nothing: no condition, and the
+// error, so that the generation is checked again rather than refused for
+// good — a refusal would stall the hub's handover until the next
+// generation.
+func (r *Reconciler) recheckRules(route *ctrlmeshv1alpha1.ShardRoute) (*metav1.Condition, error) {
 	if cond := meta.FindStatusCondition(route.Status.Conditions, ctrlmeshv1alpha1.ConditionRulesApplied); cond != nil &&
 		cond.ObservedGeneration == route.Generation && route.Status.ObservedGeneration == route.Generation {
-		return nil
+		return nil, nil
 	}
 	cond := metav1.Condition{
 		Type: ctrlmeshv1alpha1.ConditionRulesApplied, Status: metav1.ConditionTrue, Reason: ctrlmeshv1alpha1.ReasonRulesValid,
 		Message: "the proxies can enforce the rules", ObservedGeneration: route.Generation,
 	}
-	if err := checkRules(route, r.Mode, r.scopes); err != nil {
+	switch err := checkRules(route, r.Mode, r.scopes); {
+	case errors.Is(err, rules.ErrDiscovery):
+		return nil, err
+	case err != nil:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonInvalidRules, err.Error()
 	}
-	return &cond
+	return &cond, nil
 }
 
 // checkRules refuses what a proxy would refuse. A proxy compiles the rules

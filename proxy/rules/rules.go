@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"slices"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -30,6 +31,12 @@ const (
 	// ModeLabel selects on the ctrlmesh.io/sharding-hash label.
 	ModeLabel Mode = "label"
 )
+
+// ErrDiscovery marks a compile error that discovery caused, not the rules:
+// the same rules may compile once discovery answers, so callers retry them
+// rather than refuse them. A resource discovery does not know is the
+// rules' fault and not marked.
+var ErrDiscovery = errors.New("discovery failed")
 
 // Scopes tells whether the API server serves a resource, and whether it is
 // namespaced. It is the seam over discovery.
@@ -195,6 +202,9 @@ func CompileLimits(in ctrlmeshv1alpha1.Limits, scopes Scopes) ([]Limit, error) {
 					}
 					gr := schema.GroupResource{Group: g, Resource: r}
 					namespaced, err := scopes.IsNamespaced(gr)
+					if err != nil && !meta.IsNoMatchError(err) {
+						return nil, fmt.Errorf("limit %d: resource %q: %w: %w", i, gr.String(), ErrDiscovery, err)
+					}
 					if err != nil {
 						return nil, fmt.Errorf("limit %d: resource %q: %w", i, gr.String(), err)
 					}
