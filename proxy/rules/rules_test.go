@@ -1,9 +1,12 @@
 package rules
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/api/meta"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -13,12 +16,13 @@ import (
 )
 
 // mapScopes is a fixed table of served resources; Compile's logic is pure.
+// An unknown resource is a no-match error, as MapperScopes returns it.
 type mapScopes map[schema.GroupResource]bool
 
 func (m mapScopes) IsNamespaced(gr schema.GroupResource) (bool, error) {
 	namespaced, ok := m[gr]
 	if !ok {
-		return false, fmt.Errorf("the API server does not serve it")
+		return false, fmt.Errorf("the API server does not serve it: %w", &meta.NoResourceMatchError{PartialResource: gr.WithVersion("")})
 	}
 	return namespaced, nil
 }
@@ -207,5 +211,26 @@ func TestSameSelection(t *testing.T) {
 		if got := base.SameSelection(tt.other); got != tt.same {
 			t.Errorf("%s: SameSelection = %v, want %v", tt.name, got, tt.same)
 		}
+	}
+}
+
+// failingScopes is discovery that cannot answer.
+type failingScopes struct{}
+
+func (failingScopes) IsNamespaced(schema.GroupResource) (bool, error) {
+	return false, fmt.Errorf("the server is currently unable to handle the request")
+}
+
+// TestDiscoveryErrorsAreMarked: a compile error that discovery caused is
+// ErrDiscovery (callers retry), one the rules caused is not (callers
+// refuse).
+func TestDiscoveryErrorsAreMarked(t *testing.T) {
+	limits := ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{APIGroups: []string{""}, Resources: []string{"configmaps"}}}}}
+	if _, err := CompileLimits(limits, failingScopes{}); !errors.Is(err, ErrDiscovery) {
+		t.Errorf("discovery failing: error %v, want ErrDiscovery", err)
+	}
+	limits[0].RelateResources[0].Resources[0] = "configmapz"
+	if _, err := CompileLimits(limits, served); err == nil || errors.Is(err, ErrDiscovery) {
+		t.Errorf("unknown resource: error %v, want a refusal that is not ErrDiscovery", err)
 	}
 }
