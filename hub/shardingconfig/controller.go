@@ -69,9 +69,12 @@ type Reconciler struct {
 	// ShardingConfig is reconciled then.
 	ClusterChanges <-chan event.GenericEvent
 	Recorder       record.EventRecorder
-	// Clock times the canary's healthy period.
-	Clock   clock.PassiveClock
-	Metrics *Metrics
+	// Clock times the canary's healthy period and the grace of pods whose
+	// proxy has not reported.
+	Clock clock.PassiveClock
+
+	unproxied unproxiedPods
+	Metrics   *Metrics
 }
 
 // SetupWithManager registers the controller with mgr.
@@ -153,6 +156,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	overdue, untold, next := r.unproxied.observe(req.NamespacedName, readyWithoutProxy(outcome.members), start)
+	outcome.unproxied = overdue
+	for _, p := range untold {
+		r.Recorder.Eventf(&sc, corev1.EventTypeWarning, ctrlmeshv1alpha1.ReasonPodsWithoutProxy,
+			"Pod %s is ready but its ctrlmesh proxy has not reported for %s: it gets no buckets, and without a proxy its operator sees every shard's objects. "+
+				"If it was admitted without the sidecar (see its %s annotation), delete it so that it is created again with the proxy.",
+			p, proxyReportGrace, ctrlmeshv1alpha1.ProxyInjectionReasonAnnotation)
+	}
+	if !next.IsZero() && (requeue == 0 || next.Sub(start) < requeue) {
+		requeue = next.Sub(start)
+	}
 	if err := r.writeStatus(ctx, &sc, outcome, canary.Canary); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -162,6 +176,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // finalize deletes the ShardingConfig's Works and rows and then lets it go.
 func (r *Reconciler) finalize(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig) error {
 	// A config being deleted is never placed again: nothing reads its rows.
+	r.unproxied.forget(client.ObjectKeyFromObject(sc))
 	if err := r.Store.DeleteConfig(client.ObjectKeyFromObject(sc)); err != nil {
 		return fmt.Errorf("forgetting the ShardingConfig being deleted: %w", err)
 	}
@@ -251,6 +266,9 @@ type outcome struct {
 	domains []domainOutcome
 	// invalid is why the spec cannot be placed, if it cannot.
 	invalid error
+	// unproxied are the ready pods whose proxy has not reported within the
+	// grace: they get no buckets.
+	unproxied []route.PodID
 	// canaryStep is the canary step in force.
 	canaryStep int32
 }
@@ -645,11 +663,14 @@ func acks(published route.Table, domain []string, members map[string]*member) []
 
 // candidates are the pods a member's agent reports as candidates: those
 // with a shard-worthy readiness (the agent also lists pods that only
-// reported a hash; they are not ready).
+// reported a hash; they are not ready) whose proxy has reported. A pod
+// whose proxy never reported may run without one (admitted without the
+// sidecar): given buckets, it would never acknowledge a change and stall
+// every handover, so it counts as not ready (see unproxiedPods).
 func candidates(cluster string, pods []state.Pod) []placement.Pod {
 	var out []placement.Pod
 	for _, p := range pods {
-		out = append(out, placement.Pod{PodID: route.PodID{Cluster: cluster, Name: p.Name}, Ready: p.Ready, Canary: p.Canary})
+		out = append(out, placement.Pod{PodID: route.PodID{Cluster: cluster, Name: p.Name}, Ready: p.Ready && p.AppliedRulesHash != "", Canary: p.Canary})
 	}
 	return out
 }

@@ -103,6 +103,14 @@ func degraded(sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome) (reason, messag
 		slices.Sort(unavailable)
 		return ctrlmeshv1alpha1.ReasonClusterUnavailable, fmt.Sprintf("clusters without a fresh heartbeat keep their last rules: %s", strings.Join(unavailable, ", "))
 	}
+	if len(out.unproxied) > 0 {
+		names := make([]string, 0, len(out.unproxied))
+		for _, p := range out.unproxied {
+			names = append(names, p.String())
+		}
+		return ctrlmeshv1alpha1.ReasonPodsWithoutProxy, fmt.Sprintf("ready pods whose ctrlmesh proxy has not reported get no buckets, and see every shard's objects if they run without one: %s; "+
+			"delete a pod admitted without the sidecar so that it is created again with the proxy", strings.Join(names, ", "))
+	}
 	for _, d := range out.domains {
 		if !slices.ContainsFunc(d.pods, func(p placement.Pod) bool { return p.Ready && !p.Canary }) {
 			return ctrlmeshv1alpha1.ReasonNoCandidatePods, fmt.Sprintf("no ready pod matches the selector in %s", strings.Join(d.clusters, ", "))

@@ -43,6 +43,10 @@ const (
 	ReasonHandoverPending    = "HandoverPending"
 	ReasonInvalidSpec        = "InvalidSpec"
 	ReasonNoClusters         = "NoClustersSelected"
+	// ReasonPodsWithoutProxy: ready pods the selector matches have had no
+	// proxy report for a while (also the reason of the Warning Event on
+	// the ShardingConfig naming each): they get no buckets.
+	ReasonPodsWithoutProxy = "PodsWithoutProxy"
 )
 
 // Reasons of the Ready condition of ShardingConfig when it is True, and of
