@@ -205,7 +205,7 @@ func FuzzNarrow(f *testing.F) {
 		if shardSel != "" {
 			query.Set("shardSelector", shardSel)
 		}
-		if err := narrow(query, snap, &snap.Limits[0]); err != nil {
+		if _, err := narrow(query, snap, &snap.Limits[0]); err != nil {
 			return
 		}
 		// Range mode with no limit selector adds no label requirement and

@@ -14,6 +14,7 @@ type Metrics struct {
 	fencedWrites      prometheus.Counter
 	lockRenames       prometheus.Counter
 	relistsForced     *prometheus.CounterVec
+	unsharded         *prometheus.CounterVec
 	rulesLoaded       *prometheus.CounterVec
 	rulesInfo         *prometheus.GaugeVec
 }
@@ -52,6 +53,10 @@ func NewMetrics() *Metrics {
 			Name: "ctrlmesh_proxy_relists_forced_total",
 			Help: "Watches ended with 410 Expired so the operator relists, by reason (rules-changed, stale-resource-version).",
 		}, []string{"reason"}),
+		unsharded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ctrlmesh_proxy_unsharded_responses_total",
+			Help: "Range-mode list and watch responses refused because the API server did not prove it applied the shardSelector (a kube-apiserver without the ShardedListAndWatch gate), by verb.",
+		}, []string{"verb"}),
 		rulesLoaded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ctrlmesh_proxy_rules_loads_total",
 			Help: "Rules offered to the proxy, by result (applied, refused).",
@@ -61,7 +66,7 @@ func NewMetrics() *Metrics {
 			Help: "The rules in force: 1 for the enforced hash, routing generation, shard and mode.",
 		}, []string{"hash", "generation", "shard", "mode"}),
 	}
-	m.Registry.MustRegister(m.requests, m.injectedSelectors, m.fencedWrites, m.lockRenames, m.relistsForced,
+	m.Registry.MustRegister(m.requests, m.injectedSelectors, m.fencedWrites, m.lockRenames, m.relistsForced, m.unsharded,
 		m.rulesLoaded, m.rulesInfo, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

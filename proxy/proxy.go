@@ -8,8 +8,10 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -38,8 +40,9 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/proxy/watchstream"
 )
 
-// maxLockBody bounds the lock object bodies the proxy reads to rename.
-const maxLockBody = 1 << 20
+// maxNamedBody bounds the request bodies the proxy reads for the name of
+// the object they write: a lock to rename, a Namespace to fence.
+const maxNamedBody = 1 << 20
 
 // Config of a Proxy.
 type Config struct {
@@ -108,6 +111,9 @@ type state struct {
 	snap     *rules.Snapshot
 	epoch    uint64
 	expiries *expiries
+	// withdrawn, when not empty, says why the pod's rules were taken away
+	// (Withdraw); snap is then the last rules with the pod in no shard.
+	withdrawn string
 }
 
 // expiries holds, per resource, the channel whose closing ends the sharded
@@ -230,26 +236,104 @@ func (p *Proxy) newReverse(cfg *rest.Config) (*httputil.ReverseProxy, error) {
 		// Flush every write: watches and chunked lists must not stall.
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			var refused *refusal
+			if errors.As(err, &refused) {
+				apistatus.Write(w, refused.code, refused.reason, refused.message, nil)
+				return
+			}
 			p.log.V(1).Info("upstream request failed", "method", r.Method, "path", r.URL.Path, "host", target.Host, "error", err.Error())
 			apistatus.Write(w, http.StatusBadGateway, metav1.StatusReasonServiceUnavailable, "ctrlmesh proxy: the API server could not be reached: "+err.Error(), nil)
 		},
 		ModifyResponse: func(resp *http.Response) error {
-			if expire, ok := resp.Request.Context().Value(watchExpireKey{}).(chan string); ok {
-				watchstream.WrapResponse(resp, expire, func(res watchstream.Result, _ error) {
-					if res.Outcome == watchstream.Expired {
-						p.metrics.relistsForced.WithLabelValues("rules-changed").Inc()
-					}
-				})
+			read, ok := resp.Request.Context().Value(shardedReadKey{}).(*shardedRead)
+			if !ok || resp.StatusCode != http.StatusOK {
+				return nil
 			}
-			return nil
+			return p.checkRead(resp, read)
 		},
 	}, nil
 }
 
-type watchExpireKey struct{}
+// refusal is an answer the proxy gives instead of the API server's: an
+// error of ModifyResponse that ErrorHandler writes as it is.
+type refusal struct {
+	code    int32
+	reason  metav1.StatusReason
+	message string
+}
 
-func contextWithExpire(ctx context.Context, expire chan string) context.Context {
-	return context.WithValue(ctx, watchExpireKey{}, expire)
+func (r *refusal) Error() string { return r.message }
+
+type shardedReadKey struct{}
+
+// shardedRead is what the proxy knows of a sharded list or watch it
+// forwarded, for checking its response.
+type shardedRead struct {
+	verb string
+	gr   schema.GroupResource
+	// expire ends a watch when the rules change.
+	expire chan string
+	// proof, in range mode, is what the response must be proven against.
+	proof *shardProof
+}
+
+// checkRead prepares the 200 response to a sharded list or watch: a watch
+// is framed so that a rules change can end it, and in range mode a list or
+// watch is handed on only as far as it is proven sharded (see verify.go).
+// Whatever the proxy cannot frame or check is refused, never passed on.
+func (p *Proxy) checkRead(resp *http.Response, read *shardedRead) error {
+	refused := func(err error) {
+		p.metrics.unsharded.WithLabelValues(read.verb).Inc()
+		p.log.Info("refused a sharded response the API server did not prove sharded", "verb", read.verb, "resource", read.gr.String(), "reason", err.Error())
+	}
+	if read.verb == "watch" {
+		var check watchstream.Check
+		if read.proof != nil {
+			check = func(framing watchstream.Framing, frame []byte) error {
+				err := read.proof.checkEvent(framing, frame)
+				if err != nil {
+					refused(err)
+					return errors.New(unshardedText(read, err))
+				}
+				return nil
+			}
+		}
+		wrapped := watchstream.WrapResponse(resp, read.expire, check, func(res watchstream.Result, _ error) {
+			if res.Outcome == watchstream.Expired {
+				p.metrics.relistsForced.WithLabelValues("rules-changed").Inc()
+			}
+		})
+		if !wrapped {
+			return &refusal{code: http.StatusServiceUnavailable, reason: metav1.StatusReasonServiceUnavailable, message: fmt.Sprintf(
+				"ctrlmesh proxy: watch of %s refused: the API server answered it as %q (Content-Encoding %q), which the proxy cannot frame, so it could not end the watch when the rules change",
+				read.gr, resp.Header.Get("Content-Type"), resp.Header.Get("Content-Encoding"))}
+		}
+		return nil
+	}
+	if read.proof == nil {
+		return nil
+	}
+	body, err := newCheckedBody(resp, *read.proof, refused)
+	if err != nil {
+		refused(err)
+	} else {
+		err = body.readAhead(listCheckAhead)
+	}
+	if err != nil {
+		return &refusal{code: http.StatusServiceUnavailable, reason: metav1.StatusReasonServiceUnavailable, message: unshardedText(read, err)}
+	}
+	resp.Body = body
+	return nil
+}
+
+// unshardedText tells the operator why a sharded response was refused, and
+// what to do.
+func unshardedText(read *shardedRead, err error) string {
+	advice := ""
+	if errors.Is(err, errUnsharded) {
+		advice = "; in range mode every kube-apiserver must have the ShardedListAndWatch feature gate: turn it on, or run the proxy with --selector-mode label"
+	}
+	return fmt.Sprintf("ctrlmesh proxy: %s of %s refused, so that no object of another shard reaches this pod: %v%s", read.verb, read.gr, err, advice)
 }
 
 type readCloser struct {
@@ -333,7 +417,9 @@ func (p *Proxy) setApplied(snap *rules.Snapshot) {
 	}
 	p.applied.Store(snap)
 	p.metrics.rulesInfo.Reset()
-	p.metrics.rulesInfo.WithLabelValues(snap.Hash(), strconv.FormatInt(snap.Generation(), 10), snap.Shard, string(snap.Mode)).Set(1)
+	if snap != nil {
+		p.metrics.rulesInfo.WithLabelValues(snap.Hash(), strconv.FormatInt(snap.Generation(), 10), snap.Shard, string(snap.Mode)).Set(1)
+	}
 	close(p.appliedChanged)
 	p.appliedChanged = make(chan struct{})
 }
@@ -344,9 +430,51 @@ func (p *Proxy) Stop() {
 	p.stopOnce.Do(func() { close(p.stopped) })
 }
 
+// Withdraw takes the pod out of every shard because its rules are gone —
+// the ShardRoute it follows was deleted (its ShardingConfig deleted, or the
+// cluster deselected) — until SetRules puts rules in force again. Sharded
+// reads then get 503, writes 403 and leader election 503, each naming
+// reason, and the watches opened under the rules end. It never falls back
+// to passing requests unnarrowed and unfenced, and keeping the last rules
+// would let the pod go on reconciling buckets the hub may grant elsewhere.
+// Resources the last rules did not shard pass as before.
+func (p *Proxy) Withdraw(reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := p.state.Load()
+	if old == nil || old.withdrawn != "" {
+		// No rules in force: every API request already gets 503.
+		return
+	}
+	unassigned := *old.snap
+	unassigned.Shard = ""
+	next := &state{snap: &unassigned, epoch: old.epoch + 1, expiries: newExpiries(), withdrawn: reason}
+	never := func(schema.GroupResource) bool { return false }
+	old.expiries.handOver(next.expiries, never)
+	p.selections.beginChange(next.epoch, never)
+	p.state.Store(next)
+	p.setApplied(nil)
+}
+
+// Withdrawn says why the pod's rules were withdrawn, "" while they are not.
+func (p *Proxy) Withdrawn() string {
+	if st := p.state.Load(); st != nil {
+		return st.withdrawn
+	}
+	return ""
+}
+
+// withdrawnText tells the operator its proxy serves nothing, and how to run
+// it without ctrlmesh.
+func withdrawnText(reason string) string {
+	return fmt.Sprintf("%s, so this pod serves no shard. To run the operator without ctrlmesh, remove the label %s from its pod template and restart its pods",
+		reason, ctrlmeshv1alpha1.EnableProxyLabel)
+}
+
 // Applied returns the snapshot the operator has taken up — enforced by the
-// proxy and relisted under by the operator's informers — and a channel that
-// closes when that changes. Its hash is what the proxy reports to the agent,
+// proxy and relisted under by the operator's informers; nil before the
+// first rules and once they are withdrawn — and a channel that closes when
+// that changes. Its hash is what the proxy reports to the agent,
 // so the hub grants a revoked bucket elsewhere only after this pod let go.
 func (p *Proxy) Applied() (*rules.Snapshot, <-chan struct{}) {
 	p.appliedMu.Lock()
@@ -376,7 +504,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	gr := schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}
 	if st.snap.LeaderElectionName != "" && isLockResource(gr) && info.Subresource == "" {
-		next, handled := p.serveLock(w, r, st.snap, info)
+		next, handled := p.serveLock(w, r, st, info, gr)
 		if handled {
 			return
 		}
@@ -385,6 +513,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	limit, sharded := st.snap.LimitFor(gr)
 	if !sharded {
 		p.pass(w, r, info.Verb)
+		return
+	}
+	if gr == namespacesResource {
+		// Only a limit on every resource ("*") names Namespaces: limits
+		// naming a cluster-scoped resource are refused.
+		p.serveNamespace(w, r, st, info)
 		return
 	}
 	namespaced, err := p.scopes.IsNamespaced(gr)
@@ -413,7 +547,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "list", "watch":
 		p.serveRead(w, r, st, info, gr, limit)
 	case "create", "update", "patch", "delete", "deletecollection":
-		p.serveWrite(w, r, st.snap, info)
+		p.serveWrite(w, r, st, info, info.Namespace)
 	default:
 		p.pass(w, r, info.Verb)
 	}
@@ -432,14 +566,18 @@ func (p *Proxy) count(verb, outcome string) {
 func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, info *request.RequestInfo, gr schema.GroupResource, limit *rules.Limit) {
 	snap := st.snap
 	if !snap.Serving() {
+		msg := fmt.Sprintf("ctrlmesh proxy: pod %s serves no buckets in rules generation %d yet", snap.Pod, snap.Generation())
+		if st.withdrawn != "" {
+			msg = fmt.Sprintf("ctrlmesh proxy: %s of %s is refused: %s", info.Verb, info.Resource, withdrawnText(st.withdrawn))
+		}
 		p.count(info.Verb, outcomeUnavailable)
-		apistatus.Write(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
-			fmt.Sprintf("ctrlmesh proxy: pod %s serves no buckets in rules generation %d yet", snap.Pod, snap.Generation()), nil)
+		apistatus.Write(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, msg, nil)
 		return
 	}
 	query := r.URL.Query()
 	key := selectionKey{gr: gr, namespace: info.Namespace, labelSel: query.Get("labelSelector"), fieldSel: query.Get("fieldSelector")}
-	if err := narrow(query, snap, limit); err != nil {
+	ranges, err := narrow(query, snap, limit)
+	if err != nil {
 		p.count(info.Verb, outcomeRefused)
 		apistatus.Write(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "ctrlmesh proxy: "+err.Error(), nil)
 		return
@@ -449,6 +587,17 @@ func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, inf
 
 	out := r.Clone(r.Context())
 	out.URL.RawQuery = query.Encode()
+	out.Header.Set("Accept", framableAccept(r.Header.Values("Accept")))
+	read := &shardedRead{verb: info.Verb, gr: gr}
+	if snap.Mode == rules.ModeRange {
+		read.proof = &shardProof{ranges: ranges}
+	}
+	if read.proof != nil || info.Verb == "watch" {
+		// Without the operator's Accept-Encoding the transport asks for
+		// gzip itself and hands the body on decoded: the proxy reads what
+		// it checks and frames, and serves it plain over loopback.
+		out.Header.Del("Accept-Encoding")
+	}
 	if info.Verb == "watch" {
 		// A watch resuming from a resourceVersion must have been preceded by
 		// a list or watch under the same selection: otherwise the operator's
@@ -463,72 +612,120 @@ func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, inf
 		}
 		p.selections.watchOpened(key, st.epoch)
 		defer p.selections.watchClosed(key)
-		out = out.WithContext(contextWithExpire(out.Context(), st.expiries.channel(gr)))
-		p.reverse.ServeHTTP(w, out)
+		read.expire = st.expiries.channel(gr)
+		p.reverse.ServeHTTP(w, out.WithContext(context.WithValue(out.Context(), shardedReadKey{}, read)))
 		return
 	}
 	rec := &statusRecorder{ResponseWriter: w}
-	p.reverse.ServeHTTP(rec, out)
+	p.reverse.ServeHTTP(rec, out.WithContext(context.WithValue(out.Context(), shardedReadKey{}, read)))
 	if rec.status == http.StatusOK {
 		p.selections.markServed(key, st.epoch)
 	}
 }
 
+// framableAccept is the Accept header of a sharded list or watch: the
+// client's media ranges the proxy can read and frame — JSON and Kubernetes
+// protobuf, with their parameters — or JSON when none is left. A watch in
+// CBOR, say, could be neither checked nor ended when the rules change, so
+// it would go on under the old selection. Every Kubernetes client reads
+// JSON, and kube-apiserver may always answer with it.
+func framableAccept(values []string) string {
+	var kept []string
+	for _, v := range values {
+		for _, part := range strings.Split(v, ",") {
+			part = strings.TrimSpace(part)
+			mediaType, _, err := mime.ParseMediaType(part)
+			if err == nil && (mediaType == watchstream.MediaTypeJSON || mediaType == watchstream.MediaTypeProtobuf) {
+				kept = append(kept, part)
+			}
+		}
+	}
+	if len(kept) == 0 {
+		return watchstream.MediaTypeJSON
+	}
+	return strings.Join(kept, ", ")
+}
+
 // narrow adds the shard's selection and the limit's selector to a list or
 // watch query. A selector the client already sent on the same key is
-// intersected with the shard's, never overridden.
-func narrow(query url.Values, snap *rules.Snapshot, limit *rules.Limit) error {
+// intersected with the shard's, never overridden. In range mode it returns
+// the hash ranges of the shardSelector it set, which the response must be
+// proven against.
+func narrow(query url.Values, snap *rules.Snapshot, limit *rules.Limit) ([]sharding.HashRange, error) {
 	reqs := append(labels.Requirements{}, limit.Requirements...)
+	var ranges []sharding.HashRange
 	switch snap.Mode {
 	case rules.ModeRange:
-		ranges := snap.Ownership.HashRanges()
+		ranges = snap.Ownership.HashRanges()
 		if theirs := query.Get("shardSelector"); theirs != "" {
 			parsed, err := sharding.ParseShardSelector(theirs)
 			if err != nil {
-				return fmt.Errorf("the request's shardSelector: %w", err)
+				return nil, fmt.Errorf("the request's shardSelector: %w", err)
 			}
 			ranges = sharding.IntersectRanges(ranges, parsed)
 			if len(ranges) == 0 {
-				return fmt.Errorf("the request's shardSelector %q selects nothing of this pod's shard (%s)", theirs, snap.Ownership)
+				return nil, fmt.Errorf("the request's shardSelector %q selects nothing of this pod's shard (%s)", theirs, snap.Ownership)
 			}
 		}
 		query.Set("shardSelector", sharding.FormatShardSelector(ranges))
 	case rules.ModeLabel:
 		own, err := snap.Ownership.LabelRequirements()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		reqs = append(reqs, own...)
 	}
 	if len(reqs) == 0 {
-		return nil
+		return ranges, nil
 	}
 	sel, err := labels.Parse(query.Get("labelSelector"))
 	if err != nil {
-		return fmt.Errorf("the request's labelSelector: %w", err)
+		return nil, fmt.Errorf("the request's labelSelector: %w", err)
 	}
 	// labels.Selector.Add ANDs: a requirement on a key the client already
 	// constrains narrows it further.
 	query.Set("labelSelector", sel.Add(reqs...).String())
-	return nil
+	return ranges, nil
 }
 
-// serveWrite fences writes outside the shard.
-func (p *Proxy) serveWrite(w http.ResponseWriter, r *http.Request, snap *rules.Snapshot, info *request.RequestInfo) {
-	ns := info.Namespace
+// serveWrite fences a write of an object of namespace ns — for a Namespace,
+// the one it names: it passes only when the pod's shard serves ns. Every
+// write verb and subresource (status, scale, eviction, finalize…), dry runs
+// and server-side apply included, comes here: what the write changes is
+// named by its path, whatever the verb.
+func (p *Proxy) serveWrite(w http.ResponseWriter, r *http.Request, st *state, info *request.RequestInfo, ns string) {
+	snap := st.snap
+	resource := info.Resource
+	if info.Subresource != "" {
+		resource += "/" + info.Subresource
+	}
+	what := fmt.Sprintf("%s of %s in namespace %q", info.Verb, resource, ns)
+	if info.APIGroup == "" && info.Resource == namespacesResource.Resource {
+		what = fmt.Sprintf("%s of Namespace %q", info.Verb, ns)
+		if info.Subresource != "" {
+			what = fmt.Sprintf("%s of %s of Namespace %q", info.Verb, info.Subresource, ns)
+		}
+	}
 	var refusal string
 	switch {
+	case st.withdrawn != "":
+		refusal = fmt.Sprintf("ctrlmesh proxy: %s is refused: %s", what, withdrawnText(st.withdrawn))
 	case ns == "":
 		refusal = fmt.Sprintf("ctrlmesh proxy: %s of %s across all namespaces is refused: the resource is sharded, and this pod serves only %s",
-			info.Verb, info.Resource, ownershipText(snap))
+			info.Verb, resource, ownershipText(snap))
 	case !snap.Owns(ns):
-		refusal = fmt.Sprintf("ctrlmesh proxy: %s of %s in namespace %q is refused: its bucket %d %s; this pod (shard %q) serves %s (rules generation %d)",
-			info.Verb, info.Resource, ns, snap.Bucket(ns), ownerText(snap, ns), snap.Shard, ownershipText(snap), snap.Generation())
+		refusal = fmt.Sprintf("ctrlmesh proxy: %s is refused: its bucket %d %s; this pod (shard %q) serves %s (rules generation %d)",
+			what, snap.Bucket(ns), ownerText(snap, ns), snap.Shard, ownershipText(snap), snap.Generation())
 	}
 	if refusal == "" {
 		p.pass(w, r, info.Verb)
 		return
 	}
+	p.fence(w, info, refusal)
+}
+
+// fence refuses a write with 403.
+func (p *Proxy) fence(w http.ResponseWriter, info *request.RequestInfo, refusal string) {
 	p.metrics.fencedWrites.Inc()
 	p.count(info.Verb, outcomeFenced)
 	apistatus.Write(w, http.StatusForbidden, metav1.StatusReasonForbidden, refusal,
@@ -547,87 +744,178 @@ func ownerText(snap *rules.Snapshot, ns string) string {
 	}
 }
 
-// serveLock renames requests on the leader-election lock to the shard's
-// lock and sends them, like requests already on a shard's lock, to
-// LockUpstream. When the request is not on the lock it is not handled, and
-// the request to route on is returned: it may carry a body serveLock
-// buffered.
-func (p *Proxy) serveLock(w http.ResponseWriter, r *http.Request, snap *rules.Snapshot, info *request.RequestInfo) (*http.Request, bool) {
-	lock := snap.LeaderElectionName
+var namespacesResource = schema.GroupResource{Resource: "namespaces"}
+
+// serveNamespace fences writes of Namespace objects, which a limit on every
+// resource shards. A Namespace is cluster-scoped, yet it belongs to the
+// shard that serves the namespace it names: updating, finalizing or
+// deleting another shard's Namespace changes or deletes that shard's
+// objects. A create names its Namespace in the body. Reads pass, as for any
+// cluster-scoped resource.
+func (p *Proxy) serveNamespace(w http.ResponseWriter, r *http.Request, st *state, info *request.RequestInfo) {
+	switch info.Verb {
+	case "update", "patch", "delete":
+		p.serveWrite(w, r, st, info, info.Name)
+	case "deletecollection":
+		p.fence(w, info, fmt.Sprintf("ctrlmesh proxy: deletecollection of Namespaces is refused: each belongs to the shard that serves it, and this pod serves only %s",
+			ownershipText(st.snap)))
+	case "create":
+		name, out, err := p.bodyName(r)
+		if err != nil {
+			p.fence(w, info, fmt.Sprintf("ctrlmesh proxy: create of a Namespace is refused: %v; this pod may create only the namespaces its shard serves (%s), named in metadata.name",
+				err, ownershipText(st.snap)))
+			return
+		}
+		p.serveWrite(w, out, st, info, name)
+	default:
+		p.pass(w, r, info.Verb)
+	}
+}
+
+// bodyName reads metadata.name from a request body of at most
+// maxNamedBody bytes, and returns the request to forward, its body
+// restored.
+func (p *Proxy) bodyName(r *http.Request) (string, *http.Request, error) {
+	if r.Body == nil {
+		return "", r, errors.New("the request has no body")
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxNamedBody+1))
+	if err != nil {
+		return "", r, fmt.Errorf("reading the request body: %w", err)
+	}
 	out := r.Clone(r.Context())
-	renamed := false
+	out.Body = readCloser{Reader: io.MultiReader(bytes.NewReader(body), r.Body), Closer: r.Body}
+	if len(body) > maxNamedBody {
+		return "", out, fmt.Errorf("the body is larger than %d bytes", maxNamedBody)
+	}
+	name, err := p.bodies.name(r.Header.Get("Content-Type"), body)
+	if err != nil {
+		return "", out, err
+	}
+	if name == "" {
+		return "", out, errors.New("the body names no object (metadata.generateName leaves the name to the API server)")
+	}
+	return name, out, nil
+}
+
+// lockNamespace reports whether namespace ns may hold the pod's
+// leader-election lock of resource gr: the namespace of its rules, where
+// the operator runs and leads, whichever shard serves it; or a namespace
+// the fence lets the pod write gr in anyway (gr is not sharded, or the
+// shard serves the namespace). Anywhere else an object named like the lock
+// is an ordinary object of another shard's namespace, fenced like any
+// other.
+func lockNamespace(snap *rules.Snapshot, gr schema.GroupResource, ns string) bool {
+	if ns != "" && ns == snap.Route.Namespace {
+		return true
+	}
+	_, sharded := snap.LimitFor(gr)
+	return !sharded || (ns != "" && snap.Owns(ns))
+}
+
+// serveLock serves the requests on the pod's leader-election lock: those of
+// a lock kind, in a namespace that may hold the lock (lockNamespace), that
+// name the lock or a shard's lock <lock>---<shard> — by the path, by the
+// body of a create, or by a metadata.name field selector. They skip the
+// fence and go to LockUpstream, where the pod's agent reads the locks: the
+// lock's own name renamed to the shard's lock; the shard's lock as it is
+// (client-go renews by the name the responses carry); another shard's lock
+// to be read only. Any other request is not handled, and the request to
+// route on is returned: it may carry a body serveLock buffered.
+func (p *Proxy) serveLock(w http.ResponseWriter, r *http.Request, st *state, info *request.RequestInfo, gr schema.GroupResource) (*http.Request, bool) {
+	snap := st.snap
+	if !lockNamespace(snap, gr, info.Namespace) {
+		return r, false
+	}
+	lock := snap.LeaderElectionName
+	shardLock := ctrlmeshv1alpha1.ShardLockName(lock, snap.Shard)
 	fail := func(code int32, reason metav1.StatusReason, msg string) (*http.Request, bool) {
 		p.count(info.Verb, outcomeRefused)
 		apistatus.Write(w, code, reason, "ctrlmesh proxy: "+msg, nil)
 		return nil, true
 	}
-	shardLock := ctrlmeshv1alpha1.ShardLockName(lock, snap.Shard)
-	if info.Name != lock && strings.HasPrefix(info.Name, ctrlmeshv1alpha1.ShardLockName(lock, "")) {
-		// Already a shard's lock: responses keep the renamed name, so
-		// client-go's lock renews <lock>---<shard> by that name. It lives
-		// with the shards' other locks: forwarded as is to LockUpstream.
-		p.count(info.Verb, outcomeLock)
-		p.lockReverse.ServeHTTP(w, r)
-		return nil, true
-	}
-	if info.Name == lock {
-		if !snap.Assigned() {
-			return fail(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
-				fmt.Sprintf("pod %s is not assigned a shard yet, so it may not take the leader-election lock %q", snap.Pod, lock))
-		}
-		path, err := renameNameSegment(r.URL.Path, info.Parts, lock, shardLock)
-		if err != nil {
-			return fail(http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
-		}
-		out.URL.Path, out.URL.RawPath = path, ""
-		renamed = true
-	}
-	if info.Verb == "list" || info.Verb == "watch" {
-		query := out.URL.Query()
-		sel, did, err := renameFieldSelector(query.Get("fieldSelector"), lock, shardLock)
-		if err != nil {
-			return fail(http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
-		}
-		if did {
-			if !snap.Assigned() {
-				return fail(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
-					fmt.Sprintf("pod %s is not assigned a shard yet, so it may not watch the leader-election lock %q", snap.Pod, lock))
-			}
-			query.Set("fieldSelector", sel)
-			out.URL.RawQuery = query.Encode()
-			renamed = true
-		}
-	}
+	// For a list or watch, RequestInfo takes the name from a metadata.name
+	// field selector when the path names no object.
+	pathNamesObject := len(info.Parts) >= 2
+	name := info.Name
+	out := r.Clone(r.Context())
+	var body []byte
+	bodyName := ""
 	if (info.Verb == "create" || info.Verb == "update") && r.Body != nil {
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxLockBody+1))
+		var err error
+		body, err = io.ReadAll(io.LimitReader(r.Body, maxNamedBody+1))
 		if err != nil {
 			return fail(http.StatusBadRequest, metav1.StatusReasonBadRequest, "reading the request body: "+err.Error())
 		}
 		// A body too large to be a lock is forwarded whole: what was read,
 		// then the rest.
 		out.Body = readCloser{Reader: io.MultiReader(bytes.NewReader(body), r.Body), Closer: r.Body}
-		contentType := r.Header.Get("Content-Type")
-		if len(body) <= maxLockBody {
-			if name, err := p.bodies.name(contentType, body); err == nil && name == lock {
-				if !snap.Assigned() {
-					return fail(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
-						fmt.Sprintf("pod %s is not assigned a shard yet, so it may not take the leader-election lock %q", snap.Pod, lock))
-				}
-				renamedBody, err := p.bodies.rename(contentType, body, shardLock)
-				if err != nil {
-					return fail(http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
-				}
-				out.Body = io.NopCloser(bytes.NewReader(renamedBody))
-				out.ContentLength = int64(len(renamedBody))
-				out.Header.Set("Content-Length", strconv.Itoa(len(renamedBody)))
-				renamed = true
-			}
+		if len(body) <= maxNamedBody {
+			bodyName, _ = p.bodies.name(r.Header.Get("Content-Type"), body)
+		}
+		if info.Verb == "create" {
+			name = bodyName
 		}
 	}
-	if !renamed {
+	switch {
+	case name == lock:
+	case snap.Assigned() && name == shardLock:
+		// The shard's lock, by the name the responses carry.
+		p.count(info.Verb, outcomeLock)
+		p.lockReverse.ServeHTTP(w, out)
+		return nil, true
+	case strings.HasPrefix(name, ctrlmeshv1alpha1.ShardLockName(lock, "")):
+		owner := strings.TrimPrefix(name, ctrlmeshv1alpha1.ShardLockName(lock, ""))
+		if info.Verb != "get" && info.Verb != "list" && info.Verb != "watch" {
+			msg := fmt.Sprintf("ctrlmesh proxy: %s of %s %q is refused: it is the leader-election lock of shard %q, and this pod (shard %q) may take only its own",
+				info.Verb, info.Resource, name, owner, snap.Shard)
+			if st.withdrawn != "" {
+				msg = fmt.Sprintf("ctrlmesh proxy: %s of the leader-election lock %q is refused: %s", info.Verb, name, withdrawnText(st.withdrawn))
+			}
+			p.fence(w, info, msg)
+			return nil, true
+		}
+		p.count(info.Verb, outcomeLock)
+		p.lockReverse.ServeHTTP(w, out)
+		return nil, true
+	default:
 		// Another object of a lock kind: route it as usual, with the body
 		// as buffered.
 		return out, false
+	}
+	if !snap.Assigned() {
+		msg := fmt.Sprintf("pod %s is not assigned a shard yet, so it may not take the leader-election lock %q", snap.Pod, lock)
+		if st.withdrawn != "" {
+			msg = withdrawnText(st.withdrawn)
+		}
+		return fail(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, msg)
+	}
+	if pathNamesObject {
+		path, err := renameNameSegment(r.URL.Path, info.Parts, lock, shardLock)
+		if err != nil {
+			return fail(http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
+		}
+		out.URL.Path, out.URL.RawPath = path, ""
+	}
+	if info.Verb == "list" || info.Verb == "watch" {
+		query := out.URL.Query()
+		sel, renamed, err := renameFieldSelector(query.Get("fieldSelector"), lock, shardLock)
+		if err != nil {
+			return fail(http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
+		}
+		if renamed {
+			query.Set("fieldSelector", sel)
+			out.URL.RawQuery = query.Encode()
+		}
+	}
+	if bodyName == lock {
+		renamedBody, err := p.bodies.rename(r.Header.Get("Content-Type"), body, shardLock)
+		if err != nil {
+			return fail(http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
+		}
+		out.Body = io.NopCloser(bytes.NewReader(renamedBody))
+		out.ContentLength = int64(len(renamedBody))
+		out.Header.Set("Content-Length", strconv.Itoa(len(renamedBody)))
 	}
 	p.metrics.lockRenames.Inc()
 	p.count(info.Verb, outcomeLock)

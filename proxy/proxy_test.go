@@ -46,7 +46,9 @@ func TestMain(m *testing.M) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	var err error
 	fleet, err = env.Start(ctx, env.Options{Clusters: []env.ClusterSpec{
-		{Name: "range", FeatureGates: []string{env.FeatureShardedListAndWatch}},
+		// CBOR too, so that a client can ask for a watch format the proxy
+		// cannot frame.
+		{Name: "range", FeatureGates: []string{env.FeatureShardedListAndWatch, env.FeatureCBORServingAndStorage}},
 		{Name: "label"},
 	}})
 	cancel()

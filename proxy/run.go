@@ -166,6 +166,10 @@ func healthMux(p *Proxy) http.Handler {
 		_, _ = w.Write([]byte("ok"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if reason := p.Withdrawn(); reason != "" {
+			http.Error(w, "rules withdrawn: "+withdrawnText(reason), http.StatusServiceUnavailable)
+			return
+		}
 		snap := p.Rules()
 		if snap == nil {
 			http.Error(w, "rules not loaded", http.StatusServiceUnavailable)

@@ -175,9 +175,27 @@ func (s *APISource) Run(ctx context.Context) error {
 			latest <- route
 		}
 	}
+	// withdraw takes the rules away when the ShardRoute is deleted.
+	withdraw := func(any) {
+		// A ShardRoute created again under the name starts at generation 1.
+		offered = 0
+		s.Loader.Proxy.Withdraw(fmt.Sprintf("the ShardRoute %s/%s this pod followed was deleted", s.Namespace, s.Name))
+		s.Loader.Log.Info("ShardRoute deleted: the proxy now refuses the operator's sharded reads (503), writes (403) and leader election (503) until a ShardRoute of this name exists again. "+
+			"To run the operator without ctrlmesh, remove the label "+ctrlmeshv1alpha1.EnableProxyLabel+" from its pod template and restart its pods",
+			"shardRoute", s.Namespace+"/"+s.Name)
+		// Nothing to report the applied rules into any more.
+		select {
+		case latest <- nil:
+		default:
+			<-latest
+			latest <- nil
+		}
+	}
 	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    handle,
 		UpdateFunc: func(_, obj any) { handle(obj) },
+		// Also for a deletion the informer missed (a tombstone).
+		DeleteFunc: withdraw,
 	}); err != nil {
 		return err
 	}

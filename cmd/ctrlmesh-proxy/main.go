@@ -47,10 +47,19 @@ kube-apiserver. Point the operator's kubeconfig at --listen-address (see
 
   - narrows list and watch of the resources the rules shard to the pod's
     buckets: server-side with KEP-5866 shardSelector where kube-apiserver
-    supports it, else with the ctrlmesh.io/sharding-hash label;
-  - refuses create, update, patch and delete in namespaces outside the shard
-    (403, naming the bucket and its owner);
-  - renames the leader-election lock to <name>---<shard>;
+    supports it, else with the ctrlmesh.io/sharding-hash label; in range
+    mode a response is handed on only once proven sharded: from a
+    kube-apiserver without the ShardedListAndWatch gate the operator gets
+    503s, never other shards' objects;
+  - refuses every write (create, update, patch, delete, deletecollection,
+    subresources, dry runs, server-side apply) in namespaces outside the
+    shard, and of Namespaces it does not serve (403, naming the bucket and
+    its owner);
+  - renames the leader-election lock to <name>---<shard> in the ShardRoute's
+    namespace and where the pod may write anyway;
+  - stops serving when its ShardRoute is deleted (sharded reads 503, writes
+    403) until it is back; to run the operator without ctrlmesh, remove the
+    ` + ctrlmeshv1alpha1.EnableProxyLabel + ` label from its pod template and restart it;
   - with --webhook-listen-address, sends each admission request to the pod
     whose shard owns the object's namespace (never answering on its own);
   - reloads rules without restarts, ending affected watches with 410 Expired
@@ -100,7 +109,7 @@ shards' leader-election locks live.`,
 	f.StringVar(&opts.RulesName, ctrlmeshv1alpha1.ProxyFlagRulesName, "", "name of the ShardRoute to enforce, watched through the API server (read-only), applied hash reported into its status")
 	f.StringVar(&opts.RulesFile, "rules-file", "", "static rules: a ShardRoute in YAML or JSON, reloaded when it changes (instead of --rules-name)")
 	f.DurationVar(&opts.RulesFileInterval, "rules-file-interval", time.Second, "how often --rules-file is checked for changes")
-	f.StringVar(&mode, "selector-mode", "auto", "how list and watch are narrowed: range (KEP-5866 shardSelector), label (ctrlmesh.io/sharding-hash), or auto (ask the API server)")
+	f.StringVar(&mode, "selector-mode", "auto", "how list and watch are narrowed: range (KEP-5866 shardSelector; every kube-apiserver needs the ShardedListAndWatch gate, or sharded reads are refused), label (ctrlmesh.io/sharding-hash), or auto (ask the API server)")
 	f.StringVar(&opts.OperatorKubeconfig, ctrlmeshv1alpha1.ProxyFlagOperatorKubeconfig, "", "write a kubeconfig pointing at --listen-address to this path, for the operator")
 	f.StringVar(&opts.WebhookListenAddress, ctrlmeshv1alpha1.ProxyFlagWebhookListenAddress, "", "address serving the operator's admission webhooks (HTTPS with the operator's certificate): each request goes to the pod whose shard owns the object's namespace; point the webhook Service's targetPort here; empty disables")
 	f.IntVar(&opts.WebhookPeerPort, "webhook-peer-port", 0, "port the other pods' webhook routers listen on; 0 uses the port of --webhook-listen-address")

@@ -13,16 +13,39 @@ import (
 )
 
 // expiredEvent returns one framed ERROR watch event whose object is a 410
-// Expired metav1.Status, encoded the way kube-apiserver encodes watch events
+// Expired metav1.Status: the event client-go reflectors relist on.
+func expiredEvent(framing Framing, msg string) ([]byte, error) {
+	return errorEvent(framing, &metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    http.StatusGone,
+		Reason:  metav1.StatusReasonExpired,
+		Message: msg,
+	})
+}
+
+// refusedEvent returns one framed ERROR watch event whose object is a 503
+// ServiceUnavailable metav1.Status: the watch ends, and client-go reflectors
+// relist after their backoff.
+func refusedEvent(framing Framing, msg string) ([]byte, error) {
+	return errorEvent(framing, &metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    http.StatusServiceUnavailable,
+		Reason:  metav1.StatusReasonServiceUnavailable,
+		Message: msg,
+	})
+}
+
+// errorEvent returns one framed ERROR watch event carrying status, encoded
+// the way kube-apiserver encodes watch events
 // (k8s.io/apiserver/pkg/endpoints/handlers: watchEncoder.doEncode): the
 // object with the media type's serializer, wrapped in a metav1.WatchEvent
 // encoded with its stream serializer, written through its framer. For
 // protobuf that is a 4-byte length, then the raw (un-enveloped) WatchEvent
 // whose Object.Raw is "k8s\x00" and a runtime.Unknown holding the Status.
 //
-// The scheme is built per call: it is needed only when a watch is expired,
+// The scheme is built per call: it is needed only when a watch is ended,
 // and the package keeps no shared state.
-func expiredEvent(framing Framing, msg string) ([]byte, error) {
+func errorEvent(framing Framing, status *metav1.Status) ([]byte, error) {
 	var mediaType string
 	switch framing {
 	case JSON:
@@ -46,15 +69,9 @@ func expiredEvent(framing Framing, msg string) ([]byte, error) {
 		return nil, fmt.Errorf("watchstream: no stream serializer for %s", mediaType)
 	}
 
-	status := &metav1.Status{
-		Status:  metav1.StatusFailure,
-		Code:    http.StatusGone,
-		Reason:  metav1.StatusReasonExpired,
-		Message: msg,
-	}
 	var object bytes.Buffer
 	if err := codecs.EncoderForVersion(info.Serializer, gv).Encode(status, &object); err != nil {
-		return nil, fmt.Errorf("watchstream: encoding the expired status: %w", err)
+		return nil, fmt.Errorf("watchstream: encoding the %d status: %w", status.Code, err)
 	}
 	event := &metav1.WatchEvent{
 		Type:   string(watch.Error),

@@ -120,7 +120,7 @@ func (p *testProxy) modifyResponse(resp *http.Response) error {
 	if p.active[ns] == nil {
 		p.active[ns] = map[io.Closer]bool{}
 	}
-	wrapped := WrapResponse(resp, p.expire[ns], func(res Result, err error) {
+	wrapped := WrapResponse(resp, p.expire[ns], nil, func(res Result, err error) {
 		p.mu.Lock()
 		delete(p.active[ns], upstream)
 		p.mu.Unlock()

@@ -11,16 +11,19 @@ import (
 // with a pipe that Copy fills from the original body in a new goroutine, so
 // the client receives whole frames, ending with the 410 Expired ERROR event
 // once expire fires. Unlike Copy, it writes the frames that are already
-// waiting together, to save a flush per event. The goroutine closes the original body when Copy
-// returns, then calls done (if not nil) with Copy's result; ReverseProxy
-// closing the new body (at its end, or when the client goes away) ends Copy.
-// Copy's context is resp.Request's.
+// waiting together, to save a flush per event, and, when check is not nil,
+// hands on only the event frames check lets through: at the first it
+// refuses, the stream ends with a 503 ERROR event instead (Outcome
+// Refused). The goroutine closes the original body when the copy returns,
+// then calls done (if not nil) with its result; ReverseProxy closing the
+// new body (at its end, or when the client goes away) ends the copy. The
+// copy's context is resp.Request's.
 //
 // It wraps only a 200 response with no Content-Length, no Content-Encoding
 // (other than identity) and a Content-Type that FramingFor knows, and
 // otherwise leaves resp untouched and returns false. Whether the request was
 // a WATCH (watch=true or a /watch/ path) is for the caller to decide.
-func WrapResponse(resp *http.Response, expire <-chan string, done func(Result, error)) bool {
+func WrapResponse(resp *http.Response, expire <-chan string, check Check, done func(Result, error)) bool {
 	if resp.StatusCode != http.StatusOK || resp.ContentLength >= 0 || resp.Body == nil {
 		return false
 	}
@@ -41,7 +44,7 @@ func WrapResponse(resp *http.Response, expire <-chan string, done func(Result, e
 	go func() {
 		// ReverseProxy flushes every write of a streamed body, so frames
 		// that are already waiting are coalesced into one write.
-		res, err := copyStream(ctx, pw, nil, upstream, framing, expire, true)
+		res, err := copyStream(ctx, pw, nil, upstream, framing, expire, check, true)
 		// An upstream Close error would say nothing new.
 		_ = upstream.Close()
 		if err != nil {

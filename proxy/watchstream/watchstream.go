@@ -134,6 +134,10 @@ const (
 	Expired
 	// Canceled: ctx was done, typically because the client went away.
 	Canceled
+	// Refused: the Check of WrapResponse refused a frame, and the copy wrote
+	// a 503 ServiceUnavailable ERROR event carrying its error instead of it
+	// (unless writing it failed: see the error).
+	Refused
 	// Failed: reading, framing or writing failed; the error says which. The
 	// client received whole frames only, but the stream is broken, so the
 	// caller should end the response abruptly rather than cleanly.
@@ -149,12 +153,22 @@ func (o Outcome) String() string {
 		return "Expired"
 	case Canceled:
 		return "Canceled"
+	case Refused:
+		return "Refused"
 	case Failed:
 		return "Failed"
 	default:
 		return fmt.Sprintf("Outcome(%d)", int(o))
 	}
 }
+
+// Check inspects one whole upstream event frame before it is handed on: the
+// frame as read (for protobuf, with its 4-byte length prefix), in the
+// stream's framing. A non-nil error refuses it: the frame is not written,
+// and the stream ends with an ERROR event whose 503 Status carries the
+// error's text. A Check sees every event frame, in order, from one
+// goroutine, and none after the one it refused.
+type Check func(framing Framing, frame []byte) error
 
 // Result describes a finished Copy.
 type Result struct {
@@ -198,12 +212,13 @@ const DefaultExpireMessage = "watch expired by the ctrlmesh proxy: relist requir
 // return; the goroutine then exits at once, without reading more or touching
 // w. Copy does not close body itself. body must not be read by anyone else.
 func Copy(ctx context.Context, w io.Writer, flush func(), body io.Reader, framing Framing, expire <-chan string) (Result, error) {
-	return copyStream(ctx, w, flush, body, framing, expire, false)
+	return copyStream(ctx, w, flush, body, framing, expire, nil, false)
 }
 
-// copyStream is Copy; with coalesce, frames already waiting leave together
-// in one write (see WrapResponse).
-func copyStream(ctx context.Context, w io.Writer, flush func(), body io.Reader, framing Framing, expire <-chan string, coalesce bool) (Result, error) {
+// copyStream is Copy, handing on only the event frames check (if not nil)
+// lets through; with coalesce, frames already waiting leave together in one
+// write (see WrapResponse).
+func copyStream(ctx context.Context, w io.Writer, flush func(), body io.Reader, framing Framing, expire <-chan string, check Check, coalesce bool) (Result, error) {
 	var res Result
 	next, err := newFrameReader(framing, body)
 	if err != nil {
@@ -228,12 +243,9 @@ func copyStream(ctx context.Context, w io.Writer, flush func(), body io.Reader, 
 
 	cw := &countingWriter{w: w}
 	var batch []byte
-	expireNow := func(msg string, open bool) (Result, error) {
-		res.Outcome = Expired
-		if !open || msg == "" {
-			msg = DefaultExpireMessage
-		}
-		event, err := expiredEvent(framing, msg)
+	// end writes an ERROR event and ends the copy with outcome.
+	end := func(outcome Outcome, event []byte, err error) (Result, error) {
+		res.Outcome = outcome
 		if err == nil && framing == JSON && cw.n > 0 && cw.last != '\n' {
 			// The previous frame's "\n" had not arrived yet: keep the
 			// ERROR event on a line of its own for line-oriented clients.
@@ -247,6 +259,32 @@ func copyStream(ctx context.Context, w io.Writer, flush func(), body io.Reader, 
 		}
 		res.Bytes = cw.n
 		return res, err
+	}
+	expireNow := func(msg string, open bool) (Result, error) {
+		if !open || msg == "" {
+			msg = DefaultExpireMessage
+		}
+		event, err := expiredEvent(framing, msg)
+		return end(Expired, event, err)
+	}
+	// refuse writes the batch of frames checked so far, then the ERROR
+	// event for the frame check refused.
+	refuse := func(batch []byte, events int, refusal error) (Result, error) {
+		if err := cw.writeAll(batch); err != nil {
+			res.Outcome = Failed
+			res.Bytes = cw.n
+			return res, err
+		}
+		res.Events += events
+		event, err := refusedEvent(framing, refusal.Error())
+		return end(Refused, event, err)
+	}
+	// refusal is check's verdict on a frame.
+	refusal := func(f frame) error {
+		if check == nil || !f.event {
+			return nil
+		}
+		return check(framing, f.data)
 	}
 
 	canceled := func() (Result, error) {
@@ -285,6 +323,9 @@ func copyStream(ctx context.Context, w io.Writer, flush func(), body io.Reader, 
 				return expireNow(msg, open)
 			default:
 			}
+			if err := refusal(f); err != nil {
+				return refuse(nil, 0, err)
+			}
 			// When coalescing, the frames already waiting go out in one
 			// write and one flush, as kube-apiserver flushes only when its
 			// queue is empty: a flush per event costs a syscall per event.
@@ -301,6 +342,9 @@ func copyStream(ctx context.Context, w io.Writer, flush func(), body io.Reader, 
 					if g.err != nil {
 						last = &g
 						break gather
+					}
+					if err := refusal(g); err != nil {
+						return refuse(batch, events, err)
 					}
 					batch = append(batch, g.data...)
 					if g.event {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -434,7 +435,7 @@ func TestWrapResponse(t *testing.T) {
 				err error
 			}
 			done := make(chan result, 1)
-			if !WrapResponse(resp, expire, func(res Result, err error) { done <- result{res, err} }) {
+			if !WrapResponse(resp, expire, nil, func(res Result, err error) { done <- result{res, err} }) {
 				t.Fatal("WrapResponse did not wrap a watch response")
 			}
 			go func() {
@@ -480,7 +481,7 @@ func TestWrapResponse(t *testing.T) {
 		defer pw.Close()
 		resp := &http.Response{StatusCode: http.StatusOK, ContentLength: -1, Body: pr, Header: http.Header{"Content-Type": {"application/json"}}}
 		done := make(chan error, 1)
-		if !WrapResponse(resp, nil, func(_ Result, err error) { done <- err }) {
+		if !WrapResponse(resp, nil, nil, func(_ Result, err error) { done <- err }) {
 			t.Fatal("not wrapped")
 		}
 		frame := testFrames(t, JSON, 1)[0]
@@ -511,7 +512,7 @@ func TestWrapResponse(t *testing.T) {
 			body := io.NopCloser(strings.NewReader("{}"))
 			resp := &http.Response{StatusCode: http.StatusOK, ContentLength: -1, Body: body, Header: http.Header{"Content-Type": {"application/json"}}}
 			tc.mutate(resp)
-			if WrapResponse(resp, nil, nil) || resp.Body != body {
+			if WrapResponse(resp, nil, nil, nil) || resp.Body != body {
 				t.Error("wrapped a response it should have left alone")
 			}
 		})
@@ -568,7 +569,7 @@ func TestCoalescedCopy(t *testing.T) {
 		t.Run(framing.String(), func(t *testing.T) {
 			frames := testFrames(t, framing, 200)
 			rec := &recorder{}
-			res, err := copyStream(context.Background(), rec, rec.flush, bytes.NewReader(concat(frames)), framing, nil, true)
+			res, err := copyStream(context.Background(), rec, rec.flush, bytes.NewReader(concat(frames)), framing, nil, nil, true)
 			if err != nil || res.Outcome != Drained || res.Events != len(frames) {
 				t.Fatalf("copyStream = %+v, %v", res, err)
 			}
@@ -581,5 +582,55 @@ func TestCoalescedCopy(t *testing.T) {
 			}
 			t.Logf("%d frames in %d writes", len(frames), len(rec.writes))
 		})
+	}
+}
+
+// TestCheckRefusesFrames: the frames a Check lets through are handed on
+// whole and in order; at the first it refuses, the stream ends with a 503
+// ERROR event carrying its error, that frame and those after it never
+// written — whether the frames arrive one at a time or together (coalesced
+// into one write).
+func TestCheckRefusesFrames(t *testing.T) {
+	for _, framing := range []Framing{JSON, Protobuf} {
+		for _, sizes := range [][]byte{nil, {255}} {
+			t.Run(fmt.Sprintf("%s in reads of %v", framing, sizes), func(t *testing.T) {
+				frames := testFrames(t, framing, 5)
+				var checked [][]byte
+				check := func(f Framing, frame []byte) error {
+					if f != framing {
+						t.Errorf("check called with framing %v, want %v", f, framing)
+					}
+					checked = append(checked, bytes.Clone(frame))
+					if len(checked) == 3 {
+						return errors.New("object of another shard")
+					}
+					return nil
+				}
+				rec := &recorder{}
+				res, err := copyStream(context.Background(), rec, rec.flush, &chunkReader{data: concat(frames), sizes: sizes}, framing, nil, check, true)
+				if err != nil || res.Outcome != Refused || res.Events != 2 {
+					t.Fatalf("copy ended with %+v, %v; want Refused after 2 events", res, err)
+				}
+				// JSON frames carry the whitespace read with them, before or after.
+				if len(checked) != 3 || !bytes.Equal(bytes.TrimSpace(checked[2]), bytes.TrimSpace(frames[2])) {
+					t.Fatalf("check saw %d frames, want the first 3 whole", len(checked))
+				}
+				event, err := refusedEvent(framing, "object of another shard")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := append(concat(frames[:2]), event...); !bytes.Equal(rec.bytes(), want) {
+					t.Fatalf("client got %q, want the first two frames and the ERROR event", rec.bytes())
+				}
+				events, err := decodeAll(t, framing, rec.bytes())
+				if err != nil || len(events) != 3 || events[2].Type != watch.Error {
+					t.Fatalf("client decodes %v, %v", events, err)
+				}
+				if status, ok := events[2].Object.(*metav1.Status); !ok || status.Code != http.StatusServiceUnavailable || status.Message != "object of another shard" {
+					t.Fatalf("ERROR event carries %v", events[2].Object)
+				}
+				waitNoGoroutines(t)
+			})
+		}
 	}
 }

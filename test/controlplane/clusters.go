@@ -29,6 +29,11 @@ import (
 // (server-side sharded list and watch), alpha and off by default in v1.36.
 const FeatureShardedListAndWatch = "ShardedListAndWatch"
 
+// FeatureCBORServingAndStorage is the kube-apiserver feature gate that
+// serves CBOR (application/cbor, application/cbor-seq for watches), alpha
+// and off by default in v1.36.
+const FeatureCBORServingAndStorage = "CBORServingAndStorage"
+
 // Spec describes one cluster to start.
 type Spec struct {
 	// Name of the cluster, such as "hub" or "member1".

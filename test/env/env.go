@@ -26,6 +26,10 @@ const AssetsEnv = "CTRLMESH_TEST_ASSETS"
 // (server-side sharded list and watch), alpha and off by default in v1.36.
 const FeatureShardedListAndWatch = controlplane.FeatureShardedListAndWatch
 
+// FeatureCBORServingAndStorage is the kube-apiserver feature gate that serves
+// CBOR, alpha and off by default in v1.36.
+const FeatureCBORServingAndStorage = controlplane.FeatureCBORServingAndStorage
+
 type (
 	// ClusterSpec describes one cluster to start.
 	ClusterSpec = controlplane.Spec
