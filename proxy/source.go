@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -128,6 +129,17 @@ type APISource struct {
 	Loader    *Loader
 }
 
+// offer identifies a route offered to the Loader: the object and the
+// generation of its spec.
+type offer struct {
+	uid        types.UID
+	generation int64
+}
+
+// discoveryRetry is how soon rules that discovery kept from compiling are
+// offered again.
+const discoveryRetry = 5 * time.Second
+
 // Run watches the rules until ctx ends.
 func (s *APISource) Run(ctx context.Context) error {
 	scheme, err := ctrlmeshscheme.New()
@@ -154,31 +166,57 @@ func (s *APISource) Run(ctx context.Context) error {
 	}
 	// The latest route seen, for the reporter to compare its status with.
 	latest := make(chan *ctrlmeshv1alpha1.ShardRoute, 1)
-	// The informer calls handle from one goroutine, in order.
-	var offered int64
-	handle := func(obj any) {
+	// offered is the route (object and generation) last offered; handle
+	// runs from the informer's goroutine and from discovery retries, so it
+	// holds mu.
+	var mu sync.Mutex
+	var offered offer
+	// current is the route last seen, nil once deleted: a retry offers
+	// it, never an older one.
+	var current *ctrlmeshv1alpha1.ShardRoute
+	var handle func(obj any)
+	retry := func() {
+		mu.Lock()
+		route := current
+		mu.Unlock()
+		if route != nil && ctx.Err() == nil {
+			handle(route)
+		}
+	}
+	handle = func(obj any) {
 		route, ok := obj.(*ctrlmeshv1alpha1.ShardRoute)
 		if !ok {
 			return
 		}
+		mu.Lock()
+		current = route
 		// Status writes (this proxy's reports among them) do not change
-		// metadata.generation: only a new spec is offered, once.
-		if route.Generation != offered {
-			offered = route.Generation
+		// metadata.generation: only a new spec is offered, once. A route
+		// created again under the name is a new object, whatever its
+		// generation.
+		if next := (offer{uid: route.UID, generation: route.Generation}); next != offered {
+			offered = next
 			// Offer logs and counts refusals; the last good rules stay.
-			_, _ = s.Loader.Offer(ctx, route)
+			if _, err := s.Loader.Offer(ctx, route); errors.Is(err, rules.ErrDiscovery) {
+				// Discovery failed, not the rules: offer them again.
+				offered = offer{}
+				time.AfterFunc(discoveryRetry, retry)
+			}
 		}
+		// Under mu: two senders must not race for the one slot.
 		select {
 		case latest <- route:
 		default:
 			<-latest
 			latest <- route
 		}
+		mu.Unlock()
 	}
 	// withdraw takes the rules away when the ShardRoute is deleted.
 	withdraw := func(any) {
-		// A ShardRoute created again under the name starts at generation 1.
-		offered = 0
+		mu.Lock()
+		defer mu.Unlock()
+		offered, current = offer{}, nil
 		s.Loader.Proxy.Withdraw(fmt.Sprintf("the ShardRoute %s/%s this pod followed was deleted", s.Namespace, s.Name))
 		s.Loader.Log.Info("ShardRoute deleted: the proxy now refuses the operator's sharded reads (503), writes (403) and leader election (503) until a ShardRoute of this name exists again. "+
 			"To run the operator without ctrlmesh, remove the label "+ctrlmeshv1alpha1.EnableProxyLabel+" from its pod template and restart its pods",
