@@ -8,6 +8,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -57,6 +58,14 @@ type Config struct {
 	LockUpstream *rest.Config
 	// Scopes tells namespaced resources from cluster-scoped ones.
 	Scopes rules.Scopes
+	// ClientToken, when set, must be the first segment of every API
+	// request's path ("/<token>/api/v1/…"), which the proxy strips. Anything
+	// in the pod's network namespace can reach the proxy, and the proxy acts
+	// with the operator's credentials; the token, written only into the
+	// operator's kubeconfig (its server URL), lets only the operator's
+	// containers use them. A path, not a bearer token: client-go drops a
+	// kubeconfig's credentials for plain-HTTP servers.
+	ClientToken string
 	// Metrics to count into; NewMetrics() when nil.
 	Metrics *Metrics
 	// Log for rule changes and errors; the proxy logs nothing per request at
@@ -76,7 +85,9 @@ type Proxy struct {
 	log     logr.Logger
 	metrics *Metrics
 	scopes  rules.Scopes
-	reverse *httputil.ReverseProxy
+	// clientToken is Config.ClientToken.
+	clientToken string
+	reverse     *httputil.ReverseProxy
 	// lockReverse forwards the renamed requests on the shard's lock to
 	// LockUpstream; it is reverse when the locks live upstream.
 	lockReverse *httputil.ReverseProxy
@@ -172,9 +183,10 @@ func New(cfg Config) (*Proxy, error) {
 		metrics = NewMetrics()
 	}
 	p := &Proxy{
-		log:     cfg.Log,
-		metrics: metrics,
-		scopes:  cfg.Scopes,
+		log:         cfg.Log,
+		metrics:     metrics,
+		scopes:      cfg.Scopes,
+		clientToken: cfg.ClientToken,
 		infos: &request.RequestInfoFactory{
 			APIPrefixes:          sets.NewString("api", "apis"),
 			GrouplessAPIPrefixes: sets.NewString("api"),
@@ -491,6 +503,15 @@ func ownershipText(snap *rules.Snapshot) string {
 
 // ServeHTTP handles one request from the operator.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p.clientToken != "" {
+		var ok bool
+		if r, ok = p.authenticated(r); !ok {
+			p.count("unknown", outcomeRefused)
+			apistatus.Write(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized,
+				"ctrlmesh proxy: only the operator may use this proxy: use the server URL of the kubeconfig the proxy wrote (--operator-kubeconfig)", nil)
+			return
+		}
+	}
 	info, err := p.infos.NewRequestInfo(r)
 	if err != nil || !info.IsResourceRequest {
 		p.pass(w, r, "nonresource")
@@ -551,6 +572,23 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		p.pass(w, r, info.Verb)
 	}
+}
+
+// authenticated checks that r's path starts with the client token and
+// returns r without it.
+func (p *Proxy) authenticated(r *http.Request) (*http.Request, bool) {
+	token, rest, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	if subtle.ConstantTimeCompare([]byte(token), []byte(p.clientToken)) != 1 {
+		return nil, false
+	}
+	out := r.Clone(r.Context())
+	out.URL.Path = "/" + rest
+	if out.URL.RawPath != "" {
+		_, rawRest, _ := strings.Cut(strings.TrimPrefix(out.URL.RawPath, "/"), "/")
+		out.URL.RawPath = "/" + rawRest
+	}
+	out.RequestURI = out.URL.RequestURI()
+	return out, true
 }
 
 func (p *Proxy) pass(w http.ResponseWriter, r *http.Request, verb string) {

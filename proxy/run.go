@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -49,7 +51,8 @@ type Options struct {
 	// Mode fixes the selector mode; "" detects it.
 	Mode rules.Mode
 	// OperatorKubeconfig, when set, receives a kubeconfig that points the
-	// operator at ListenAddress.
+	// operator at ListenAddress with a token made at start; the proxy then
+	// answers only requests that carry it (401 otherwise).
 	OperatorKubeconfig string
 	// WebhookListenAddress serves the admission webhook router (HTTPS with
 	// the operator's certificate); "" disables it.
@@ -87,7 +90,17 @@ func Run(ctx context.Context, opts Options) error {
 	if own == nil {
 		own = opts.Upstream
 	}
-	p, err := New(Config{Upstream: opts.Upstream, LockUpstream: opts.OwnCluster, Scopes: scopes, Log: opts.Log})
+	// With an operator kubeconfig to write, only a caller that read it may
+	// use the proxy: the token is in it and nowhere else.
+	var clientToken string
+	if opts.OperatorKubeconfig != "" {
+		secret := make([]byte, 32)
+		if _, err := rand.Read(secret); err != nil {
+			return fmt.Errorf("making the operator's client token: %w", err)
+		}
+		clientToken = hex.EncodeToString(secret)
+	}
+	p, err := New(Config{Upstream: opts.Upstream, LockUpstream: opts.OwnCluster, Scopes: scopes, ClientToken: clientToken, Log: opts.Log})
 	if err != nil {
 		return err
 	}
@@ -112,7 +125,7 @@ func Run(ctx context.Context, opts Options) error {
 		listeners = append(listeners, healthListener)
 	}
 	if opts.OperatorKubeconfig != "" {
-		if err := WriteOperatorKubeconfig(opts.OperatorKubeconfig, apiListener.Addr().String()); err != nil {
+		if err := WriteOperatorKubeconfig(opts.OperatorKubeconfig, apiListener.Addr().String(), clientToken); err != nil {
 			return err
 		}
 	}
@@ -189,10 +202,12 @@ func healthMux(p *Proxy) http.Handler {
 }
 
 // WriteOperatorKubeconfig writes a kubeconfig that sends the operator to the
-// proxy at addr. It carries no credentials: the proxy adds the operator's own.
-func WriteOperatorKubeconfig(path, addr string) error {
+// proxy at addr, under the path of the proxy's client token
+// (Config.ClientToken). It carries none of the operator's credentials: the
+// proxy adds the operator's own.
+func WriteOperatorKubeconfig(path, addr, token string) error {
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["ctrlmesh-proxy"] = &clientcmdapi.Cluster{Server: "http://" + addr}
+	cfg.Clusters["ctrlmesh-proxy"] = &clientcmdapi.Cluster{Server: "http://" + addr + "/" + token}
 	cfg.AuthInfos["operator"] = &clientcmdapi.AuthInfo{}
 	cfg.Contexts["ctrlmesh-proxy"] = &clientcmdapi.Context{Cluster: "ctrlmesh-proxy", AuthInfo: "operator"}
 	cfg.CurrentContext = "ctrlmesh-proxy"
