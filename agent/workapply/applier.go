@@ -43,14 +43,9 @@ import (
 const (
 	// ControllerName names the controller, its log and its events.
 	ControllerName = "workapply"
-	// FieldManager is the field manager of the applier's writes in the member.
-	FieldManager = "ctrlmesh-agent-workapply"
-
-	// Reasons of the Applied condition, as Karmada's execution controller
-	// spells them (it has no constants for them).
-	reasonAppliedSuccessful = "AppliedSuccessful"
-	reasonAppliedFailed     = "AppliedFailed"
-	messageApplied          = "Manifest has been successfully applied"
+	// messageApplied is the Applied condition's message, as Karmada's
+	// execution controller writes it.
+	messageApplied = "Manifest has been successfully applied"
 
 	// workIndex indexes member ShardRoutes by the Work ("namespace/name")
 	// they were applied from.
@@ -228,14 +223,14 @@ func (a *Applier) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	}
 	manifest := routework.ManifestStatus(applied)
 	return reconcile.Result{}, a.writeStatus(ctx, &work, metav1.Condition{
-		Type: workv1alpha1.WorkApplied, Status: metav1.ConditionTrue, Reason: reasonAppliedSuccessful,
+		Type: workv1alpha1.WorkApplied, Status: metav1.ConditionTrue, Reason: ctrlmeshv1alpha1.ReasonWorkAppliedSuccessful,
 		Message: messageApplied, ObservedGeneration: work.Generation,
 	}, &manifest)
 }
 
 func failed(work *workv1alpha1.Work, err error) metav1.Condition {
 	return metav1.Condition{
-		Type: workv1alpha1.WorkApplied, Status: metav1.ConditionFalse, Reason: reasonAppliedFailed,
+		Type: workv1alpha1.WorkApplied, Status: metav1.ConditionFalse, Reason: ctrlmeshv1alpha1.ReasonWorkAppliedFailed,
 		Message: err.Error(), ObservedGeneration: work.Generation,
 	}
 }

@@ -86,6 +86,14 @@ const (
 	ReasonNoHeartbeat = "ManagedClusterLeaseNotFound"
 )
 
+// Reasons of the Applied condition the agent writes on a Work in standalone
+// mode, as Karmada's execution controller spells them (Karmada has no
+// constants for them).
+const (
+	ReasonWorkAppliedSuccessful = "AppliedSuccessful"
+	ReasonWorkAppliedFailed     = "AppliedFailed"
+)
+
 // Reasons of the Events ctrlmesh records.
 const (
 	// ReasonRevoked (Normal, on a ShardingConfig): a shard stops serving
