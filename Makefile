@@ -96,7 +96,8 @@ FUZZ_TARGETS := \
 	./proxy:FuzzRenameJSONBody ./proxy:FuzzNarrow \
 	./proxy/watchstream:FuzzCopyJSON ./proxy/watchstream:FuzzCopyJSONArbitrary \
 	./proxy/watchstream:FuzzCopyProtobuf ./agent/labeler:FuzzHandler \
-	./agent/inject:FuzzPodPatch
+	./agent/inject:FuzzPodPatch ./proxy:FuzzFence ./proxy:FuzzCheckedBody \
+	./pkg/route:FuzzCompile ./pkg/routework:FuzzReadStatus
 FUZZTIME ?= 30s
 
 .PHONY: fuzz
