@@ -688,3 +688,54 @@ func freePort(t *testing.T) int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
+
+// TestRecreateAndReselect: deleting a ShardingConfig and creating it again
+// (what the hub's own message advises to change its bucket count), and
+// deselecting a member and selecting it again, leave no bucket pending: the
+// config is Ready again without a hub restart.
+func TestRecreateAndReselect(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	f := startFleet(t, ctx)
+	for _, m := range members {
+		env.Create(t, ctx, f.members[m].Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "again-ops"}})
+		f.startAgent(t, ctx, m)
+		f.startPod(t, ctx, m, "again-ops", "again-op", "again-op-0")
+	}
+	env.Create(t, ctx, f.hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "again-ops"}})
+	f.startHub(t, ctx)
+	sc := shardingConfig("again-ops", "again-op", ctrlmeshv1alpha1.ScopePerCluster)
+	env.Create(t, ctx, f.hub.Client, sc.DeepCopy())
+	f.waitReady(t, ctx, sc, 2, 90*time.Second)
+
+	// Deleted and created again.
+	if err := f.hub.Client.Delete(ctx, sc.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	env.Eventually(t, 30*time.Second, "the ShardingConfig is gone", func() error {
+		err := f.hub.Client.Get(ctx, client.ObjectKeyFromObject(sc), &ctrlmeshv1alpha1.ShardingConfig{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there: %v", err)
+	})
+	env.Create(t, ctx, f.hub.Client, sc.DeepCopy())
+	f.waitReady(t, ctx, sc, 2, 60*time.Second)
+
+	// member2 deselected, then selected again.
+	setClusters := func(names ...string) {
+		t.Helper()
+		var current ctrlmeshv1alpha1.ShardingConfig
+		if err := f.hub.Client.Get(ctx, client.ObjectKeyFromObject(sc), &current); err != nil {
+			t.Fatal(err)
+		}
+		current.Spec.Clusters.Names = names
+		if err := f.hub.Client.Update(ctx, &current); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setClusters("member1")
+	f.waitReady(t, ctx, sc, 1, 60*time.Second)
+	setClusters(members...)
+	f.waitReady(t, ctx, sc, 2, 60*time.Second)
+}
