@@ -90,7 +90,14 @@ func (k *ConfigurationKeeper) Start(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("watching MutatingWebhookConfiguration %s: %w", k.name, err)
 	}
-	go informer.Run(ctx.Done())
+	// Start returns only after the informer has stopped, so that nothing of
+	// it (its reflector's logging, say) outlives the keeper.
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		informer.Run(ctx.Done())
+	}()
+	defer func() { <-stopped }()
 
 	backoff := time.Second
 	retry := time.NewTimer(0)
