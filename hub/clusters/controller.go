@@ -181,10 +181,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	now := time.Now()
 	judgedStale := meta.IsStatusConditionFalse(mc.Status.Conditions, clusterv1.ManagedClusterConditionAvailable)
 	avail := assessAvailability(now, lease, r.renewals.observe(name, lease, judgedStale, now), karmadaCluster)
-	if err := r.writeConditions(ctx, &mc, conditions(mc.Spec.HubAcceptsClient, avail)); err != nil {
+	// The working model first: it is what the hub decides by, and anyone
+	// who sees the condition may expect the hub to act on it already.
+	if err := r.record(ctx, &mc, avail); err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := r.record(ctx, &mc, avail); err != nil {
+	if err := r.writeConditions(ctx, &mc, conditions(mc.Spec.HubAcceptsClient, avail)); err != nil {
 		return reconcile.Result{}, err
 	}
 	if now.Before(avail.heartbeatExpiry) {
