@@ -58,15 +58,7 @@ func TestDiscoveryErrorsFailClosed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			snap, err := rules.Compile(&ctrlmeshv1alpha1.ShardRoute{Spec: ctrlmeshv1alpha1.ShardRouteSpec{
-				RoutingGeneration: 1, RulesHash: "h1", Buckets: 32,
-				Limits: ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{APIGroups: []string{"*"}, Resources: []string{"*"}}}}},
-				Shards: []ctrlmeshv1alpha1.RouteShard{{ID: "0", Buckets: "0-15", Pods: []ctrlmeshv1alpha1.RoutePod{{Name: "p"}}}},
-			}}, "p", rules.ModeLabel, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p.SetRules(snap)
+			p.SetRules(wildcardRules(t, "h1", "0-15"))
 			before := reached.Load()
 			req := httptest.NewRequest(tt.method, tt.path, nil)
 			rec := httptest.NewRecorder()
@@ -79,4 +71,19 @@ func TestDiscoveryErrorsFailClosed(t *testing.T) {
 			}
 		})
 	}
+}
+
+// wildcardRules are label-mode rules sharding every resource, under which
+// pod "p" serves buckets of 32.
+func wildcardRules(t *testing.T, hash, buckets string) *rules.Snapshot {
+	t.Helper()
+	snap, err := rules.Compile(&ctrlmeshv1alpha1.ShardRoute{Spec: ctrlmeshv1alpha1.ShardRouteSpec{
+		RoutingGeneration: 1, RulesHash: hash, Buckets: 32,
+		Limits: ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{APIGroups: []string{"*"}, Resources: []string{"*"}}}}},
+		Shards: []ctrlmeshv1alpha1.RouteShard{{ID: "0", Buckets: buckets, Pods: []ctrlmeshv1alpha1.RoutePod{{Name: "p"}}}},
+	}}, "p", rules.ModeLabel, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap
 }

@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 
-	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 )
 
@@ -61,15 +60,7 @@ func TestUpgradesPassThrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, err := rules.Compile(&ctrlmeshv1alpha1.ShardRoute{Spec: ctrlmeshv1alpha1.ShardRouteSpec{
-		RoutingGeneration: 1, RulesHash: "u1", Buckets: 32,
-		Limits: ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{APIGroups: []string{"*"}, Resources: []string{"*"}}}}},
-		Shards: []ctrlmeshv1alpha1.RouteShard{{ID: "0", Buckets: "0-31", Pods: []ctrlmeshv1alpha1.RoutePod{{Name: "p"}}}},
-	}}, "p", rules.ModeLabel, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.SetRules(snap)
+	p.SetRules(wildcardRules(t, "u1", "0-31"))
 	front := httptest.NewServer(p)
 	defer front.Close()
 
