@@ -184,9 +184,14 @@ func Run(ctx context.Context, opts Options) error {
 			return applier.SetupWithManager(mgr)
 		}
 	}
+	// The proxies' rule renewals are granted in step with the heartbeat.
+	renewals := &routestatus.Renewals{
+		Member: mgr.GetClient(), MemberReader: mgr.GetAPIReader(), Hub: hub, Cluster: opts.ClusterName, Log: opts.Log.WithName("renewals"),
+	}
 	heartbeat := &membership.Heartbeat{
 		Hub: hub, ClusterName: opts.ClusterName, Identity: opts.Identity,
-		LeaseDuration: opts.LeaseDuration, RenewInterval: opts.RenewInterval, Log: opts.Log.WithName("heartbeat"),
+		LeaseDuration: opts.LeaseDuration, RenewInterval: opts.RenewInterval, Witness: renewals.Collect,
+		Log: opts.Log.WithName("heartbeat"),
 	}
 	if err := mgr.Add(&hubMembership{
 		hub: hub, member: memberDiscovery, heartbeat: heartbeat, onAccepted: onAccepted, log: opts.Log.WithName("membership"),

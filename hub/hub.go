@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
@@ -26,6 +27,7 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/hub/propagation"
 	"github.com/ctrlmesh/ctrlmesh/hub/shardingconfig"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
+	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 	ctrlmeshscheme "github.com/ctrlmesh/ctrlmesh/pkg/scheme"
 )
 
@@ -43,6 +45,12 @@ type Options struct {
 	// Karmada does; only where Karmada's controllers run (see
 	// propagation.Writer).
 	KarmadaFinalizer bool
+	// RulesValidity is the validity of Fleet-scope rules (see
+	// route.FleetValidity, the default): whole seconds from 5 s to 1 h.
+	// Shorter moves a lost member's buckets sooner; longer lets members
+	// ride out longer hub or network outages without their proxies
+	// stopping.
+	RulesValidity time.Duration
 	// LeaderElection among replicas, with the Lease in Namespace.
 	LeaderElection bool
 	Namespace      string
@@ -58,6 +66,12 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	if opts.LeaderElection && opts.Namespace == "" {
 		return errors.New("hub: leader election needs the hub's namespace")
+	}
+	if opts.RulesValidity == 0 {
+		opts.RulesValidity = route.FleetValidity
+	}
+	if opts.RulesValidity < 5*time.Second || opts.RulesValidity > time.Hour || opts.RulesValidity%time.Second != 0 {
+		return fmt.Errorf("hub: rules validity %s: it must be whole seconds from 5s to 1h (spec.validitySeconds of the ShardRoutes)", opts.RulesValidity)
 	}
 	scheme, err := ctrlmeshscheme.New()
 	if err != nil {
@@ -88,7 +102,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	changes := make(chan event.GenericEvent)
-	if err := (&clusters.Reconciler{Store: store, Options: clusters.Options{AutoAccept: opts.AutoAccept, Changes: changes}}).SetupWithManager(mgr); err != nil {
+	if err := (&clusters.Reconciler{Store: store, Options: clusters.Options{AutoAccept: opts.AutoAccept, Changes: changes, RulesValidity: opts.RulesValidity}}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	metrics, err := shardingconfig.NewMetrics(ctrlmetrics.Registry)
@@ -98,6 +112,7 @@ func Run(ctx context.Context, opts Options) error {
 	configs := &shardingconfig.Reconciler{
 		Client: mgr.GetClient(), Writer: &propagation.Writer{Client: mgr.GetClient(), KarmadaFinalizer: opts.KarmadaFinalizer},
 		Store: store, ClusterChanges: changes, Recorder: mgr.GetEventRecorderFor(ctrlmeshv1alpha1.HubComponent), Metrics: metrics,
+		RulesValidity: opts.RulesValidity,
 	}
 	if err := configs.SetupWithManager(mgr); err != nil {
 		return err

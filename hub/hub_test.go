@@ -160,7 +160,7 @@ func (f *testFleet) startAgent(t *testing.T, ctx context.Context, name string) *
 func (f *testFleet) startHub(t *testing.T, ctx context.Context) *stopper {
 	t.Helper()
 	return run(t, ctx, "hub", func(ctx context.Context) error {
-		return hub.Run(ctx, hub.Options{Config: f.hubIdentity, AutoAccept: true, MetricsAddress: "0", HealthAddress: "0", Log: logr.Discard()})
+		return hub.Run(ctx, hub.Options{Config: f.hubIdentity, AutoAccept: true, RulesValidity: testRulesValidity, MetricsAddress: "0", HealthAddress: "0", Log: logr.Discard()})
 	})
 }
 
@@ -174,6 +174,10 @@ type operatorPod struct {
 	// crashed is set by kill: the operator's errors are then expected.
 	crashed atomic.Bool
 }
+
+// testRulesValidity is the hub's validity of Fleet-scope rules: the shortest
+// allowed, so that a lost member's buckets move soon.
+const testRulesValidity = 5 * time.Second
 
 // Leader election of the demo operators: short, so that a crashed pod's
 // lease expires soon.
@@ -738,4 +742,74 @@ func TestRecreateAndReselect(t *testing.T) {
 	f.waitReady(t, ctx, sc, 1, 60*time.Second)
 	setClusters(members...)
 	f.waitReady(t, ctx, sc, 2, 60*time.Second)
+}
+
+// TestFleetDeselectionRevokesFirst: a member deselected from a Fleet-scope
+// ShardingConfig while its pods run loses its buckets as in any move: its
+// Work first gives its pods no shard, and only once their proxies enforce
+// that do the other member's pods get the buckets; then its Work is
+// deleted. Pruning its Work at once would leave its pods serving their
+// buckets (until their ShardRoute is deleted, or for good where its agent
+// cannot delete it) while the other member's pods already serve them.
+func TestFleetDeselectionRevokesFirst(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	f := startFleet(t, ctx)
+	for _, m := range members {
+		env.Create(t, ctx, f.members[m].Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "leave-ops"}})
+		f.startAgent(t, ctx, m)
+		f.startPod(t, ctx, m, "leave-ops", "leave-op", "leave-op-0")
+	}
+	env.Create(t, ctx, f.hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "leave-ops"}})
+	f.startHub(t, ctx)
+	sc := shardingConfig("leave-ops", "leave-op", ctrlmeshv1alpha1.ScopeFleet)
+	env.Create(t, ctx, f.hub.Client, sc.DeepCopy())
+	before := f.waitReady(t, ctx, sc, 2, 90*time.Second)
+	leaving := before["member2"]["leave-op-0"]
+	if leaving.IsEmpty() {
+		t.Fatalf("member2's pod serves nothing before the deselection: %v", before)
+	}
+	leavingShard := f.shardOf(t, ctx, sc, "member2", "leave-op-0")
+	member1Versions := routeVersions(t, ctx, f.members["member1"], "leave-ops", "leave-op")
+	member2Versions := routeVersions(t, ctx, f.members["member2"], "leave-ops", "leave-op")
+
+	var current ctrlmeshv1alpha1.ShardingConfig
+	if err := f.hub.Client.Get(ctx, client.ObjectKeyFromObject(sc), &current); err != nil {
+		t.Fatal(err)
+	}
+	current.Spec.Clusters.Names = []string{"member1"}
+	if err := f.hub.Client.Update(ctx, &current); err != nil {
+		t.Fatal(err)
+	}
+	after := f.waitReady(t, ctx, sc, 1, 60*time.Second)
+	if got := after["member1"]["leave-op-0"]; got.Len() != 32 {
+		t.Fatalf("member1's pod serves %v after the deselection, want every bucket", got)
+	}
+	env.Eventually(t, 30*time.Second, "member2's ShardRoute deleted with its Work", func() error {
+		err := f.members["member2"].Client.Get(ctx, client.ObjectKeyFromObject(sc), &ctrlmeshv1alpha1.ShardRoute{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there: %v", err)
+	})
+
+	// When member2's proxy reported enforcing rules that give its pod no
+	// shard.
+	var letGo time.Time
+	for _, v := range member2Versions() {
+		inShard := slices.ContainsFunc(v.route.Spec.Shards, func(s ctrlmeshv1alpha1.RouteShard) bool { return len(s.Pods) > 0 })
+		acked := slices.ContainsFunc(v.route.Status.Pods, func(p ctrlmeshv1alpha1.PodRouteStatus) bool {
+			return p.Name == "leave-op-0" && p.AppliedRulesHash == v.route.Spec.RulesHash
+		})
+		if !inShard && acked {
+			letGo = v.at
+			break
+		}
+	}
+	if letGo.IsZero() {
+		t.Fatalf("member2's pod never enforced rules without a shard before its ShardRoute went (%d versions)", len(member2Versions()))
+	}
+	if granted := firstGrant(t, member1Versions(), leavingShard, leaving); granted.Before(letGo) {
+		t.Errorf("member1 got member2's buckets %s at %s, before member2's pod let them go at %s", leaving, granted.Format(time.StampMilli), letGo.Format(time.StampMilli))
+	}
 }

@@ -17,6 +17,7 @@ type Metrics struct {
 	unsharded         *prometheus.CounterVec
 	rulesLoaded       *prometheus.CounterVec
 	rulesInfo         *prometheus.GaugeVec
+	validityLapses    prometheus.Counter
 }
 
 // Request outcomes, the "outcome" label of ctrlmesh_proxy_requests_total.
@@ -65,8 +66,12 @@ func NewMetrics() *Metrics {
 			Name: "ctrlmesh_proxy_rules_info",
 			Help: "The rules in force: 1 for the enforced hash, routing generation, shard and mode.",
 		}, []string{"hash", "generation", "shard", "mode"}),
+		validityLapses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ctrlmesh_proxy_validity_lapses_total",
+			Help: "Times the rules' validity (Fleet scope) ran out without a renewal, so the proxy stopped serving its shard.",
+		}),
 	}
 	m.Registry.MustRegister(m.requests, m.injectedSelectors, m.fencedWrites, m.lockRenames, m.relistsForced, m.unsharded,
-		m.rulesLoaded, m.rulesInfo, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.rulesLoaded, m.rulesInfo, m.validityLapses, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

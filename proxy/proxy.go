@@ -113,6 +113,14 @@ type Proxy struct {
 	// settle.
 	stopped  chan struct{}
 	stopOnce sync.Once
+
+	// latest is the snapshot SetRules was given last, nil after Withdraw;
+	// validUntil is when rules that expire stop being served unless
+	// renewed (Renew), on the proxy's monotonic clock, and lapse fires
+	// then. All under mu.
+	latest     *rules.Snapshot
+	validUntil time.Time
+	lapse      *time.Timer
 }
 
 // state is one snapshot with its selection epoch. The epoch changes only
@@ -122,9 +130,14 @@ type state struct {
 	snap     *rules.Snapshot
 	epoch    uint64
 	expiries *expiries
-	// withdrawn, when not empty, says why the pod's rules were taken away
-	// (Withdraw); snap is then the last rules with the pod in no shard.
+	// withdrawn, when not empty, tells the operator why the pod serves no
+	// shard although it has rules — they were withdrawn (Withdraw), or
+	// their validity lapsed (lapsed) — and what to do; snap is then the
+	// last rules with the pod in no shard.
 	withdrawn string
+	// lapsed is true when withdrawn is for a lapsed validity: a renewal
+	// puts the rules back in force.
+	lapsed bool
 }
 
 // expiries holds, per resource, the channel whose closing ends the sharded
@@ -371,9 +384,23 @@ func (p *Proxy) Rules() *rules.Snapshot {
 // resources whose selection did not change (another resource's limit
 // changed) go on: a forced relist costs the operator a full list, and
 // client-go's reflector backs off longer after each one.
+//
+// Rules that expire (spec.validitySeconds, Fleet scope) are served only
+// while valid: until Renew was told of a granted renewal, SetRules puts them
+// in force with the pod in no shard, as when they lapse.
 func (p *Proxy) SetRules(snap *rules.Snapshot) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.latest = snap
+	if snap.Expires() && !time.Now().Before(p.validUntil) {
+		p.lapseLocked(snap)
+		return
+	}
+	p.setRulesLocked(snap)
+}
+
+// setRulesLocked puts snap in force; the caller holds mu.
+func (p *Proxy) setRulesLocked(snap *rules.Snapshot) {
 	old := p.state.Load()
 	next := &state{snap: snap, epoch: 1, expiries: newExpiries()}
 	changed := old == nil || !old.snap.SameSelection(snap)
@@ -440,6 +467,11 @@ func (p *Proxy) setApplied(snap *rules.Snapshot) {
 // proxy have stopped.
 func (p *Proxy) Stop() {
 	p.stopOnce.Do(func() { close(p.stopped) })
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lapse != nil {
+		p.lapse.Stop()
+	}
 }
 
 // Withdraw takes the pod out of every shard because its rules are gone —
@@ -453,22 +485,95 @@ func (p *Proxy) Stop() {
 func (p *Proxy) Withdraw(reason string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.latest = nil
 	old := p.state.Load()
-	if old == nil || old.withdrawn != "" {
+	if old == nil || (old.withdrawn != "" && !old.lapsed) {
 		// No rules in force: every API request already gets 503.
 		return
 	}
-	unassigned := *old.snap
-	unassigned.Shard = ""
-	next := &state{snap: &unassigned, epoch: old.epoch + 1, expiries: newExpiries(), withdrawn: reason}
-	never := func(schema.GroupResource) bool { return false }
-	old.expiries.handOver(next.expiries, never)
-	p.selections.beginChange(next.epoch, never)
-	p.state.Store(next)
+	p.unassignLocked(old.snap, withdrawnText(reason), false)
 	p.setApplied(nil)
 }
 
-// Withdrawn says why the pod's rules were withdrawn, "" while they are not.
+// unassignLocked puts snap in force with the pod in no shard, telling the
+// operator message; the watches opened before end. The caller holds mu.
+func (p *Proxy) unassignLocked(snap *rules.Snapshot, message string, lapsed bool) {
+	old := p.state.Load()
+	unassigned := *snap
+	unassigned.Shard = ""
+	epoch := uint64(1)
+	next := &state{snap: &unassigned, expiries: newExpiries(), withdrawn: message, lapsed: lapsed}
+	never := func(schema.GroupResource) bool { return false }
+	if old != nil {
+		epoch = old.epoch + 1
+		old.expiries.handOver(next.expiries, never)
+	}
+	next.epoch = epoch
+	p.selections.beginChange(next.epoch, never)
+	p.state.Store(next)
+}
+
+// Renew extends the validity of the rules of hash to until, on the proxy's
+// monotonic clock (a time.Now() taken before the renewal request was sent,
+// plus the validity), and puts them back in force if they lapsed. A grant
+// seen beside other rules than those SetRules was given last renews
+// nothing: the agent grants renewals only while the member holds the rules
+// the hub publishes, and rules the proxy refused or has not taken up yet
+// are not those — the hub may have given their buckets elsewhere.
+func (p *Proxy) Renew(hash string, until time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.latest == nil || p.latest.Hash() != hash || !until.After(p.validUntil) {
+		return
+	}
+	p.validUntil = until
+	if p.lapse == nil {
+		p.lapse = time.AfterFunc(time.Until(until), p.expire)
+	} else {
+		p.lapse.Reset(time.Until(until))
+	}
+	if st := p.state.Load(); st != nil && st.lapsed {
+		p.log.Info("rules valid again: serving them", "hash", p.latest.Hash(), "validUntil", until.Format(time.RFC3339))
+		p.setRulesLocked(p.latest)
+	}
+}
+
+// expire takes rules that expire out of force once their validity ran out
+// without a renewal.
+func (p *Proxy) expire() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.state.Load()
+	if st == nil || st.withdrawn != "" || !st.snap.Expires() || time.Now().Before(p.validUntil) {
+		return
+	}
+	p.lapseLocked(st.snap)
+}
+
+// lapseLocked puts rules whose validity ran out in force with the pod in no
+// shard. The caller holds mu.
+func (p *Proxy) lapseLocked(snap *rules.Snapshot) {
+	message := fmt.Sprintf("its rules (generation %d) are not valid: the agent of this member has not renewed their validity within %s, "+
+		"so the hub may give this pod's buckets to pods in other clusters; the proxy serves again once they are renewed. "+
+		"Check that the ctrlmesh agent runs and reaches the hub", snap.Generation(), snap.Validity())
+	old := p.state.Load()
+	if old != nil && old.lapsed && old.withdrawn == message {
+		return
+	}
+	if old != nil && old.withdrawn == "" {
+		// Rules that were served ran out, rather than rules not valid yet.
+		p.log.Info("rules validity lapsed: the proxy refuses the operator's sharded reads (503), writes (403) and leader election (503) until the agent renews it",
+			"hash", snap.Hash(), "generation", snap.Generation(), "validity", snap.Validity())
+		p.metrics.validityLapses.Inc()
+	}
+	p.unassignLocked(snap, message, true)
+	// The pod serves nothing: nothing to relist for.
+	p.setApplied(snap)
+}
+
+// Withdrawn tells why the pod serves no shard although it had rules — they
+// were withdrawn, or their validity lapsed — and what to do; "" while it
+// serves them.
 func (p *Proxy) Withdrawn() string {
 	if st := p.state.Load(); st != nil {
 		return st.withdrawn
@@ -606,7 +711,7 @@ func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, inf
 	if !snap.Serving() {
 		msg := fmt.Sprintf("ctrlmesh proxy: pod %s serves no buckets in rules generation %d yet", snap.Pod, snap.Generation())
 		if st.withdrawn != "" {
-			msg = fmt.Sprintf("ctrlmesh proxy: %s of %s is refused: %s", info.Verb, info.Resource, withdrawnText(st.withdrawn))
+			msg = fmt.Sprintf("ctrlmesh proxy: %s of %s is refused: %s", info.Verb, info.Resource, st.withdrawn)
 		}
 		p.count(info.Verb, outcomeUnavailable)
 		apistatus.Write(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, msg, nil)
@@ -747,7 +852,7 @@ func (p *Proxy) serveWrite(w http.ResponseWriter, r *http.Request, st *state, in
 	var refusal string
 	switch {
 	case st.withdrawn != "":
-		refusal = fmt.Sprintf("ctrlmesh proxy: %s is refused: %s", what, withdrawnText(st.withdrawn))
+		refusal = fmt.Sprintf("ctrlmesh proxy: %s is refused: %s", what, st.withdrawn)
 	case ns == "":
 		refusal = fmt.Sprintf("ctrlmesh proxy: %s of %s across all namespaces is refused: the resource is sharded, and this pod serves only %s",
 			info.Verb, resource, ownershipText(snap))
@@ -908,7 +1013,7 @@ func (p *Proxy) serveLock(w http.ResponseWriter, r *http.Request, st *state, inf
 			msg := fmt.Sprintf("ctrlmesh proxy: %s of %s %q is refused: it is the leader-election lock of shard %q, and this pod (shard %q) may take only its own",
 				info.Verb, info.Resource, name, owner, snap.Shard)
 			if st.withdrawn != "" {
-				msg = fmt.Sprintf("ctrlmesh proxy: %s of the leader-election lock %q is refused: %s", info.Verb, name, withdrawnText(st.withdrawn))
+				msg = fmt.Sprintf("ctrlmesh proxy: %s of the leader-election lock %q is refused: %s", info.Verb, name, st.withdrawn)
 			}
 			p.fence(w, info, msg)
 			return nil, true
@@ -924,7 +1029,7 @@ func (p *Proxy) serveLock(w http.ResponseWriter, r *http.Request, st *state, inf
 	if !snap.Assigned() {
 		msg := fmt.Sprintf("pod %s is not assigned a shard yet, so it may not take the leader-election lock %q", snap.Pod, lock)
 		if st.withdrawn != "" {
-			msg = withdrawnText(st.withdrawn)
+			msg = st.withdrawn
 		}
 		return fail(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, msg)
 	}

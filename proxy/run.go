@@ -179,8 +179,8 @@ func healthMux(p *Proxy) http.Handler {
 		_, _ = w.Write([]byte("ok"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if reason := p.Withdrawn(); reason != "" {
-			http.Error(w, "rules withdrawn: "+withdrawnText(reason), http.StatusServiceUnavailable)
+		if message := p.Withdrawn(); message != "" {
+			http.Error(w, "serving no shard: "+message, http.StatusServiceUnavailable)
 			return
 		}
 		snap := p.Rules()

@@ -98,9 +98,12 @@ func RunFileSource(ctx context.Context, path string, interval time.Duration, loa
 			return
 		}
 		last = data
+		if err == nil && route.Spec.ValiditySeconds > 0 {
+			err = fmt.Errorf("rules file %s: rules with spec.validitySeconds are renewed through the ShardRoute's status, which a file has not: serve them from the ShardRoute (--rules-name) instead", path)
+		}
 		if err != nil {
 			loader.Proxy.metrics.rulesLoaded.WithLabelValues("refused").Inc()
-			loader.Log.Error(err, "rules file unreadable; the last good rules stay in force")
+			loader.Log.Error(err, "rules file refused; the last good rules stay in force")
 			return
 		}
 		// Offer logs and counts its own refusals.
@@ -241,37 +244,107 @@ func (s *APISource) Run(ctx context.Context) error {
 	return c.Start(ctx)
 }
 
-func reportedHash(route *ctrlmeshv1alpha1.ShardRoute, pod string) string {
-	for _, p := range route.Status.Pods {
-		if p.Name == pod {
-			return p.AppliedRulesHash
-		}
-	}
-	return ""
+// podReport is what a proxy reports of itself in status.pods[name=<pod>]:
+// the rules hash the operator has taken up, and its renewal request.
+type podReport struct {
+	hash    string
+	request int64
 }
 
-// report keeps {status.pods[name=pod].appliedRulesHash} equal to the hash
-// of the rules the operator has taken up (Proxy.Applied), applying it as the
-// pod's own field manager: after every change of the applied rules, and
-// whenever the status seen lacks it (someone overwrote the entry). Failed
+func reportedBy(route *ctrlmeshv1alpha1.ShardRoute, pod string) (podReport, int64) {
+	for _, p := range route.Status.Pods {
+		if p.Name == pod {
+			return podReport{hash: p.AppliedRulesHash, request: p.RenewalRequest}, p.RenewalGranted
+		}
+	}
+	return podReport{}, 0
+}
+
+// renewals are the proxy's requests to renew its rules' validity (rules
+// that expire, Fleet scope): each a number written into the status, kept
+// with the time it was sent.
+type renewals struct {
+	// sent maps each outstanding request to when it was sent.
+	sent map[int64]time.Time
+	// current is the request the status should show; 0 for none.
+	current int64
+}
+
+// next makes a new request, sent now.
+func (r *renewals) next(now time.Time) {
+	n := max(r.current+1, now.UnixNano())
+	if r.sent == nil {
+		r.sent = map[int64]time.Time{}
+	}
+	r.sent[n], r.current = now, n
+}
+
+// granted returns when the granted request was sent, forgetting it and
+// every older one; false for a request this proxy did not send (an older
+// proxy of the pod's) or already took.
+func (r *renewals) granted(request int64) (time.Time, bool) {
+	sentAt, ok := r.sent[request]
+	if !ok {
+		return time.Time{}, false
+	}
+	for n := range r.sent {
+		if n <= request {
+			delete(r.sent, n)
+		}
+	}
+	return sentAt, true
+}
+
+// renewalPause is the least time between two renewal requests: the agent
+// grants once per heartbeat, so asking faster gains nothing.
+const renewalPause = time.Second
+
+// report keeps {status.pods[name=pod]} showing the hash of the rules the
+// operator has taken up (Proxy.Applied) and, for rules that expire, the
+// proxy's current renewal request, applying both as the pod's own field
+// manager: after every change, and whenever the status seen lacks them
+// (someone overwrote the entry). A granted request renews the rules'
+// validity from when it was sent, and the next request follows. Failed
 // writes are retried with backoff. Driven by events, never by a ticker.
 func (s *APISource) report(ctx context.Context, c client.Client, latest <-chan *ctrlmeshv1alpha1.ShardRoute) {
 	const initialBackoff = 100 * time.Millisecond
 	backoff := initialBackoff
 	var route *ctrlmeshv1alpha1.ShardRoute
-	var retry <-chan time.Time
+	var retry, ask <-chan time.Time
+	var requests renewals
 	for {
 		applied, changed := s.Loader.Proxy.Applied()
-		if route != nil && applied != nil && reportedHash(route, s.Loader.Pod) != applied.Hash() && retry == nil {
-			if err := s.apply(ctx, c, route, applied.Hash()); err != nil {
-				s.Loader.Log.V(1).Info("reporting the applied rules hash failed; retrying", "error", err.Error(), "in", backoff)
-				retry = time.After(backoff)
-				backoff = min(2*backoff, 5*time.Second)
+		if route != nil {
+			seen, granted := reportedBy(route, s.Loader.Pod)
+			if validity := time.Duration(route.Spec.ValiditySeconds) * time.Second; validity > 0 {
+				if sentAt, ok := requests.granted(granted); ok {
+					s.Loader.Proxy.Renew(route.Spec.RulesHash, sentAt.Add(validity))
+				}
+				switch {
+				case requests.current == 0:
+					// Sent below: the time is taken before the write.
+					requests.next(time.Now())
+				case granted == requests.current && ask == nil:
+					ask = time.After(renewalPause)
+				}
 			} else {
-				backoff = initialBackoff
-				// Until the watch shows the new status, assume it landed.
-				route = route.DeepCopy()
-				setReportedHash(route, s.Loader.Pod, applied.Hash())
+				requests = renewals{}
+			}
+			want := podReport{request: requests.current}
+			if applied != nil {
+				want.hash = applied.Hash()
+			}
+			if want != seen && want != (podReport{}) && retry == nil {
+				if err := s.apply(ctx, c, route, want); err != nil {
+					s.Loader.Log.V(1).Info("reporting to the ShardRoute's status failed; retrying", "error", err.Error(), "in", backoff)
+					retry = time.After(backoff)
+					backoff = min(2*backoff, 5*time.Second)
+				} else {
+					backoff = initialBackoff
+					// Until the watch shows the new status, assume it landed.
+					route = route.DeepCopy()
+					setReported(route, s.Loader.Pod, want)
+				}
 			}
 		}
 		select {
@@ -281,28 +354,40 @@ func (s *APISource) report(ctx context.Context, c client.Client, latest <-chan *
 		case route = <-latest:
 		case <-retry:
 			retry = nil
+		case <-ask:
+			ask = nil
+			if route != nil && route.Spec.ValiditySeconds > 0 {
+				if _, granted := reportedBy(route, s.Loader.Pod); granted == requests.current {
+					requests.next(time.Now())
+				}
+			}
 		}
 	}
 }
 
-func (s *APISource) apply(ctx context.Context, c client.Client, route *ctrlmeshv1alpha1.ShardRoute, hash string) error {
+func (s *APISource) apply(ctx context.Context, c client.Client, route *ctrlmeshv1alpha1.ShardRoute, report podReport) error {
+	entry := map[string]any{"name": s.Loader.Pod}
+	if report.hash != "" {
+		entry["appliedRulesHash"] = report.hash
+	}
+	if report.request != 0 {
+		entry["renewalRequest"] = report.request
+	}
 	patch := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": ctrlmeshv1alpha1.GroupVersion.String(),
 		"kind":       ctrlmeshv1alpha1.ShardRouteGVK.Kind,
 		"metadata":   map[string]any{"namespace": route.Namespace, "name": route.Name},
-		"status": map[string]any{"pods": []any{
-			map[string]any{"name": s.Loader.Pod, "appliedRulesHash": hash},
-		}},
+		"status":     map[string]any{"pods": []any{entry}},
 	}}
 	return c.Status().Patch(ctx, patch, client.Apply, client.FieldOwner(ctrlmeshv1alpha1.ProxyFieldManager(s.Loader.Pod)), client.ForceOwnership)
 }
 
-func setReportedHash(route *ctrlmeshv1alpha1.ShardRoute, pod, hash string) {
+func setReported(route *ctrlmeshv1alpha1.ShardRoute, pod string, report podReport) {
 	for i := range route.Status.Pods {
 		if route.Status.Pods[i].Name == pod {
-			route.Status.Pods[i].AppliedRulesHash = hash
+			route.Status.Pods[i].AppliedRulesHash, route.Status.Pods[i].RenewalRequest = report.hash, report.request
 			return
 		}
 	}
-	route.Status.Pods = append(route.Status.Pods, ctrlmeshv1alpha1.PodRouteStatus{Name: pod, AppliedRulesHash: hash})
+	route.Status.Pods = append(route.Status.Pods, ctrlmeshv1alpha1.PodRouteStatus{Name: pod, AppliedRulesHash: report.hash, RenewalRequest: report.request})
 }

@@ -20,9 +20,10 @@ const maxNamedPods = 5
 
 // podStatuses returns the entries of the candidate pods — the live pods the
 // route's selector matches — and the entries of other live pods whose proxy
-// reported a hash. The latter keep only that report: dropping it would only
-// make the proxy write it again, and again. Entries of gone pods are
-// dropped. Every reported hash is kept as the proxy wrote it. Both come in
+// reported a hash or asks for renewals. The latter keep only those:
+// dropping them would only make the proxy write them again, and again.
+// Entries of gone pods are dropped. Every proxy's report, and every grant,
+// is kept as written. Both come in
 // the order of pod names; pods is sorted by name in place.
 func podStatuses(route *ctrlmeshv1alpha1.ShardRoute, pods []corev1.Pod) (candidates, others []ctrlmeshv1alpha1.PodRouteStatus) {
 	slices.SortFunc(pods, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
@@ -41,9 +42,16 @@ func podStatuses(route *ctrlmeshv1alpha1.ShardRoute, pods []corev1.Pod) (candida
 			shardOf[p.Name] = shard.ID
 		}
 	}
-	reported := map[string]string{}
+	// What others wrote into the entries is kept as read: each proxy's
+	// hash and renewal request, and the grants (see Renewals).
+	reported := map[string]ctrlmeshv1alpha1.PodRouteStatus{}
 	for _, p := range route.Status.Pods {
-		reported[p.Name] = p.AppliedRulesHash
+		reported[p.Name] = p
+	}
+	keep := func(entry ctrlmeshv1alpha1.PodRouteStatus) ctrlmeshv1alpha1.PodRouteStatus {
+		r := reported[entry.Name]
+		entry.AppliedRulesHash, entry.RenewalRequest, entry.RenewalGranted = r.AppliedRulesHash, r.RenewalRequest, r.RenewalGranted
+		return entry
 	}
 	for i := range pods {
 		pod := &pods[i]
@@ -51,19 +59,18 @@ func podStatuses(route *ctrlmeshv1alpha1.ShardRoute, pods []corev1.Pod) (candida
 			continue
 		}
 		if !selector.Matches(labels.Set(pod.Labels)) {
-			if hash := reported[pod.Name]; hash != "" {
-				others = append(others, ctrlmeshv1alpha1.PodRouteStatus{Name: pod.Name, AppliedRulesHash: hash})
+			if r := reported[pod.Name]; r.AppliedRulesHash != "" || r.RenewalRequest != 0 {
+				others = append(others, keep(ctrlmeshv1alpha1.PodRouteStatus{Name: pod.Name}))
 			}
 			continue
 		}
-		candidates = append(candidates, ctrlmeshv1alpha1.PodRouteStatus{
-			Name:             pod.Name,
-			Address:          pod.Status.PodIP,
-			Ready:            isReady(pod),
-			Canary:           canary.Matches(labels.Set(pod.Labels)),
-			Shard:            shardOf[pod.Name],
-			AppliedRulesHash: reported[pod.Name],
-		})
+		candidates = append(candidates, keep(ctrlmeshv1alpha1.PodRouteStatus{
+			Name:    pod.Name,
+			Address: pod.Status.PodIP,
+			Ready:   isReady(pod),
+			Canary:  canary.Matches(labels.Set(pod.Labels)),
+			Shard:   shardOf[pod.Name],
+		}))
 	}
 	return candidates, others
 }

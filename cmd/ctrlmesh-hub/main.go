@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/ctrlmesh/ctrlmesh/hub"
+	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 	"github.com/ctrlmesh/ctrlmesh/pkg/version"
 )
 
@@ -51,6 +52,7 @@ ShardingConfig.status (see "ctrlmeshctl status").`,
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the hub cluster; empty uses $KUBECONFIG, ~/.kube/config or in-cluster credentials")
 	f.BoolVar(&opts.AutoAccept, "auto-accept", false, "accept every member cluster that joins; otherwise an admin sets spec.hubAcceptsClient of its ManagedCluster")
 	f.BoolVar(&opts.KarmadaFinalizer, "karmada-finalizer", false, "put Karmada's execution finalizer on Works, as Karmada does; only where Karmada's controllers run (Karmada mode)")
+	f.DurationVar(&opts.RulesValidity, "rules-validity", route.FleetValidity, "how long proxies serve Fleet-scope rules without a renewal, which their agent grants in step with its heartbeat; a lost member's buckets go elsewhere only after 1.1× this plus 2 s past its last heartbeat (whole seconds, 5s to 1h)")
 	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect a leader among the hub's replicas")
 	f.StringVar(&opts.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the hub, holding its leader-election Lease (default $POD_NAMESPACE)")
 	f.StringVar(&opts.MetricsAddress, "metrics-bind-address", ":8080", "address serving Prometheus metrics; 0 disables")

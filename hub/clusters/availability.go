@@ -12,6 +12,7 @@ import (
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 )
 
 // availability is the state of a cluster's Available condition.
@@ -21,6 +22,23 @@ type availability struct {
 	message string
 	// heartbeatExpiry is when the heartbeat runs out; zero without one.
 	heartbeatExpiry time.Time
+	// lapsed: the hub saw no heartbeat recent enough for any rules
+	// validity its agent granted to run yet (route.LapseBound), so no
+	// proxy there serves rules that expire. Only then may the hub give the
+	// cluster's buckets to pods elsewhere without its proxies' consent.
+	lapsed bool
+}
+
+// heartbeatLifetime is how long after the hub saw a renewal a heartbeat
+// counts as fresh: the lease's duration, but never less than the bound of
+// the rules validity the agent grants in step with its heartbeat, so that a
+// cluster judged unavailable for lack of heartbeat holds no valid rules.
+func heartbeatLifetime(lease *coordinationv1.Lease, rulesValidity time.Duration) time.Duration {
+	bound := route.LapseBound(rulesValidity)
+	if lease == nil || lease.Spec.LeaseDurationSeconds == nil {
+		return bound
+	}
+	return max(time.Duration(*lease.Spec.LeaseDurationSeconds)*time.Second, bound)
 }
 
 // assessAvailability decides whether a cluster is available at now, the
@@ -32,18 +50,26 @@ type availability struct {
 // renewTime change), on the hub's clock; zero when the hub has not seen it
 // renewed. An agent whose clock runs behind or ahead of the hub's writes
 // renewTimes the hub cannot compare with its own clock, and would flap.
-func assessAvailability(now time.Time, lease *coordinationv1.Lease, renewedAt time.Time, karmadaCluster *clusterv1alpha1.Cluster) availability {
+//
+// The heartbeat stays fresh for heartbeatLifetime after the hub saw it
+// renewed; a lease deleted after the hub saw it renewed stops being fresh
+// at once, but the cluster counts as lapsed only once that lifetime ran out.
+func assessAvailability(now time.Time, lease *coordinationv1.Lease, renewedAt time.Time, rulesValidity time.Duration, karmadaCluster *clusterv1alpha1.Cluster) availability {
 	if lease == nil || lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil {
-		return availability{status: metav1.ConditionUnknown, reason: ctrlmeshv1alpha1.ReasonNoHeartbeat,
+		if expiry := renewedAt.Add(heartbeatLifetime(lease, rulesValidity)); !renewedAt.IsZero() && now.Before(expiry) {
+			return availability{status: metav1.ConditionFalse, reason: ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, heartbeatExpiry: expiry,
+				message: "The cluster's heartbeat lease is gone."}
+		}
+		return availability{status: metav1.ConditionUnknown, reason: ctrlmeshv1alpha1.ReasonNoHeartbeat, lapsed: true,
 			message: "The cluster's agent has not renewed its heartbeat lease yet."}
 	}
 	if renewedAt.IsZero() {
-		return availability{status: metav1.ConditionFalse, reason: ctrlmeshv1alpha1.ReasonLeaseUpdateStopped,
+		return availability{status: metav1.ConditionFalse, reason: ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, lapsed: true,
 			message: "The cluster's agent stopped renewing its heartbeat lease."}
 	}
-	expiry := renewedAt.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
+	expiry := renewedAt.Add(heartbeatLifetime(lease, rulesValidity))
 	if !now.Before(expiry) {
-		return availability{status: metav1.ConditionFalse, reason: ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, heartbeatExpiry: expiry,
+		return availability{status: metav1.ConditionFalse, reason: ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, heartbeatExpiry: expiry, lapsed: true,
 			message: "The cluster's agent stopped renewing its heartbeat lease."}
 	}
 	if karmadaCluster != nil {
@@ -86,12 +112,13 @@ type renewal struct {
 func (r *renewals) observe(cluster string, lease *coordinationv1.Lease, judgedStale bool, now time.Time) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	last, ok := r.seen[cluster]
 	if lease == nil || lease.Spec.RenewTime == nil {
-		delete(r.seen, cluster)
-		return time.Time{}
+		// A lease deleted after a renewal the hub saw: that renewal
+		// still bounds the validity the agent granted.
+		return last.at
 	}
 	renewTime := lease.Spec.RenewTime.Time
-	last, ok := r.seen[cluster]
 	switch {
 	case ok && last.renewTime.Equal(renewTime):
 		return last.at

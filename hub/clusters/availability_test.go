@@ -11,6 +11,7 @@ import (
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 )
 
 func TestAssessAvailability(t *testing.T) {
@@ -25,6 +26,9 @@ func TestAssessAvailability(t *testing.T) {
 	notReady := metav1.Condition{Type: clusterv1alpha1.ClusterConditionReady, Status: metav1.ConditionFalse, Reason: "ClusterNotReachable"}
 	// The agent's clock runs an hour behind the hub's: the hub judges by
 	// when it saw the renewal, renewed on its own clock.
+	short := &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{
+		RenewTime: ptr.To(metav1.NewMicroTime(renewed)), LeaseDurationSeconds: ptr.To[int32](10)}}
+	boundExpiry := renewed.Add(route.LapseBound(route.FleetValidity))
 	skewed := &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{
 		RenewTime: ptr.To(metav1.NewMicroTime(renewed.Add(-time.Hour))), LeaseDurationSeconds: ptr.To[int32](40)}}
 	for _, tc := range []struct {
@@ -36,27 +40,36 @@ func TestAssessAvailability(t *testing.T) {
 		wantStatus metav1.ConditionStatus
 		wantReason string
 		wantExpiry time.Time
+		wantLapsed bool
 	}{
-		{"no lease", renewed, nil, renewed, nil, metav1.ConditionUnknown, ctrlmeshv1alpha1.ReasonNoHeartbeat, time.Time{}},
-		{"a lease never renewed", renewed, &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](40)}}, renewed,
-			nil, metav1.ConditionUnknown, ctrlmeshv1alpha1.ReasonNoHeartbeat, time.Time{}},
-		{"a lease without duration", renewed, &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{RenewTime: lease.Spec.RenewTime}}, renewed,
-			nil, metav1.ConditionUnknown, ctrlmeshv1alpha1.ReasonNoHeartbeat, time.Time{}},
-		{"fresh", renewed.Add(10 * time.Second), lease, renewed, nil, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable, expiry},
-		{"fresh until just before expiry", expiry.Add(-time.Microsecond), lease, renewed, nil, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable, expiry},
-		{"expired at expiry", expiry, lease, renewed, nil, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, expiry},
-		{"expired long ago", expiry.Add(time.Hour), lease, renewed, nil, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, expiry},
-		{"fresh and Karmada Ready", renewed, lease, renewed, karmada(ready), metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable, expiry},
-		{"fresh but Karmada not Ready", renewed, lease, renewed, karmada(notReady), metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonKarmadaClusterNotReady, expiry},
-		{"fresh but Karmada without Ready", renewed, lease, renewed, karmada(), metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonKarmadaClusterNotReady, expiry},
-		{"expired and Karmada Ready", expiry, lease, renewed, karmada(ready), metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, expiry},
-		{"agent clock behind, renewal seen", renewed.Add(10 * time.Second), skewed, renewed, nil, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable, expiry},
-		{"never seen renewed", renewed, lease, time.Time{}, nil, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, time.Time{}},
+		{"no lease", time.Time{}, nil, time.Time{}, nil, metav1.ConditionUnknown, ctrlmeshv1alpha1.ReasonNoHeartbeat, time.Time{}, true},
+		{"a lease never renewed", renewed, &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](40)}}, time.Time{},
+			nil, metav1.ConditionUnknown, ctrlmeshv1alpha1.ReasonNoHeartbeat, time.Time{}, true},
+		{"a lease without duration", renewed, &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{RenewTime: lease.Spec.RenewTime}}, time.Time{},
+			nil, metav1.ConditionUnknown, ctrlmeshv1alpha1.ReasonNoHeartbeat, time.Time{}, true},
+		{"fresh", renewed.Add(10 * time.Second), lease, renewed, nil, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable, expiry, false},
+		{"fresh until just before expiry", expiry.Add(-time.Microsecond), lease, renewed, nil, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable, expiry, false},
+		{"expired at expiry", expiry, lease, renewed, nil, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, expiry, true},
+		{"expired long ago", expiry.Add(time.Hour), lease, renewed, nil, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, expiry, true},
+		{"fresh and Karmada Ready", renewed, lease, renewed, karmada(ready), metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable, expiry, false},
+		{"fresh but Karmada not Ready", renewed, lease, renewed, karmada(notReady), metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonKarmadaClusterNotReady, expiry, false},
+		{"fresh but Karmada without Ready", renewed, lease, renewed, karmada(), metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonKarmadaClusterNotReady, expiry, false},
+		{"expired and Karmada Ready", expiry, lease, renewed, karmada(ready), metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, expiry, true},
+		{"agent clock behind, renewal seen", renewed.Add(10 * time.Second), skewed, renewed, nil, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable, expiry, false},
+		{"never seen renewed", renewed, lease, time.Time{}, nil, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, time.Time{}, true},
+		// A lease shorter than the rules validity's bound is fresh for the
+		// bound: the agent's last grants may still run.
+		{"short lease, fresh past its duration", renewed.Add(20 * time.Second), short, renewed, nil, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable, boundExpiry, false},
+		{"short lease, expired at the bound", boundExpiry, short, renewed, nil, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, boundExpiry, true},
+		// A lease deleted after a renewal the hub saw: not fresh, but
+		// the grants made before it may run until the bound.
+		{"lease deleted after a renewal", renewed.Add(time.Second), nil, renewed, nil, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, boundExpiry, false},
+		{"lease deleted, bound passed", boundExpiry, nil, renewed, nil, metav1.ConditionUnknown, ctrlmeshv1alpha1.ReasonNoHeartbeat, time.Time{}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := assessAvailability(tc.now, tc.lease, tc.seenAt, tc.karmada)
-			if got.status != tc.wantStatus || got.reason != tc.wantReason || !got.heartbeatExpiry.Equal(tc.wantExpiry) || got.message == "" {
-				t.Errorf("got %+v, want %s %s expiring %s", got, tc.wantStatus, tc.wantReason, tc.wantExpiry)
+			got := assessAvailability(tc.now, tc.lease, tc.seenAt, route.FleetValidity, tc.karmada)
+			if got.status != tc.wantStatus || got.reason != tc.wantReason || !got.heartbeatExpiry.Equal(tc.wantExpiry) || got.message == "" || got.lapsed != tc.wantLapsed {
+				t.Errorf("got %+v, want %s %s expiring %s, lapsed %t", got, tc.wantStatus, tc.wantReason, tc.wantExpiry, tc.wantLapsed)
 			}
 		})
 	}
@@ -82,13 +95,27 @@ func TestRenewals(t *testing.T) {
 		{leaseAt(agentClock), false, t0, t0},                                                                   // first read, not judged stale: renewed now
 		{leaseAt(agentClock), false, t0.Add(5 * time.Second), t0},                                              // unchanged: still the first sighting
 		{leaseAt(agentClock.Add(10 * time.Second)), false, t0.Add(10 * time.Second), t0.Add(10 * time.Second)}, // renewed
-		{nil, false, t0.Add(11 * time.Second), time.Time{}},                                                    // lease gone
-		{leaseAt(agentClock.Add(20 * time.Second)), true, t0.Add(20 * time.Second), time.Time{}},               // first read, judged stale: not seen renewed
-		{leaseAt(agentClock.Add(20 * time.Second)), true, t0.Add(25 * time.Second), time.Time{}},               // unchanged
-		{leaseAt(agentClock.Add(30 * time.Second)), true, t0.Add(30 * time.Second), t0.Add(30 * time.Second)},  // renewed: seen
+		{nil, false, t0.Add(11 * time.Second), t0.Add(10 * time.Second)},                                       // lease gone: the renewal seen still bounds the agent's grants
+		{leaseAt(agentClock.Add(20 * time.Second)), false, t0.Add(20 * time.Second), t0.Add(20 * time.Second)}, // created again: renewed
 	} {
 		if got := r.observe("member1", step.lease, step.judgedStale, step.now); !got.Equal(step.want) {
 			t.Errorf("step %d: renewed at %v, want %v", i, got, step.want)
+		}
+	}
+	// A restarted hub, whose predecessor judged the cluster stale.
+	var restarted renewals
+	for i, step := range []struct {
+		lease       *coordinationv1.Lease
+		judgedStale bool
+		now         time.Time
+		want        time.Time
+	}{
+		{leaseAt(agentClock.Add(20 * time.Second)), true, t0.Add(20 * time.Second), time.Time{}},              // first read, judged stale: not seen renewed
+		{leaseAt(agentClock.Add(20 * time.Second)), true, t0.Add(25 * time.Second), time.Time{}},              // unchanged
+		{leaseAt(agentClock.Add(30 * time.Second)), true, t0.Add(30 * time.Second), t0.Add(30 * time.Second)}, // renewed: seen
+	} {
+		if got := restarted.observe("member1", step.lease, step.judgedStale, step.now); !got.Equal(step.want) {
+			t.Errorf("restarted, step %d: renewed at %v, want %v", i, got, step.want)
 		}
 	}
 }

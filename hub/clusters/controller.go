@@ -36,6 +36,7 @@ import (
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
+	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 )
 
 // ControllerName names the controller in logs and metrics.
@@ -57,6 +58,12 @@ type Options struct {
 	// in source.Channel to reconcile what depends on clusters. A send blocks
 	// the reconcile until it is received.
 	Changes chan<- event.GenericEvent
+	// RulesValidity is the validity of rules in Fleet scope, which the
+	// agent grants in step with its heartbeat: a heartbeat stays fresh at
+	// least route.LapseBound of it after the hub saw it. Default
+	// route.FleetValidity; the ShardingConfig controller must write the
+	// same into the routes.
+	RulesValidity time.Duration
 }
 
 // Reconciler reconciles ManagedClusters, by name.
@@ -180,7 +187,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 	now := time.Now()
 	judgedStale := meta.IsStatusConditionFalse(mc.Status.Conditions, clusterv1.ManagedClusterConditionAvailable)
-	avail := assessAvailability(now, lease, r.renewals.observe(name, lease, judgedStale, now), karmadaCluster)
+	avail := assessAvailability(now, lease, r.renewals.observe(name, lease, judgedStale, now), r.rulesValidity(), karmadaCluster)
 	// The working model first: it is what the hub decides by, and anyone
 	// who sees the condition may expect the hub to act on it already.
 	if err := r.record(ctx, &mc, avail); err != nil {
@@ -280,6 +287,7 @@ func (r *Reconciler) record(ctx context.Context, mc *clusterv1.ManagedCluster, a
 		Available:       avail.status == metav1.ConditionTrue,
 		Labels:          mc.Labels,
 		HeartbeatExpiry: avail.heartbeatExpiry,
+		HeartbeatLapsed: avail.lapsed,
 	}
 	if !c.Available {
 		c.Reason = avail.reason
@@ -288,7 +296,8 @@ func (r *Reconciler) record(ctx context.Context, mc *clusterv1.ManagedCluster, a
 	if _, err := r.Store.UpsertCluster(c); err != nil {
 		return err
 	}
-	if existed && old.Accepted == c.Accepted && old.Available == c.Available && old.Reason == c.Reason && maps.Equal(old.Labels, c.Labels) {
+	if existed && old.Accepted == c.Accepted && old.Available == c.Available && old.Reason == c.Reason && old.HeartbeatLapsed == c.HeartbeatLapsed &&
+		maps.Equal(old.Labels, c.Labels) {
 		return nil
 	}
 	if !existed || old.Available != c.Available {
@@ -306,4 +315,12 @@ func (r *Reconciler) notify(ctx context.Context, cluster string) {
 	case r.Changes <- event.GenericEvent{Object: &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: cluster}}}:
 	case <-ctx.Done():
 	}
+}
+
+// rulesValidity is Options.RulesValidity or its default.
+func (r *Reconciler) rulesValidity() time.Duration {
+	if r.RulesValidity == 0 {
+		return route.FleetValidity
+	}
+	return r.RulesValidity
 }

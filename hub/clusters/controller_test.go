@@ -20,6 +20,7 @@ import (
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/hub/clusters"
 	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
+	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
@@ -161,16 +162,21 @@ func TestHeartbeatAvailability(t *testing.T) {
 	// The agent stops: the lease runs out with no event to tell.
 	stopHeartbeat()
 	lease := leaseOf(t, ctx, name)
-	expiry := lease.Spec.RenewTime.Add(leaseDuration)
+	// Fresh for the lease's duration, but at least as long as the rules
+	// validity the agent granted with the last renewal may run.
+	expiry := lease.Spec.RenewTime.Add(max(leaseDuration, route.LapseBound(testRulesValidity)))
 	env.Eventually(t, 10*time.Second, "unavailability after the lease ran out", func() error {
 		err := conditionIs(ctx, name, available, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped)
 		if err == nil && time.Now().Before(expiry) {
-			t.Fatalf("unavailable at %s, before the lease's expiry %s", time.Now(), expiry)
+			t.Fatalf("unavailable at %s, before the heartbeat's expiry %s", time.Now(), expiry)
 		}
 		return err
 	})
 	if late := time.Since(expiry); late > time.Second {
-		t.Errorf("unavailable %s after the lease's expiry, want within 1 s", late)
+		t.Errorf("unavailable %s after the heartbeat's expiry, want within 1 s", late)
+	}
+	if sc, _ := c.store.Snapshot().Cluster(name); !sc.HeartbeatLapsed {
+		t.Errorf("a cluster whose heartbeat expired is not recorded as lapsed: %+v", sc)
 	}
 	if err := recorded(c.store, name, true, false, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped); err != nil {
 		t.Error(err)

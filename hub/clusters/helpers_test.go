@@ -139,6 +139,11 @@ func installAcceptPolicy(t *testing.T, ctx context.Context) {
 
 // startController runs the controller with opts as a user with exactly its
 // RBAC, on a new manager and Store, until the test ends or stop is called.
+// testRulesValidity is the controllers' rules validity: the tests' heartbeat
+// leases last 2 s, and a heartbeat stays fresh for the longer of that and
+// route.LapseBound(1 s) = 3.1 s (heartbeatLifetime).
+const testRulesValidity = time.Second
+
 func startController(t *testing.T, opts clusters.Options) (c *controller, stop func()) {
 	t.Helper()
 	setupCtx, cancelSetup := context.WithTimeout(context.Background(), time.Minute)
@@ -161,6 +166,9 @@ func startController(t *testing.T, opts clusters.Options) (c *controller, stop f
 	c = &controller{store: store, changes: map[string]int{}}
 	changes := make(chan event.GenericEvent)
 	opts.Changes = changes
+	if opts.RulesValidity == 0 {
+		opts.RulesValidity = testRulesValidity
+	}
 	if err := (&clusters.Reconciler{Store: store, Options: opts}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}

@@ -161,7 +161,7 @@ func TestSteadyAcrossReadBack(t *testing.T) {
 		}
 		routes := map[string]*ctrlmeshv1alpha1.ShardRoute{}
 		for _, c := range clusters {
-			r, err := route.Build(config, c, step.Table, nil)
+			r, err := route.Build(config, c, step.Table, nil, route.FleetValidity)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -53,7 +53,7 @@ func singleShardRoute(t *testing.T, config *ctrlmeshv1alpha1.ShardingConfig, clu
 	table := route.Table{Generation: generation, Shards: []route.Shard{{
 		ID: "0", Cluster: cluster, Pods: []route.PodID{op0}, Buckets: space.AllBuckets(), PendingBuckets: none,
 	}}}
-	r, err := route.Build(config, cluster, table, map[route.PodID]string{op0: "10.0.0.1"})
+	r, err := route.Build(config, cluster, table, map[route.PodID]string{op0: "10.0.0.1"}, route.FleetValidity)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,6 +72,10 @@ type Reconciler struct {
 	// Clock times the canary's healthy period and the grace of pods whose
 	// proxy has not reported.
 	Clock clock.PassiveClock
+	// RulesValidity is the validity of rules in Fleet scope; default
+	// route.FleetValidity. The clusters controller must judge heartbeats
+	// by the same (clusters.Options.RulesValidity).
+	RulesValidity time.Duration
 
 	unproxied unproxiedPods
 	Metrics   *Metrics
@@ -84,6 +88,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
+	}
+	if r.RulesValidity == 0 {
+		r.RulesValidity = route.FleetValidity
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
@@ -211,10 +218,40 @@ type member struct {
 	published *state.Published
 	// report is what its agent last reflected into the Work; nil before any.
 	report *state.Report
+	// leaving: the cluster is no longer selected, but in Fleet scope its
+	// pods are in the rules until they let go (see left).
+	leaving bool
 }
 
-// usable: the cluster is accepted and its heartbeat is fresh.
-func (m *member) usable() bool { return m.cluster.Usable() }
+// usable: the cluster is accepted and its heartbeat is fresh, and it is
+// still selected.
+func (m *member) usable() bool { return !m.leaving && m.cluster.Usable() }
+
+// left reports whether a leaving cluster is done: the rules published to it
+// give its pods no shard, and each of its proxies enforces them — or its
+// heartbeat lapsed, so that none serves rules that expire. Its Work can go.
+func (m *member) left() bool {
+	if m.cluster.HeartbeatLapsed {
+		return true
+	}
+	route := m.route()
+	if slices.ContainsFunc(route.Spec.Shards, func(s ctrlmeshv1alpha1.RouteShard) bool { return len(s.Pods) > 0 }) {
+		return false
+	}
+	if m.report == nil {
+		return false
+	}
+	for _, p := range m.report.Pods {
+		if p.AppliedRulesHash == "" {
+			// No proxy: it never served rules.
+			continue
+		}
+		if gen, ok := m.generationOf(p.AppliedRulesHash); !ok || gen < route.Spec.RoutingGeneration {
+			return false
+		}
+	}
+	return true
+}
 
 // route is the ShardRoute published to the member; nil before the first
 // publish.
@@ -307,17 +344,40 @@ func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingCon
 		}
 		out.members[c.Name] = &member{cluster: c}
 	}
+	// In Fleet scope a cluster no longer selected leaves as its pods let
+	// go: its buckets move to other clusters' pods as in any move, revoked
+	// through its Work first.
+	leaving := map[string]*member{}
 	for _, p := range snap.PublishedOf(config) {
 		if m, ok := out.members[p.Cluster]; ok {
 			m.published = &p
+		} else if sc.Spec.Scope == ctrlmeshv1alpha1.ScopeFleet && unreadable[p.Cluster] == nil {
+			c, known := snap.Cluster(p.Cluster)
+			if !known {
+				// Its ManagedCluster is deleted: the admin declared the
+				// member gone.
+				c = state.Cluster{Name: p.Cluster, HeartbeatLapsed: true}
+			}
+			leaving[p.Cluster] = &member{cluster: c, published: &p, leaving: true}
 		}
 	}
 	for _, rep := range snap.ReportsOf(config) {
 		if m, ok := out.members[rep.Cluster]; ok {
 			m.report = &rep
+		} else if m, ok := leaving[rep.Cluster]; ok {
+			m.report = &rep
+		}
+	}
+	for name, m := range leaving {
+		if m.left() {
+			delete(leaving, name)
 		}
 	}
 	keep := slices.Sorted(maps.Keys(out.members))
+	for name := range leaving {
+		keep = append(keep, name)
+	}
+	slices.Sort(keep)
 	if pruned, err := r.Writer.Prune(ctx, sc, keep); err != nil {
 		return nil, err
 	} else if len(pruned) > 0 {
@@ -350,8 +410,12 @@ func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingCon
 			out.domains = append(out.domains, domainOutcome{clusters: []string{name}, published: published, step: placement.Step{Table: published}})
 		}
 	}
+	// Fleet scope places the leaving clusters with the selected ones: their
+	// pods are in the rules until they let go.
+	all := maps.Clone(out.members)
+	maps.Copy(all, leaving)
 	for _, domain := range domains(sc, out.members) {
-		d, err := r.placeDomain(ctx, sc, space, canary, domain, out.members)
+		d, err := r.placeDomain(ctx, sc, space, canary, domain, all)
 		if err != nil {
 			var invalid *invalidError
 			if errors.As(err, &invalid) {
@@ -519,7 +583,13 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 	if err != nil {
 		return d, &invalidError{err}
 	}
-	step, err := placement.Handover(desired, published, acks(published, clusters, members))
+	// The clusters whose pods' reports count: the domain's own, and in
+	// Fleet scope every member's, all of whose pods share one table.
+	reporting := clusters
+	if sc.Spec.Scope == ctrlmeshv1alpha1.ScopeFleet {
+		reporting = slices.Sorted(maps.Keys(members))
+	}
+	step, err := placement.Handover(desired, published, acks(published, reporting, members))
 	if err != nil {
 		return d, fmt.Errorf("handover: %w", err)
 	}
@@ -528,7 +598,22 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 		// pods only for a ShardRoute they have.
 		step.Table.Generation = 1
 	}
-	built, err := buildRoutes(sc, clusters, step.Table, addresses)
+	// In Fleet scope the members outside the domain that hold rules get
+	// the step too, first: a lost or leaving cluster's pods must find the
+	// buckets revoked in their own Work before any other cluster's Work
+	// grants them, so that rules they get back later never give them
+	// buckets another pod serves.
+	publishTo := clusters
+	if sc.Spec.Scope == ctrlmeshv1alpha1.ScopeFleet {
+		var outside []string
+		for _, name := range slices.Sorted(maps.Keys(members)) {
+			if !slices.Contains(clusters, name) && members[name].route() != nil {
+				outside = append(outside, name)
+			}
+		}
+		publishTo = slices.Concat(outside, clusters)
+	}
+	built, err := r.buildRoutes(sc, publishTo, step.Table, addresses)
 	if err != nil {
 		return d, err
 	}
@@ -538,13 +623,13 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 		// exactly one generation.
 		step.Table.Generation++
 		step.Changed = true
-		if built, err = buildRoutes(sc, clusters, step.Table, addresses); err != nil {
+		if built, err = r.buildRoutes(sc, publishTo, step.Table, addresses); err != nil {
 			return d, err
 		}
 	}
 	d.step = step
 	config := client.ObjectKeyFromObject(sc)
-	for _, name := range clusters {
+	for _, name := range publishTo {
 		route := built[name]
 		if err := r.Writer.Sync(ctx, sc, name, route); err != nil {
 			return d, fmt.Errorf("publishing the rules of %s: %w", name, err)
@@ -562,10 +647,10 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 }
 
 // buildRoutes builds the ShardRoute of each cluster of a domain.
-func buildRoutes(sc *ctrlmeshv1alpha1.ShardingConfig, clusters []string, table route.Table, addresses map[route.PodID]string) (map[string]*ctrlmeshv1alpha1.ShardRoute, error) {
+func (r *Reconciler) buildRoutes(sc *ctrlmeshv1alpha1.ShardingConfig, clusters []string, table route.Table, addresses map[route.PodID]string) (map[string]*ctrlmeshv1alpha1.ShardRoute, error) {
 	out := make(map[string]*ctrlmeshv1alpha1.ShardRoute, len(clusters))
 	for _, name := range clusters {
-		shardRoute, err := route.Build(sc, name, table, addresses)
+		shardRoute, err := route.Build(sc, name, table, addresses, r.RulesValidity)
 		if err != nil {
 			return nil, fmt.Errorf("building the rules of %s: %w", name, err)
 		}
@@ -600,12 +685,14 @@ func (r *Reconciler) recordMoves(sc *ctrlmeshv1alpha1.ShardingConfig, clusters [
 }
 
 // acks tells Handover, for every pod the published rules list and every pod
-// a member of the domain reports, the generation its proxy enforces and whether it is
-// gone. A pod is gone when its cluster's heartbeat expired, or when its
-// agent no longer reports it — the pod object is deleted, which happens
-// once its containers stopped — and it leads no shard (a force-deleted pod
-// may still run: its lease must have expired first).
-func acks(published route.Table, domain []string, members map[string]*member) []placement.PodAck {
+// a reporting member reports, the generation its proxy enforces and whether
+// it is gone. A pod is gone when its cluster's heartbeat lapsed (beyond the
+// bound of any rules validity granted there; a cluster unavailable for
+// another reason may still have pods serving, and their buckets wait), or
+// when its agent no longer reports it — the pod object is deleted, which
+// happens once its containers stopped — and it leads no shard (a
+// force-deleted pod may still run: its lease must have expired first).
+func acks(published route.Table, reporting []string, members map[string]*member) []placement.PodAck {
 	byPod := map[route.PodID]*placement.PodAck{}
 	ack := func(id route.PodID) *placement.PodAck {
 		a, ok := byPod[id]
@@ -620,7 +707,10 @@ func acks(published route.Table, domain []string, members map[string]*member) []
 			a := ack(id)
 			m, ok := members[id.Cluster]
 			switch {
-			case !ok || !m.usable():
+			case !ok || m.cluster.HeartbeatLapsed:
+				// Its proxies serve none of it: rules in Fleet scope
+				// expire where the hub sees no heartbeat, and in
+				// PerCluster scope no other cluster's pod serves it.
 				a.Gone = true
 			case m.report != nil:
 				_, reported := m.pod(id.Name)
@@ -628,9 +718,9 @@ func acks(published route.Table, domain []string, members map[string]*member) []
 			}
 		}
 	}
-	// The pods the domain's members report; pods of other domains enforce
+	// The pods the reporting members report; pods of other domains enforce
 	// other rules (PerCluster scope) and do not count.
-	for _, name := range domain {
+	for _, name := range reporting {
 		m := members[name]
 		if m.report == nil {
 			continue
@@ -646,7 +736,7 @@ func acks(published route.Table, domain []string, members map[string]*member) []
 	// list nor the agent counts among the pods (a crashed pod whose lease
 	// has not expired, of a shard already revoked) may still serve what it
 	// served: it counts as live and unacknowledged until its lease expires.
-	for _, name := range domain {
+	for _, name := range reporting {
 		if m := members[name]; m.report != nil {
 			for _, l := range m.report.Leaders {
 				ack(route.PodID{Cluster: name, Name: l.Pod})

@@ -70,6 +70,12 @@ type Cluster struct {
 	HeartbeatExpiry time.Time
 	// Reason tells why the cluster is not available; empty when it is.
 	Reason string
+	// HeartbeatLapsed: the hub saw no heartbeat of the member recently
+	// enough for rules that expire to be valid there still, so its pods
+	// serve none of the buckets such rules gave them (see
+	// route.LapseBound). A cluster unavailable for another reason
+	// (Karmada's Cluster not Ready) may still have pods serving.
+	HeartbeatLapsed bool
 }
 
 // Usable reports whether placement may give the cluster new rules: it is
@@ -84,7 +90,8 @@ func (c Cluster) clone() Cluster {
 
 func (c Cluster) equal(o Cluster) bool {
 	return c.Name == o.Name && c.Accepted == o.Accepted && c.Available == o.Available &&
-		maps.Equal(c.Labels, o.Labels) && c.HeartbeatExpiry.Equal(o.HeartbeatExpiry) && c.Reason == o.Reason
+		maps.Equal(c.Labels, o.Labels) && c.HeartbeatExpiry.Equal(o.HeartbeatExpiry) && c.Reason == o.Reason &&
+		c.HeartbeatLapsed == o.HeartbeatLapsed
 }
 
 // Revision is one publication of rules.

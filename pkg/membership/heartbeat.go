@@ -45,6 +45,11 @@ type Heartbeat struct {
 	// LeaseDuration. Default: DefaultRenewInterval, or a quarter of
 	// LeaseDuration when that is shorter.
 	RenewInterval time.Duration
+	// Witness, when set, is called before each renewal; the function it
+	// returns is called after that renewal succeeded. What it read before
+	// is then known to precede a renewal the hub observes (the agent grants
+	// the proxies' rule renewals so).
+	Witness func(ctx context.Context) (renewed func(ctx context.Context))
 	// Log receives the start, each new failure (a failure repeating the
 	// previous one only at V(1)) and the first renewal after failures.
 	// Renewals that succeed as expected log nothing above V(1).
@@ -99,6 +104,10 @@ func (h *Heartbeat) Run(ctx context.Context) error {
 	failing, started := false, false
 	lastErr := ""
 	for {
+		renewed := func(context.Context) {}
+		if h.Witness != nil {
+			renewed = h.Witness(ctx)
+		}
 		if err := h.Renew(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -111,6 +120,7 @@ func (h *Heartbeat) Run(ctx context.Context) error {
 			}
 			failing, lastErr = true, err.Error()
 		} else {
+			renewed(ctx)
 			lastErr = ""
 			switch {
 			case !started:

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -38,11 +39,14 @@ import (
 // addresses gives the webhook address of pods that have one (the agents
 // report them); a pod without one is listed without.
 //
+// In Fleet scope the rules expire: validity, in whole seconds, becomes the
+// route's validitySeconds (see FleetValidity).
+//
 // The route's routingGeneration is table.Generation, and its rulesHash is
 // RulesHash of its spec. The table is checked by Validate, and the route as
 // the CRD would check it; fields copied from the config were validated by the
 // ShardingConfig CRD and are not checked again.
-func Build(config *ctrlmeshv1alpha1.ShardingConfig, cluster string, table Table, addresses map[PodID]string) (*ctrlmeshv1alpha1.ShardRoute, error) {
+func Build(config *ctrlmeshv1alpha1.ShardingConfig, cluster string, table Table, addresses map[PodID]string, validity time.Duration) (*ctrlmeshv1alpha1.ShardRoute, error) {
 	spec := &config.Spec
 	if spec.Scope != ctrlmeshv1alpha1.ScopePerCluster && spec.Scope != ctrlmeshv1alpha1.ScopeFleet {
 		return nil, fmt.Errorf("ShardingConfig %s/%s: scope %q is neither %s nor %s", config.Namespace, config.Name, spec.Scope, ctrlmeshv1alpha1.ScopePerCluster, ctrlmeshv1alpha1.ScopeFleet)
@@ -67,6 +71,9 @@ func Build(config *ctrlmeshv1alpha1.ShardingConfig, cluster string, table Table,
 	}
 	if spec.Canary != nil {
 		route.Spec.CanarySelector = spec.Canary.Selector.DeepCopy()
+	}
+	if spec.Scope == ctrlmeshv1alpha1.ScopeFleet {
+		route.Spec.ValiditySeconds = int32(validity / time.Second)
 	}
 	building := func(err error) error {
 		return fmt.Errorf("building the ShardRoute of cluster %s for ShardingConfig %s/%s at generation %d: %w", cluster, config.Namespace, config.Name, table.Generation, err)

@@ -59,10 +59,15 @@ func withCanary(c *ctrlmeshv1alpha1.ShardingConfig) *ctrlmeshv1alpha1.ShardingCo
 // hash.
 func routeSpec(cluster string, scope ctrlmeshv1alpha1.ShardingScope, generation int64, shards ...ctrlmeshv1alpha1.RouteShard) ctrlmeshv1alpha1.ShardRouteSpec {
 	c := testConfig("x", scope).Spec
-	return ctrlmeshv1alpha1.ShardRouteSpec{
+	spec := ctrlmeshv1alpha1.ShardRouteSpec{
 		Cluster: cluster, RoutingGeneration: generation, Scope: scope, Buckets: 8,
 		Selector: c.Selector, Controller: c.Controller, Webhook: c.Webhook, Limits: c.Limits, Shards: shards,
 	}
+	if scope == ctrlmeshv1alpha1.ScopeFleet {
+		// Rules another member's pods could be granted expire.
+		spec.ValiditySeconds = 30
+	}
+	return spec
 }
 
 type buildCase struct {
@@ -168,7 +173,7 @@ func TestBuild(t *testing.T) {
 	}
 	for _, tc := range buildCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			route, err := Build(tc.config, tc.cluster, tc.table(t), testAddresses)
+			route, err := Build(tc.config, tc.cluster, tc.table(t), testAddresses, FleetValidity)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -257,7 +262,7 @@ func TestBuildRefuses(t *testing.T) {
 		want:  "sharding.buckets: bucket count must be a power of two",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			route, err := Build(tc.config, "m1", tc.table, nil)
+			route, err := Build(tc.config, "m1", tc.table, nil, FleetValidity)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Build = %v, %v; want an error containing %q", route, err, tc.want)
 			}
@@ -268,7 +273,7 @@ func TestBuildRefuses(t *testing.T) {
 func TestRulesHash(t *testing.T) {
 	base := buildCases()[2] // canary: every optional field set
 	build := func() *ctrlmeshv1alpha1.ShardRoute {
-		route, err := Build(base.config, base.cluster, base.table(t), testAddresses)
+		route, err := Build(base.config, base.cluster, base.table(t), testAddresses, FleetValidity)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -327,7 +332,7 @@ func TestBuiltRoutesAreValid(t *testing.T) {
 	ns := unique("built-routes")
 	createNamespace(t, ctx, hub.Client, ns)
 	for i, tc := range buildCases() {
-		route, err := Build(tc.config, tc.cluster, tc.table(t), testAddresses)
+		route, err := Build(tc.config, tc.cluster, tc.table(t), testAddresses, FleetValidity)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -337,7 +342,7 @@ func TestBuiltRoutesAreValid(t *testing.T) {
 		}
 	}
 
-	valid, err := Build(testConfig(ns, ctrlmeshv1alpha1.ScopePerCluster), "m1", buildCases()[0].table(t), testAddresses)
+	valid, err := Build(testConfig(ns, ctrlmeshv1alpha1.ScopePerCluster), "m1", buildCases()[0].table(t), testAddresses, FleetValidity)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -79,7 +79,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			routes := map[string]*ctrlmeshv1alpha1.ShardRoute{}
 			for _, cluster := range tc.clusters {
-				built, err := Build(config(tc.scope), cluster, tc.table, nil)
+				built, err := Build(config(tc.scope), cluster, tc.table, nil, FleetValidity)
 				if err != nil {
 					t.Fatal(err)
 				}

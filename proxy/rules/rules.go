@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -78,6 +79,13 @@ func (s *Snapshot) Hash() string { return s.Route.Spec.RulesHash }
 
 // Generation is the routing generation of the route.
 func (s *Snapshot) Generation() int64 { return s.Route.Spec.RoutingGeneration }
+
+// Validity is how long the rules are served past the sending of the last
+// granted renewal request; 0 when they do not expire.
+func (s *Snapshot) Validity() time.Duration { return route.Validity(&s.Route.Spec) }
+
+// Expires reports whether the rules are served only while renewed.
+func (s *Snapshot) Expires() bool { return s.Validity() > 0 }
 
 // LimitFor returns the limit that shards the resource, if any.
 func (s *Snapshot) LimitFor(gr schema.GroupResource) (*Limit, bool) {

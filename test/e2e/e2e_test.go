@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -311,6 +312,13 @@ func (f *testFleet) finish(touching *toucher, phases []phase, objectsCluster fun
 	phases = append(phases, phase{"end", time.Now()})
 	if err := f.Err(); err != nil {
 		f.t.Error(err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(f.pods)) {
+		if n := f.pods[name].OperatorRestarts(); n > 0 {
+			// An operator exits when it loses its leader election, as
+			// when its proxy stops serving; the fleet starts it again.
+			f.t.Logf("operator of %s started again %d times", name, n)
+		}
 	}
 	// Every process ends before the records are read.
 	f.stop()

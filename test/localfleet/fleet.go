@@ -49,6 +49,11 @@ const (
 	heartbeatInterval = time.Second
 )
 
+// RulesValidity is the hub's validity of Fleet-scope rules in the fleet: the
+// shortest the ShardRoute CRD allows, so that a lost member's buckets move
+// after route.LapseBound(5 s) = 7.5 s.
+const RulesValidity = 5 * time.Second
+
 // Options for Start.
 type Options struct {
 	// BinDir holds kube-apiserver and etcd (make tools), ctrlmesh-proxy and
@@ -139,7 +144,7 @@ func (f *Fleet) StartHub(ctx context.Context) error {
 		return err
 	}
 	f.run(hubComponent, func(ctx context.Context) error {
-		return hub.Run(ctx, hub.Options{Config: identity, AutoAccept: true, MetricsAddress: "0", HealthAddress: "0", Log: log})
+		return hub.Run(ctx, hub.Options{Config: identity, AutoAccept: true, RulesValidity: RulesValidity, MetricsAddress: "0", HealthAddress: "0", Log: log})
 	})
 	return nil
 }

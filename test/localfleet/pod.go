@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -61,7 +63,18 @@ type PodSpec struct {
 type Pod struct {
 	PodSpec
 	proxy, operator *process
+	// mu orders a kill and an operator's restart; gone is set once the
+	// pod is killed: its operator is not started again.
+	mu   sync.Mutex
+	gone atomic.Bool
+	// restarts counts the operator's restarts.
+	restarts atomic.Int32
 }
+
+// operatorRestartDelay is how long after its operator exited the pod starts
+// it again, as the kubelet does for a container of a pod whose restart
+// policy is Always (with its backoff's first step).
+const operatorRestartDelay = time.Second
 
 // StartPod creates the Pod object, ready, then runs the proxy with the
 // pod's identity and, once the proxy serves, the demo operator behind it.
@@ -118,13 +131,54 @@ func (f *Fleet) StartPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 	args := append([]string{"--kubeconfig=" + operatorKubeconfig, "--pod-name=" + spec.Name, "--leader-election-namespace=" + spec.Namespace,
 		"--webhook-port=0", "--health-addr=0", "--metrics-addr=0"}, operatorLeaderElectionFlags...)
 	args = append(args, spec.OperatorArgs...)
-	operator, err := startProcess(spec.Name+" operator", logPrefix+"-operator.log", filepath.Join(f.binDir, operatorBinary), args...)
+	start := func() (*process, error) {
+		return startProcess(spec.Name+" operator", logPrefix+"-operator.log", filepath.Join(f.binDir, operatorBinary), args...)
+	}
+	operator, err := start()
 	if err != nil {
 		return nil, err
 	}
 	f.setProcesses(p, proxy, operator)
+	go f.restartOperator(p, operator, start)
 	return p, nil
 }
+
+// restartOperator starts the pod's operator again whenever it exits on its
+// own — an operator exits when it loses its leader election, as when its
+// proxy stops serving — as the kubelet would, until the pod is killed or
+// the fleet stops. Its log goes on in the same file.
+func (f *Fleet) restartOperator(p *Pod, operator *process, start func() (*process, error)) {
+	for {
+		<-operator.done
+		if p.gone.Load() || operator.killed.Load() || f.ctx.Err() != nil {
+			return
+		}
+		time.Sleep(operatorRestartDelay)
+		// Under the pod's lock: a kill sees either the exited process
+		// or the new one, never neither.
+		p.mu.Lock()
+		if p.gone.Load() || f.ctx.Err() != nil {
+			p.mu.Unlock()
+			return
+		}
+		next, err := start()
+		if err != nil {
+			// Err reports the exited process.
+			p.mu.Unlock()
+			return
+		}
+		p.restarts.Add(1)
+		f.mu.Lock()
+		p.operator = next
+		f.mu.Unlock()
+		p.mu.Unlock()
+		operator = next
+	}
+}
+
+// OperatorRestarts is how often the pod's operator was started again after
+// it exited.
+func (p *Pod) OperatorRestarts() int { return int(p.restarts.Load()) }
 
 // OperatorPID is the process ID of the pod's demo operator, for reading its
 // memory use.
@@ -154,6 +208,9 @@ func (f *Fleet) KillPod(ctx context.Context, p *Pod) error {
 }
 
 func (p *Pod) kill() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.gone.Store(true)
 	for _, proc := range []*process{p.proxy, p.operator} {
 		if proc != nil {
 			proc.kill()
@@ -161,7 +218,8 @@ func (p *Pod) kill() {
 	}
 }
 
-// err reports a process of the pod that ended without being killed.
+// err reports a process of the pod that ended without being killed; an
+// operator that exited is reported only while it is not started again.
 func (p *Pod) err() error {
 	var errs []error
 	for _, proc := range []*process{p.proxy, p.operator} {

@@ -19,7 +19,8 @@ type process struct {
 }
 
 func startProcess(name, logPath, binary string, args ...string) (*process, error) {
-	logFile, err := os.Create(logPath)
+	// Appended to: a container started again logs on in its file.
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("localfleet: log of %s: %w", name, err)
 	}

@@ -82,6 +82,19 @@ type ShardRouteSpec struct {
 	RulesHash string `json:"rulesHash"`
 	// Scope of the ShardingConfig.
 	Scope ShardingScope `json:"scope"`
+	// ValiditySeconds bounds how long a proxy serves these rules without
+	// a renewal. Set in Fleet scope only, where the hub may grant a lost
+	// member's buckets to pods in another member: each proxy asks for
+	// renewals (status.pods[].renewalRequest), the agent grants them
+	// (renewalGranted) only after a heartbeat the hub saw and a fresh read
+	// of the hub's Work, and a proxy whose last granted request was sent
+	// longer ago than this on its own clock stops serving. The hub gives a
+	// lost member's buckets elsewhere only after the bound has surely
+	// passed on its clock. Absent: the rules hold until replaced.
+	// +kubebuilder:validation:Minimum=5
+	// +kubebuilder:validation:Maximum=3600
+	// +optional
+	ValiditySeconds int32 `json:"validitySeconds,omitempty"`
 	// Buckets is the total number of buckets.
 	// +kubebuilder:validation:XValidation:rule="self in [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]",message="buckets must be a power of two from 1 to 4096"
 	Buckets int32 `json:"buckets"`
@@ -130,6 +143,16 @@ type PodRouteStatus struct {
 	// "ctrlmesh-proxy/<pod>".
 	// +optional
 	AppliedRulesHash string `json:"appliedRulesHash,omitempty"`
+	// RenewalRequest is the proxy's latest request to renew the rules'
+	// validity, a number it picks and remembers with the time it sent it;
+	// written with appliedRulesHash by the proxy's server-side apply.
+	// +optional
+	RenewalRequest int64 `json:"renewalRequest,omitempty"`
+	// RenewalGranted is the request the agent granted last: one the
+	// agent read before a heartbeat that the hub saw. The proxy's rules
+	// are then valid for spec.validitySeconds from when it sent it.
+	// +optional
+	RenewalGranted int64 `json:"renewalGranted,omitempty"`
 }
 
 // ShardLeader is the holder of one shard's renamed leader-election lock.
