@@ -571,6 +571,15 @@ func (p *Proxy) lapseLocked(snap *rules.Snapshot) {
 	p.setApplied(snap)
 }
 
+// RulesInForce returns the rules in force, nil before the first, and what
+// Withdrawn returns: why the pod must not act on them although it has them.
+func (p *Proxy) RulesInForce() (*rules.Snapshot, string) {
+	if st := p.state.Load(); st != nil {
+		return st.snap, st.withdrawn
+	}
+	return nil, ""
+}
+
 // Withdrawn tells why the pod serves no shard although it had rules — they
 // were withdrawn, or their validity lapsed — and what to do; "" while it
 // serves them.

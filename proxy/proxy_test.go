@@ -400,6 +400,35 @@ func TestServingNothingAppliesAtOnce(t *testing.T) {
 	checkMetric(t, a.health, `ctrlmesh_proxy_rules_info{generation="2",hash="n2",mode="label",shard="0"} 1`)
 }
 
+// TestDeletedRulesFileStopsServing: a rules file deleted withdraws its
+// rules, as a deleted ShardRoute does, rather than leaving the last ones in
+// force; written again, they are served again.
+func TestDeletedRulesFileStopsServing(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cluster := fleet.Cluster("label")
+	seed(t, ctx, kubernetes.NewForConfigOrDie(cluster.Config))
+	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, rulesFile, route("d1", 1, "0-15", "16-31"))
+	a := startProxy(t, ctx, cluster.Config, "pod-a", rulesFile, rules.ModeLabel)
+	waitReady(t, a.health, "d1")
+	operator := kubernetes.NewForConfigOrDie(noRetries(a.config))
+	mine := owned("0-15")[0]
+
+	if err := os.Remove(rulesFile); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "sharded reads refused once the rules file is deleted", func() (bool, string) {
+		_, err := operator.CoreV1().ConfigMaps(mine).List(ctx, metav1.ListOptions{})
+		return apierrors.IsServiceUnavailable(err) && strings.Contains(err.Error(), "deleted"), errString(err)
+	})
+	writeRules(t, rulesFile, route("d2", 2, "0-15", "16-31"))
+	waitReady(t, a.health, "d2")
+	if _, err := operator.CoreV1().ConfigMaps(mine).List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("list once the rules file is back: %v", err)
+	}
+}
+
 // TestOtherResourceLimitKeepsWatches: rules that only shard one more
 // resource leave the operator's ConfigMap watch alone — no forced relist —
 // and count as applied at once.

@@ -152,7 +152,7 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.WebhookListenAddress != "" {
 		g.Go(func() error {
 			return webhook.Run(ctx, webhook.Options{
-				Rules: p.Rules, ListenAddress: opts.WebhookListenAddress, ListenPort: opts.WebhookPeerPort,
+				Rules: p.RulesInForce, ListenAddress: opts.WebhookListenAddress, ListenPort: opts.WebhookPeerPort,
 				CertDir: opts.WebhookCertDir, Log: opts.Log.WithName("webhook"), Registry: p.metrics.Registry,
 			})
 		})

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"sync"
 	"time"
@@ -88,12 +89,22 @@ func ReadRulesFile(path string) (*ctrlmeshv1alpha1.ShardRoute, []byte, error) {
 
 // RunFileSource offers the rules in path now and whenever its content
 // changes, checking every interval (files mounted from ConfigMaps change by
-// symlink swaps, which polling the content sees reliably). It returns when
-// ctx ends.
+// symlink swaps, which polling the content sees reliably); a file deleted
+// withdraws them (Proxy.Withdraw). It returns when ctx ends.
 func RunFileSource(ctx context.Context, path string, interval time.Duration, loader *Loader) {
 	var last []byte
 	check := func() {
 		route, data, err := ReadRulesFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			// Gone, as a deleted ShardRoute: keeping the last rules would
+			// serve buckets the hub may give elsewhere.
+			if last != nil {
+				last = nil
+				loader.Proxy.Withdraw(fmt.Sprintf("the rules file %s was deleted", path))
+				loader.Log.Info("rules file deleted: the proxy refuses the operator's sharded reads (503), writes (403) and leader election (503) until it exists again", "path", path)
+			}
+			return
+		}
 		if data != nil && bytes.Equal(data, last) {
 			return
 		}

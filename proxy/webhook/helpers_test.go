@@ -240,6 +240,7 @@ type router struct {
 	pod      string
 	listener net.Listener
 	snap     atomic.Pointer[rules.Snapshot]
+	refusal  atomic.Pointer[string]
 	registry *prometheus.Registry
 }
 
@@ -257,7 +258,12 @@ func (r *router) addr() string { return r.listener.Addr().String() }
 // serve starts the router; it stops when the test ends.
 func (r *router) serve(t *testing.T, opts webhook.Options) {
 	t.Helper()
-	opts.Rules = r.snap.Load
+	opts.Rules = func() (*rules.Snapshot, string) {
+		if refusal := r.refusal.Load(); refusal != nil {
+			return r.snap.Load(), *refusal
+		}
+		return r.snap.Load(), ""
+	}
 	opts.Registry = r.registry
 	opts.Log = testr.NewWithOptions(t, testr.Options{Verbosity: 1})
 	rt, err := webhook.New(opts)

@@ -58,9 +58,11 @@ const (
 
 // Options of a Router.
 type Options struct {
-	// Rules returns the rules in force; nil until they load (the router then
-	// answers 503).
-	Rules func() *rules.Snapshot
+	// Rules returns the rules in force — nil until they load — and, when
+	// the pod must not route by them, why: they were withdrawn (the
+	// ShardRoute deleted) or their validity lapsed, and peers may no longer
+	// own what they say. The router then answers 503.
+	Rules func() (snap *rules.Snapshot, refusal string)
 	// ListenAddress is where Run serves HTTPS, such as ":9443". The
 	// operator's webhook Service targets this port; the operator itself keeps
 	// serving on webhook.port, which must be another port.
@@ -87,7 +89,7 @@ type Options struct {
 // Router routes admission requests to the operator pod owning the object.
 // It is an http.Handler; Serve and Run add the TLS server around it.
 type Router struct {
-	rules      func() *rules.Snapshot
+	rules      func() (*rules.Snapshot, string)
 	listenPort int
 	log        logr.Logger
 	certs      *certSource
@@ -114,7 +116,9 @@ func New(opts Options) (*Router, error) {
 			Help: "Admission requests the webhook router handled, by outcome (local, forwarded, unavailable, invalid).",
 		}, []string{"outcome"}),
 	}
-	rt.certs = newCertSource(opts.CertDir, opts.Rules, interval, opts.Log)
+	// The certificate is the operator's whether or not the rules may be
+	// routed by.
+	rt.certs = newCertSource(opts.CertDir, func() *rules.Snapshot { snap, _ := opts.Rules(); return snap }, interval, opts.Log)
 	if opts.Registry != nil {
 		if err := opts.Registry.Register(rt.requests); err != nil {
 			return nil, fmt.Errorf("webhook router metrics: %w", err)
@@ -231,10 +235,15 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 
-	snap := rt.rules()
+	snap, refusal := rt.rules()
 	if snap == nil {
 		rt.fail(w, OutcomeUnavailable, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
 			"ctrlmesh webhook router: the sharding rules are not loaded yet")
+		return
+	}
+	if refusal != "" {
+		rt.fail(w, OutcomeUnavailable, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+			"ctrlmesh webhook router: this pod routes no admission requests: "+refusal)
 		return
 	}
 	hook := snap.Route.Spec.Webhook

@@ -67,6 +67,7 @@ func TestRouting(t *testing.T) {
 		// operatorDown names the pod whose operator does not listen.
 		operatorDown string
 		noRules      bool
+		refusal      string
 		repeat       int
 
 		wantCode    int
@@ -126,6 +127,10 @@ func TestRouting(t *testing.T) {
 			wantCode: 503, wantOutcome: webhook.OutcomeUnavailable, wantMessage: "could not be reached"},
 		{name: "rules not loaded", to: "pod-a", ns: nsA, noRules: true,
 			wantCode: 503, wantOutcome: webhook.OutcomeUnavailable, wantMessage: "not loaded"},
+		// Withdrawn or lapsed rules name owners that may be owners no
+		// more: nothing is routed by them.
+		{name: "rules withdrawn", to: "pod-a", ns: nsB, refusal: "the ShardRoute was deleted",
+			wantCode: 503, wantOutcome: webhook.OutcomeUnavailable, wantMessage: "routes no admission requests: the ShardRoute was deleted"},
 		{name: "rules without a webhook", to: "pod-a", ns: nsA,
 			// The serving certificate comes from the previous rules' certDir.
 			mutate:   func(r *ctrlmeshv1alpha1.ShardRoute) { r.Spec.Webhook = nil },
@@ -161,6 +166,10 @@ func TestRouting(t *testing.T) {
 					r.snap.Store(compileFor(t, route, pod, port, scopes))
 					if pass && tc.noRules {
 						r.snap.Store(nil)
+					}
+					r.refusal.Store(nil)
+					if pass && tc.refusal != "" {
+						r.refusal.Store(&tc.refusal)
 					}
 				}
 				if !pass {
