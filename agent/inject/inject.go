@@ -192,7 +192,7 @@ func selectRoute(pod *corev1.Pod, namespace string, routes []ctrlmeshv1alpha1.Sh
 	}
 	switch len(selecting) {
 	case 0:
-		return nil, fmt.Sprintf("no ShardRoute in namespace %q selects the pod's labels: the operator runs without a proxy and sees every object; check the ShardingConfig's selector, or recreate the pod once its ShardRoute has arrived", namespace)
+		return nil, fmt.Sprintf("no ShardRoute in namespace %q selects the pod's labels: the operator runs without a proxy and sees every object; check the ShardingConfig's selector; once a ShardRoute selects the pod, the agent evicts it for its controller to recreate it with the proxy (a pod no controller owns, recreate yourself)", namespace)
 	case 1:
 		return selecting[0], ""
 	default:

@@ -53,7 +53,9 @@ const (
 // the proxy.
 //
 // Per owner (the pod's controller) it evicts one pod at a time: the next only
-// once the evicted pod is gone, every pod of the owner that has the proxy is
+// once the evicted pod is gone, the owner has as many pods as before (its
+// replacement arrived; after ten paces it goes on without, in case the
+// owner was scaled down), every pod of the owner that has the proxy is
 // ready (the replacement started), and Pace has passed. A pod no controller
 // owns would not come back: it gets a Warning Event saying to recreate it.
 // Pods that have the proxy are never evicted; the check is made on the pod
@@ -90,7 +92,15 @@ type ownerEvictions struct {
 	// evicted is the pod of the last eviction, which must be gone before the
 	// next.
 	evicted types.UID
+	// pods is how many pods the owner had then, the evicted one included:
+	// the next eviction waits until it has as many again (its replacement
+	// arrived), or replacementWait passed (the owner was scaled down).
+	pods int
 }
+
+// replacementWait is how many paces the Replacer waits at most for the
+// replacement of an evicted pod before it evicts the owner's next pod.
+const replacementWait = 10
 
 // SetupWithManager registers the Replacer with mgr: pods and ShardRoutes
 // from its cache, pods checked again through its API reader, Events by its
@@ -200,53 +210,60 @@ func (r *Replacer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 		r.warnBare(&pod, route.Name)
 		return ctrl.Result{}, nil
 	}
-	if wait, why := r.ownerWait(ctx, &pod, owner.UID); wait > 0 {
+	wait, why, live := r.ownerWait(ctx, &pod, owner.UID)
+	if wait > 0 {
 		log.V(1).Info("Waiting to replace a pod without the proxy", "pod", req.NamespacedName, "owner", owner.Name, "for", wait, "reason", why)
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
-	return r.evict(ctx, &pod, owner, route.Name)
+	return r.evict(ctx, &pod, owner, live, route.Name)
 }
 
 // ownerWait returns how long the next eviction of the owner's pods must
-// wait, and why; zero when pod may be evicted now.
-func (r *Replacer) ownerWait(ctx context.Context, pod *corev1.Pod, owner types.UID) (time.Duration, string) {
+// wait, and why; zero when pod may be evicted now, with the number of the
+// owner's live pods.
+func (r *Replacer) ownerWait(ctx context.Context, pod *corev1.Pod, owner types.UID) (wait time.Duration, why string, live int) {
 	r.mu.Lock()
 	record := r.owners[owner]
 	r.mu.Unlock()
 	if record != nil {
 		if wait := time.Until(record.last.Add(r.Pace)); wait > 0 {
-			return wait, "the owner's last eviction was recent"
+			return wait, "the owner's last eviction was recent", 0
 		}
 	}
 	var pods corev1.PodList
 	if err := r.cache.List(ctx, &pods, client.InNamespace(pod.Namespace)); err != nil {
-		return r.Pace, "cannot list the owner's pods: " + err.Error()
+		return r.Pace, "cannot list the owner's pods: " + err.Error(), 0
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		if record != nil && p.UID == record.evicted {
-			return r.Pace, fmt.Sprintf("pod %s, evicted before, is not gone yet", p.Name)
+			return r.Pace, fmt.Sprintf("pod %s, evicted before, is not gone yet", p.Name), 0
 		}
 		if c := metav1.GetControllerOf(p); c == nil || c.UID != owner || p.DeletionTimestamp != nil {
 			continue
 		}
+		live++
 		if hasProxy(p) && !isReady(p) {
-			return r.Pace, fmt.Sprintf("pod %s, which has the proxy, is not ready yet", p.Name)
+			return r.Pace, fmt.Sprintf("pod %s, which has the proxy, is not ready yet", p.Name), 0
 		}
 	}
+	if record != nil && live < record.pods && time.Since(record.last) < replacementWait*r.Pace {
+		return r.Pace, fmt.Sprintf("the owner has %d pods, %d before the last eviction: waiting for the replacement", live, record.pods), 0
+	}
 	if record != nil {
-		// Its pod is gone and its pace passed: the record has served.
+		// Served: the next eviction, if any, records its own.
 		r.mu.Lock()
 		if r.owners[owner] == record {
 			delete(r.owners, owner)
 		}
 		r.mu.Unlock()
 	}
-	return 0, ""
+	return 0, "", live
 }
 
-// evict evicts pod, bound to its UID, and records the outcome.
-func (r *Replacer) evict(ctx context.Context, pod *corev1.Pod, owner *metav1.OwnerReference, route string) (ctrl.Result, error) {
+// evict evicts pod, bound to its UID, and records the outcome; the owner has
+// ownerPods live pods, pod included.
+func (r *Replacer) evict(ctx context.Context, pod *corev1.Pod, owner *metav1.OwnerReference, ownerPods int, route string) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	eviction := &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
@@ -257,7 +274,7 @@ func (r *Replacer) evict(ctx context.Context, pod *corev1.Pod, owner *metav1.Own
 	case err == nil:
 		r.evictions.WithLabelValues(outcomeEvicted).Inc()
 		r.mu.Lock()
-		r.owners[owner.UID] = &ownerEvictions{last: time.Now(), evicted: pod.UID}
+		r.owners[owner.UID] = &ownerEvictions{last: time.Now(), evicted: pod.UID, pods: ownerPods}
 		delete(r.retries, client.ObjectKeyFromObject(pod))
 		r.mu.Unlock()
 		log.Info("Evicted a pod created without the proxy, for its controller to recreate it with the proxy", "pod", client.ObjectKeyFromObject(pod), "owner", owner.Kind+"/"+owner.Name, "route", route)
