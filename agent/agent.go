@@ -94,7 +94,7 @@ type Options struct {
 	// ReplacePace is the least time between two evictions of one owner's
 	// pods created without the proxy; zero for inject.DefaultPace.
 	ReplacePace time.Duration
-	Log   logr.Logger
+	Log         logr.Logger
 }
 
 // WebhookOptions say where the agent serves its admission webhooks and how
