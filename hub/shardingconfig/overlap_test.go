@@ -166,7 +166,9 @@ func TestImpliedSelectorsReportedBeforePods(t *testing.T) {
 	env.Create(t, ctx, hub.Client, apart)
 
 	env.Eventually(t, 30*time.Second, "both configs degraded by the overlap", func() error {
-		for _, c := range []struct{ sc, other *ctrlmeshv1alpha1.ShardingConfig }{{wide, narrow}, {narrow, wide}} {
+		for _, c := range []struct {
+			sc, other *ctrlmeshv1alpha1.ShardingConfig
+		}{{wide, narrow}, {narrow, wide}} {
 			cond, err := degradedOf(ctx, c.sc)
 			if err != nil {
 				return err
