@@ -2,6 +2,7 @@ package inject
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -189,6 +190,18 @@ func (r *Replacer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 	if route, _ := selectRoute(&cached, req.Namespace, routes.Items); route == nil {
 		return ctrl.Result{}, nil
 	}
+	// Its turn first, from the cache: a pod waiting for it is not read
+	// again from the API server at every requeue.
+	var live int
+	cachedOwner := metav1.GetControllerOf(&cached)
+	if cachedOwner != nil {
+		var wait time.Duration
+		var why string
+		if wait, why, live = r.ownerWait(ctx, &cached, cachedOwner.UID); wait > 0 {
+			log.V(1).Info("Waiting to replace a pod without the proxy", "pod", req.NamespacedName, "owner", cachedOwner.Name, "for", wait, "reason", why)
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
+	}
 	// The cache holds no pod specs; the decision is made on the whole pod.
 	var pod corev1.Pod
 	if err := r.live.Get(ctx, req.NamespacedName, &pod); err != nil {
@@ -197,7 +210,9 @@ func (r *Replacer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 		}
 		return ctrl.Result{}, fmt.Errorf("inject: reading pod %s: %w", req.NamespacedName, err)
 	}
-	if !MissesProxy(&pod) || pod.DeletionTimestamp != nil {
+	if pod.UID != cached.UID || !MissesProxy(&pod) || pod.DeletionTimestamp != nil {
+		// Another pod under the name, or one going away: its own events
+		// bring it here.
 		return ctrl.Result{}, nil
 	}
 	route, reason := injectionFor(&pod, req.Namespace, routes.Items)
@@ -206,14 +221,14 @@ func (r *Replacer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 		return ctrl.Result{}, nil
 	}
 	owner := metav1.GetControllerOf(&pod)
-	if owner == nil {
+	switch {
+	case owner == nil:
 		r.warnBare(&pod, route.Name)
 		return ctrl.Result{}, nil
-	}
-	wait, why, live := r.ownerWait(ctx, &pod, owner.UID)
-	if wait > 0 {
-		log.V(1).Info("Waiting to replace a pod without the proxy", "pod", req.NamespacedName, "owner", owner.Name, "for", wait, "reason", why)
-		return ctrl.Result{RequeueAfter: wait}, nil
+	case cachedOwner == nil || cachedOwner.UID != owner.UID:
+		// An owner the cache does not show yet: its update reconciles
+		// again, and its turn is judged then.
+		return ctrl.Result{}, nil
 	}
 	return r.evict(ctx, &pod, owner, live, route.Name)
 }
@@ -300,7 +315,8 @@ func (r *Replacer) evict(ctx context.Context, pod *corev1.Pod, owner *metav1.Own
 // refusal is the message of a refused eviction: the disruption budget's
 // cause when there is one.
 func refusal(err error) string {
-	if status, ok := err.(apierrors.APIStatus); ok && status.Status().Details != nil {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) && status.Status().Details != nil {
 		for _, cause := range status.Status().Details.Causes {
 			if cause.Type == policyv1.DisruptionBudgetCause && cause.Message != "" {
 				return cause.Message
