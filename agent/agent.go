@@ -10,8 +10,10 @@
 //   - the ShardRoute status controller (agent/routestatus, elected);
 //   - labeling (agent/labeler): the targets on every replica, for the
 //     webhook; sweeps and the webhook configuration on the elected one;
-//   - the proxy injection webhook (agent/inject, every replica) and the
-//     Events on pods it could not serve (elected).
+//   - the proxy injection webhook (agent/inject, every replica); the Events
+//     on pods it could not serve and on pods whose ShardRoute was deleted,
+//     and the replacement of pods created before a ShardRoute selected
+//     them (elected).
 package agent
 
 import (
@@ -89,7 +91,10 @@ type Options struct {
 	LabelPeriod time.Duration
 	// Proxy is what the injection webhook injects.
 	Proxy inject.Options
-	Log   logr.Logger
+	// ReplacePace is the least time between two evictions of one owner's
+	// pods created without the proxy; zero for inject.DefaultPace.
+	ReplacePace time.Duration
+	Log         logr.Logger
 }
 
 // WebhookOptions say where the agent serves its admission webhooks and how
@@ -233,7 +238,9 @@ func selectorMode(ctx context.Context, opts Options, mapper meta.RESTMapper) (ru
 }
 
 // addInjection serves the proxy injection webhook (every replica), records
-// Events on the pods it skipped and writes its configuration (elected).
+// Events on the pods it skipped and on those whose ShardRoute was deleted,
+// replaces the pods created without the proxy and writes its configuration
+// (elected).
 func addInjection(mgr manager.Manager, opts Options) error {
 	handler, err := inject.NewHandler(mgr.GetCache(), opts.Proxy, opts.Log.WithName("inject"))
 	if err != nil {
@@ -241,6 +248,12 @@ func addInjection(mgr manager.Manager, opts Options) error {
 	}
 	mgr.GetWebhookServer().Register(InjectWebhookPath, handler)
 	if err := (&inject.EventReconciler{}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&inject.Replacer{Pace: opts.ReplacePace, Registerer: ctrlmetrics.Registry}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&inject.RouteDeletedReconciler{}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	cc := *opts.Webhook.ClientConfig.DeepCopy()

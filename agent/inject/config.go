@@ -80,11 +80,14 @@ func WebhookConfiguration(opts WebhookOptions) (*admissionregistrationv1.Mutatin
 
 // MemberRBACRules are the member-cluster rights the injection needs, for
 // the agent's ClusterRole: reading ShardRoutes (Handler), watching pods and
-// recording Events on them (EventReconciler).
+// recording Events on them (EventReconciler, RouteDeletedReconciler), and
+// evicting the pods created without the proxy (Replacer) — by the eviction
+// subresource only, which PodDisruptionBudgets guard, never by delete.
 func MemberRBACRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{ctrlmeshv1alpha1.GroupVersion.Group}, Resources: []string{"shardroutes"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 }

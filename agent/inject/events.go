@@ -12,7 +12,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 )
@@ -82,4 +84,126 @@ func (r *EventReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		"ctrlmesh proxy not injected: "+pod.Annotations[ctrlmeshv1alpha1.ProxyInjectionReasonAnnotation])
 	r.recorded[req.NamespacedName] = pod.UID
 	return ctrl.Result{}, nil
+}
+
+// RouteDeletedReconciler records a Warning Event on every pod whose proxy
+// enforces a ShardRoute that was deleted (its ShardingConfig deleted, or the
+// cluster deselected): the proxy then refuses the operator's sharded reads
+// and writes (proxy.Withdraw), and the Event says how to run the operator
+// without ctrlmesh, or to bring the rules back.
+//
+// It is level-based: a pod whose ShardRoute is missing gets its Event once
+// per deletion — kept in memory, so an agent restart records one more; a
+// ShardRoute created again under the name arms the next one. Absence in
+// the cache is confirmed on the API server, since another replica's cache
+// may have admitted the pod with a route this one has not seen yet.
+type RouteDeletedReconciler struct {
+	cache    client.Reader
+	live     client.Reader
+	recorder record.EventRecorder
+
+	mu sync.Mutex
+	// recorded holds the UID of the pod of each name that has its Event for
+	// the current deletion.
+	recorded map[types.NamespacedName]types.UID
+}
+
+// SetupWithManager registers the reconciler with mgr, reading pods and
+// ShardRoutes from its cache, confirming deletions through its API reader
+// and recording Events with its recorder.
+func (r *RouteDeletedReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.cache = mgr.GetClient()
+	r.live = mgr.GetAPIReader()
+	r.recorder = mgr.GetEventRecorderFor(ctrlmeshv1alpha1.AgentComponent)
+	r.recorded = map[types.NamespacedName]types.UID{}
+	err := ctrl.NewControllerManagedBy(mgr).
+		Named("shardroute-deleted-events").
+		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(obj client.Object) bool {
+			pod, ok := obj.(*corev1.Pod)
+			if !ok {
+				return false
+			}
+			_, proxied := ProxiedRoute(pod)
+			return proxied
+		}))).
+		Watches(&ctrlmeshv1alpha1.ShardRoute{}, handler.EnqueueRequestsFromMapFunc(r.podsProxying)).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("inject: setting up the ShardRoute deletion events: %w", err)
+	}
+	return nil
+}
+
+// podsProxying maps a ShardRoute to the pods of its namespace whose proxies
+// enforce it.
+func (r *RouteDeletedReconciler) podsProxying(ctx context.Context, obj client.Object) []reconcile.Request {
+	var pods corev1.PodList
+	if err := r.cache.List(ctx, &pods, client.InNamespace(obj.GetNamespace())); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing the pods whose proxies enforce a ShardRoute", "namespace", obj.GetNamespace(), "route", obj.GetName())
+		return nil
+	}
+	var requests []reconcile.Request
+	for i := range pods.Items {
+		if name, ok := ProxiedRoute(&pods.Items[i]); ok && name == obj.GetName() {
+			requests = append(requests, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&pods.Items[i])})
+		}
+	}
+	return requests
+}
+
+// Reconcile records the Event of one pod whose ShardRoute is gone, unless it
+// has it.
+func (r *RouteDeletedReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var pod corev1.Pod
+	if err := r.cache.Get(ctx, req.NamespacedName, &pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("inject: reading pod %s: %w", req.NamespacedName, err)
+	}
+	name, ok := ProxiedRoute(&pod)
+	if !ok || pod.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil
+	}
+	routeKey := types.NamespacedName{Namespace: pod.Namespace, Name: name}
+	exists, err := r.routeExists(ctx, routeKey)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if exists {
+		r.forget(req.NamespacedName)
+		return ctrl.Result{}, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.recorded[req.NamespacedName] == pod.UID {
+		return ctrl.Result{}, nil
+	}
+	r.recorder.Eventf(&pod, corev1.EventTypeWarning, ctrlmeshv1alpha1.ReasonShardRouteDeleted,
+		"ShardRoute %s deleted: the proxy refuses the operator's sharded reads and writes; remove label %s from the pod template and restart, or re-create the ShardingConfig",
+		name, ctrlmeshv1alpha1.EnableProxyLabel)
+	r.recorded[req.NamespacedName] = pod.UID
+	return ctrl.Result{}, nil
+}
+
+// routeExists reports whether the ShardRoute exists, in the cache or, when
+// the cache lacks it, on the API server.
+func (r *RouteDeletedReconciler) routeExists(ctx context.Context, key types.NamespacedName) (bool, error) {
+	for _, reader := range []client.Reader{r.cache, r.live} {
+		err := reader.Get(ctx, key, &ctrlmeshv1alpha1.ShardRoute{})
+		if err == nil {
+			return true, nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("inject: reading ShardRoute %s: %w", key, err)
+		}
+	}
+	return false, nil
+}
+
+func (r *RouteDeletedReconciler) forget(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.recorded, key)
 }

@@ -90,15 +90,11 @@ func (o Options) withDefaults() (Options, error) {
 // routes that selects it, and annotates the outcome. It leaves alone pods
 // that do not ask for the proxy or already have one. opts has its defaults.
 func mutate(pod *corev1.Pod, namespace string, routes []ctrlmeshv1alpha1.ShardRoute, opts Options) {
-	if pod.Labels[ctrlmeshv1alpha1.EnableProxyLabel] != "true" || hasProxy(pod) {
+	if !MissesProxy(pod) {
 		return
 	}
-	route, reason := selectRoute(pod, namespace, routes)
+	route, reason := injectionFor(pod, namespace, routes)
 	if route == nil {
-		annotate(pod, ctrlmeshv1alpha1.ProxyInjectionSkipped, reason)
-		return
-	}
-	if reason := conflict(pod); reason != "" {
 		annotate(pod, ctrlmeshv1alpha1.ProxyInjectionSkipped, reason)
 		return
 	}
@@ -130,6 +126,46 @@ func mutate(pod *corev1.Pod, namespace string, routes []ctrlmeshv1alpha1.ShardRo
 	annotate(pod, ctrlmeshv1alpha1.ProxyInjected, message)
 }
 
+// MissesProxy reports whether the pod asks for the proxy
+// (ctrlmesh.io/enable-proxy=true) and runs without it: the pods the Handler
+// injects into at creation, and the Replacer replaces when they were
+// created without it.
+func MissesProxy(pod *corev1.Pod) bool {
+	return pod.Labels[ctrlmeshv1alpha1.EnableProxyLabel] == "true" && !hasProxy(pod)
+}
+
+// injectionFor returns the route the Handler injects a proxy for into the
+// pod, created in namespace, or why it injects none: no route or several
+// select the pod, or the pod's own settings rule the proxy out.
+func injectionFor(pod *corev1.Pod, namespace string, routes []ctrlmeshv1alpha1.ShardRoute) (*ctrlmeshv1alpha1.ShardRoute, string) {
+	route, reason := selectRoute(pod, namespace, routes)
+	if route == nil {
+		return nil, reason
+	}
+	if reason := conflict(pod); reason != "" {
+		return nil, reason
+	}
+	return route, ""
+}
+
+// ProxiedRoute returns the name of the ShardRoute whose rules the pod's
+// proxy enforces (its --rules-name argument), and false when the pod has no
+// injected proxy.
+func ProxiedRoute(pod *corev1.Pod) (string, bool) {
+	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
+		if c.Name != ctrlmeshv1alpha1.ProxyContainerName {
+			continue
+		}
+		prefix := ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagRulesName, "")
+		for _, arg := range c.Args {
+			if name, ok := strings.CutPrefix(arg, prefix); ok && name != "" {
+				return name, true
+			}
+		}
+	}
+	return "", false
+}
+
 // hasProxy reports whether the pod already runs a container named
 // ctrlmeshv1alpha1.ProxyContainerName: injected before (a spec copied from an injected pod) or
 // added by hand.
@@ -156,7 +192,7 @@ func selectRoute(pod *corev1.Pod, namespace string, routes []ctrlmeshv1alpha1.Sh
 	}
 	switch len(selecting) {
 	case 0:
-		return nil, fmt.Sprintf("no ShardRoute in namespace %q selects the pod's labels: the operator runs without a proxy and sees every object; check the ShardingConfig's selector, or recreate the pod once its ShardRoute has arrived", namespace)
+		return nil, fmt.Sprintf("no ShardRoute in namespace %q selects the pod's labels: the operator runs without a proxy and sees every object; check the ShardingConfig's selector; once a ShardRoute selects the pod, the agent evicts it for its controller to recreate it with the proxy (a pod no controller owns, recreate yourself)", namespace)
 	case 1:
 		return selecting[0], ""
 	default:

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -44,7 +45,13 @@ var (
 	cs     kubernetes.Interface
 	// agentCache is the cache the Handler reads ShardRoutes from.
 	agentCache cache.Cache
+	// agentMetrics holds the Replacer's metrics.
+	agentMetrics = prometheus.NewRegistry()
 )
+
+// replacePace is the Replacer's pace in the tests, short so that they see
+// several evictions of one owner.
+const replacePace = 300 * time.Millisecond
 
 func TestMain(m *testing.M) {
 	os.Exit(env.Main(m, env.Options{Clusters: []env.ClusterSpec{{Name: "member", FeatureGates: []string{env.FeatureShardedListAndWatch}}}}, func(ctx context.Context, f *env.Fleet) (func(), error) {
@@ -60,7 +67,7 @@ func TestMain(m *testing.M) {
 }
 
 // startAgent runs what the agent's main wires for injection: a manager with
-// the EventReconciler, and the Handler served over TLS and registered by the
+// the EventReconciler, the Replacer and the RouteDeletedReconciler, and the Handler served over TLS and registered by the
 // configuration WebhookConfiguration builds. It returns once the API server
 // calls the webhook.
 func startAgent(ctx context.Context, fleet *env.Fleet) (stop func(), err error) {
@@ -79,6 +86,12 @@ func startAgent(ctx context.Context, fleet *env.Fleet) (stop func(), err error) 
 		return nil, err
 	}
 	if err := (&inject.EventReconciler{}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := (&inject.Replacer{Pace: replacePace, Registerer: agentMetrics}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := (&inject.RouteDeletedReconciler{}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	agentCache = mgr.GetCache()

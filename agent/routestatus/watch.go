@@ -27,9 +27,11 @@ import (
 //   - no managedFields on any of its objects: it never reads them, and its
 //     status Update without them leaves the server's as they are;
 //   - Pods cut down to what the status reports (name, labels, phase, IP,
-//     Ready condition) and their ctrlmesh.io/ annotations: pod specs are
-//     most of a pod's size. Other users of the same manager's cache see
-//     these cut-down Pods too;
+//     Ready condition), their ctrlmesh.io/ annotations, owner references and
+//     the proxy container's name and arguments: pod specs are most of a
+//     pod's size. Other users of the same manager's cache see these
+//     cut-down Pods too: the injection's Events and its Replacer, which ask
+//     whether a pod has its proxy and for which ShardRoute;
 //   - no Leases of kube-node-lease, where every node renews its lease every
 //     few seconds and no operator elects its leader.
 func CacheByObject() map[client.Object]cache.ByObject {
@@ -43,7 +45,8 @@ func CacheByObject() map[client.Object]cache.ByObject {
 	}
 }
 
-// leanPod keeps what the status reports of a pod.
+// leanPod keeps what the status reports of a pod, and what the injection
+// asks of it: its owners, and its proxy container by name and arguments.
 func leanPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -53,6 +56,11 @@ func leanPod(obj any) (any, error) {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
 			Labels: pod.Labels, Annotations: ctrlmeshAnnotations(pod.Annotations), DeletionTimestamp: pod.DeletionTimestamp,
+			OwnerReferences: pod.OwnerReferences,
+		},
+		Spec: corev1.PodSpec{
+			InitContainers: proxyContainers(pod.Spec.InitContainers),
+			Containers:     proxyContainers(pod.Spec.Containers),
 		},
 		Status: corev1.PodStatus{Phase: pod.Status.Phase, PodIP: pod.Status.PodIP},
 	}
@@ -62,6 +70,18 @@ func leanPod(obj any) (any, error) {
 		}
 	}
 	return lean, nil
+}
+
+// proxyContainers keeps the name and arguments of the ctrlmesh proxy
+// containers among cs.
+func proxyContainers(cs []corev1.Container) []corev1.Container {
+	var out []corev1.Container
+	for _, c := range cs {
+		if c.Name == ctrlmeshv1alpha1.ProxyContainerName {
+			out = append(out, corev1.Container{Name: c.Name, Args: c.Args})
+		}
+	}
+	return out
 }
 
 // ctrlmeshAnnotations keeps the ctrlmesh.io/ annotations, such as the proxy

@@ -106,6 +106,7 @@ deploy/rbac/agent-hub.yaml.`,
 	f.StringVar(&webhookURL, "webhook-url", "", "base URL of the agent's webhook server, instead of --webhook-service (local clusters)")
 	f.StringVar(&webhookCAFile, "webhook-ca-file", "", "CA bundle that verifies the webhook serving certificate (default ca.crt in --webhook-cert-dir)")
 	f.DurationVar(&opts.LabelPeriod, "label-period", labeler.DefaultPeriod, "time between labeling sweeps, which label what the webhook missed")
+	f.DurationVar(&opts.ReplacePace, "proxy-replace-pace", inject.DefaultPace, "least time between two evictions of one controller's pods that were created without the proxy a ShardRoute now gives them")
 	f.StringVar(&opts.Proxy.Image, "proxy-image", "", "image of the proxy sidecar the agent injects (required)")
 	f.StringVar(&cpuRequest, "proxy-cpu-request", inject.DefaultCPURequest.String(), "CPU request of the injected proxy")
 	f.StringVar(&memoryRequest, "proxy-memory-request", inject.DefaultMemoryRequest.String(), "memory request of the injected proxy")

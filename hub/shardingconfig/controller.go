@@ -77,8 +77,9 @@ type Reconciler struct {
 	// by the same (clusters.Options.RulesValidity).
 	RulesValidity time.Duration
 
-	unproxied unproxiedPods
-	Metrics   *Metrics
+	unproxied    unproxiedPods
+	overlapsTold overlapEvents
+	Metrics      *Metrics
 }
 
 // SetupWithManager registers the controller with mgr.
@@ -95,21 +96,34 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&ctrlmeshv1alpha1.ShardingConfig{}).
-		Watches(&workv1alpha1.Work{}, handler.EnqueueRequestsFromMapFunc(configOfWork))
+		Watches(&workv1alpha1.Work{}, handler.EnqueueRequestsFromMapFunc(r.configsOfWork))
 	if r.ClusterChanges != nil {
 		b = b.WatchesRawSource(source.Channel(r.ClusterChanges, handler.EnqueueRequestsFromMapFunc(r.allConfigs)))
 	}
 	return b.Complete(r)
 }
 
-// configOfWork maps a Work to the ShardingConfig it carries rules of.
-func configOfWork(_ context.Context, obj client.Object) []reconcile.Request {
+// configsOfWork maps a Work to the ShardingConfig it carries rules of, and
+// to the other ShardingConfigs of its namespace: the pods its status
+// reports may overlap theirs (see overlap).
+func (r *Reconciler) configsOfWork(ctx context.Context, obj client.Object) []reconcile.Request {
 	l := obj.GetLabels()
 	ns, name := l[ctrlmeshv1alpha1.WorkConfigNamespaceLabel], l[ctrlmeshv1alpha1.WorkConfigNameLabel]
 	if ns == "" || name == "" {
 		return nil
 	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
+	out := []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
+	var list ctrlmeshv1alpha1.ShardingConfigList
+	if err := r.Client.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "Listing the ShardingConfigs of a Work's namespace failed", "namespace", ns)
+		return out
+	}
+	for _, sc := range list.Items {
+		if sc.Name != name {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&sc)})
+		}
+	}
+	return out
 }
 
 // allConfigs maps a cluster change to every ShardingConfig: which select the
@@ -163,6 +177,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	if message := overlapMessage(outcome.overlaps); r.overlapsTold.tell(req.NamespacedName, message) {
+		r.Recorder.Event(&sc, corev1.EventTypeWarning, ctrlmeshv1alpha1.ReasonSelectorOverlap, message)
+	}
 	overdue, untold, next := r.unproxied.observe(req.NamespacedName, readyWithoutProxy(outcome.members), start)
 	outcome.unproxied = overdue
 	for _, p := range untold {
@@ -184,6 +201,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 func (r *Reconciler) finalize(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig) error {
 	// A config being deleted is never placed again: nothing reads its rows.
 	r.unproxied.forget(client.ObjectKeyFromObject(sc))
+	r.overlapsTold.forget(client.ObjectKeyFromObject(sc))
 	if err := r.Store.DeleteConfig(client.ObjectKeyFromObject(sc)); err != nil {
 		return fmt.Errorf("forgetting the ShardingConfig being deleted: %w", err)
 	}
@@ -306,6 +324,8 @@ type outcome struct {
 	// unproxied are the ready pods whose proxy has not reported within the
 	// grace: they get no buckets.
 	unproxied []route.PodID
+	// overlaps are the other ShardingConfigs selecting pods this one does.
+	overlaps []overlap
 	// canaryStep is the canary step in force.
 	canaryStep int32
 }
@@ -389,6 +409,10 @@ func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingCon
 		log.V(1).Info("Forgot the rules and reports of clusters no longer selected", "clusters", removed)
 	}
 
+	if out.overlaps, err = r.overlaps(ctx, sc, snap.AcceptedClusters(), out.members); err != nil {
+		return nil, err
+	}
+	excluded := excludedPods(out.overlaps)
 	canary, err := canaryStep(sc, space, out.canaryStep)
 	if err != nil {
 		out.invalid = err
@@ -415,7 +439,7 @@ func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingCon
 	all := maps.Clone(out.members)
 	maps.Copy(all, leaving)
 	for _, domain := range domains(sc, out.members) {
-		d, err := r.placeDomain(ctx, sc, space, canary, domain, all)
+		d, err := r.placeDomain(ctx, sc, space, canary, domain, all, excluded)
 		if err != nil {
 			var invalid *invalidError
 			if errors.As(err, &invalid) {
@@ -549,8 +573,10 @@ func domains(sc *ctrlmeshv1alpha1.ShardingConfig, members map[string]*member) []
 	return out
 }
 
-// placeDomain computes and publishes the next rules of one domain.
-func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, space sharding.Space, canary *placement.CanaryStep, clusters []string, members map[string]*member) (domainOutcome, error) {
+// placeDomain computes and publishes the next rules of one domain. The
+// excluded pods (shared with an older ShardingConfig) count as not ready:
+// given no buckets, and handing over what they hold as any pod does.
+func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, space sharding.Space, canary *placement.CanaryStep, clusters []string, members map[string]*member, excluded map[route.PodID]bool) (domainOutcome, error) {
 	d := domainOutcome{clusters: clusters}
 	routes := map[string]*ctrlmeshv1alpha1.ShardRoute{}
 	// In Fleet scope the rules also live in the members that left the
@@ -574,6 +600,11 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 				}
 			}
 			d.pods = append(d.pods, candidates(name, rep.Pods)...)
+		}
+	}
+	for i := range d.pods {
+		if excluded[d.pods[i].PodID] {
+			d.pods[i].Ready = false
 		}
 	}
 	desired, err := placement.Compute(placement.Input{

@@ -141,17 +141,21 @@ func workOf(t *testing.T, ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConf
 }
 
 // reportPods writes the Work's status as a member's agent does once it
-// applied the Work's ShardRoute: one ready pod whose proxy applied the
-// rules the Work carries, and the rules applied.
-func reportPods(t *testing.T, ctx context.Context, work *workv1alpha1.Work, pod string) {
+// applied the Work's ShardRoute: ready pods whose proxies applied the rules
+// the Work carries, and the rules applied.
+func reportPods(t *testing.T, ctx context.Context, work *workv1alpha1.Work, pods ...string) {
 	t.Helper()
 	route, err := routework.Decode(work)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var reported []ctrlmeshv1alpha1.PodRouteStatus
+	for i, pod := range pods {
+		reported = append(reported, ctrlmeshv1alpha1.PodRouteStatus{Name: pod, Address: fmt.Sprintf("10.0.0.%d", i+1), Ready: true, AppliedRulesHash: route.Spec.RulesHash})
+	}
 	status, err := json.Marshal(ctrlmeshv1alpha1.ShardRouteStatus{
 		ObservedRoutingGeneration: route.Spec.RoutingGeneration,
-		Pods:                      []ctrlmeshv1alpha1.PodRouteStatus{{Name: pod, Address: "10.0.0.1", Ready: true, AppliedRulesHash: route.Spec.RulesHash}},
+		Pods:                      reported,
 		Conditions: []metav1.Condition{{Type: ctrlmeshv1alpha1.ConditionRulesApplied, Status: metav1.ConditionTrue,
 			Reason: ctrlmeshv1alpha1.ReasonRulesValid, Message: "applied", LastTransitionTime: metav1.Now()}},
 	})

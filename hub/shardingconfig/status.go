@@ -103,6 +103,9 @@ func degraded(sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome) (reason, messag
 		slices.Sort(unavailable)
 		return ctrlmeshv1alpha1.ReasonClusterUnavailable, fmt.Sprintf("clusters without a fresh heartbeat keep their last rules: %s", strings.Join(unavailable, ", "))
 	}
+	if message := overlapMessage(out.overlaps); message != "" {
+		return ctrlmeshv1alpha1.ReasonSelectorOverlap, message
+	}
 	if len(out.unproxied) > 0 {
 		names := make([]string, 0, len(out.unproxied))
 		for _, p := range out.unproxied {

@@ -47,6 +47,12 @@ const (
 	// proxy report for a while (also the reason of the Warning Event on
 	// the ShardingConfig naming each): they get no buckets.
 	ReasonPodsWithoutProxy = "PodsWithoutProxy"
+	// ReasonSelectorOverlap: the selector of another ShardingConfig of the
+	// namespace selects, or is bound to select, the same pods in a common
+	// cluster (also the reason of the Warning Event on the ShardingConfig):
+	// the injector gives such pods no proxy, and only the config created
+	// first places them.
+	ReasonSelectorOverlap = "SelectorOverlap"
 )
 
 // Reasons of the Ready condition of ShardingConfig when it is True, and of
@@ -115,4 +121,19 @@ const (
 	// ReasonProxyNotInjected (Warning, on a Pod): the pod asked for the proxy
 	// and was created without it; the message says why and what to do.
 	ReasonProxyNotInjected = "ProxyNotInjected"
+	// ReasonEvictedForProxy (Normal, on a Pod): the pod asked for the proxy,
+	// was created without it, and a ShardRoute now selects it: the agent
+	// evicted it so that its controller recreates it with the proxy.
+	ReasonEvictedForProxy = "EvictedForProxy"
+	// ReasonProxyEvictionBlocked (Warning, on a Pod): the eviction that would
+	// replace the pod by one with the proxy was refused, by a
+	// PodDisruptionBudget or otherwise; the agent retries it later.
+	ReasonProxyEvictionBlocked = "ProxyEvictionBlocked"
+	// ReasonRecreateForProxy (Warning, on a Pod): the pod was created without
+	// the proxy and a ShardRoute now selects it, but no controller would
+	// recreate it if evicted: recreate it by hand.
+	ReasonRecreateForProxy = "RecreateForProxy"
+	// ReasonShardRouteDeleted (Warning, on a Pod): the ShardRoute the pod's
+	// proxy enforces was deleted; the proxy refuses sharded requests.
+	ReasonShardRouteDeleted = "ShardRouteDeleted"
 )

@@ -1,0 +1,228 @@
+package shardingconfig
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/hub/state"
+	"github.com/ctrlmesh/ctrlmesh/pkg/route"
+	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
+)
+
+// overlap is another ShardingConfig of the same namespace whose pod
+// selector selects pods this one's selects, in a cluster both select. Two
+// ShardRoutes would then select one pod, and the injector gives such a pod
+// no proxy (it enforces one route). Whether two label selectors can select
+// one pod is undecidable from the selectors alone in general; the hub
+// finds
+//
+//   - exactly, the pods the agents report under both configs' routes (a
+//     route's status lists every pod its selector matches), and
+//   - before any pod exists, the selectors of which one implies the other:
+//     every requirement of one is a requirement of the other, so every pod
+//     the narrower selects the wider selects too.
+//
+// Of two overlapping configs the one created first (then the one first by
+// name) keeps the shared pods; the later one does not place them.
+type overlap struct {
+	// other is the other config's name, in the same namespace.
+	other string
+	// earlier: the other config was created first and keeps the shared pods.
+	earlier bool
+	// clusters both configs select.
+	clusters []string
+	// pods reported under both configs' routes.
+	pods []route.PodID
+	// implied: one selector implies the other.
+	implied bool
+}
+
+// overlaps finds the configs of sc's namespace that overlap sc in the
+// clusters of members, sorted by name.
+func (r *Reconciler) overlaps(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, accepted []state.Cluster, members map[string]*member) ([]overlap, error) {
+	var configs ctrlmeshv1alpha1.ShardingConfigList
+	if err := r.Client.List(ctx, &configs, client.InNamespace(sc.Namespace)); err != nil {
+		return nil, fmt.Errorf("listing the ShardingConfigs of namespace %s: %w", sc.Namespace, err)
+	}
+	var out []overlap
+	for i := range configs.Items {
+		other := &configs.Items[i]
+		// A config being deleted places nothing more, and its routes go.
+		if other.Name == sc.Name || !other.DeletionTimestamp.IsZero() {
+			continue
+		}
+		selected, err := selectedClusters(other, accepted)
+		if err != nil {
+			continue // its own status says so; it places nothing
+		}
+		var common []string
+		for _, c := range selected {
+			if _, ok := members[c.Name]; ok {
+				common = append(common, c.Name)
+			}
+		}
+		if len(common) == 0 {
+			continue
+		}
+		o := overlap{other: other.Name, earlier: createdBefore(other, sc), clusters: common, implied: selectorsImply(&sc.Spec.Selector, &other.Spec.Selector)}
+		if o.pods, err = r.sharedPods(ctx, other, common, members); err != nil {
+			return nil, err
+		}
+		if o.implied || len(o.pods) > 0 {
+			out = append(out, o)
+		}
+	}
+	slices.SortFunc(out, func(a, b overlap) int { return strings.Compare(a.other, b.other) })
+	return out, nil
+}
+
+// sharedPods are the pods of the clusters that other's Works report and
+// that the members report for this config too.
+func (r *Reconciler) sharedPods(ctx context.Context, other *ctrlmeshv1alpha1.ShardingConfig, clusters []string, members map[string]*member) ([]route.PodID, error) {
+	works, err := r.Writer.List(ctx, other)
+	if err != nil {
+		return nil, err
+	}
+	var shared []route.PodID
+	for i := range works {
+		cluster, err := routework.ClusterOf(&works[i])
+		if err != nil || !slices.Contains(clusters, cluster) {
+			continue
+		}
+		report, err := reportOf(&works[i])
+		if err != nil || report == nil {
+			continue // unread: nothing known to be shared yet
+		}
+		for _, p := range report.Pods {
+			if _, ok := members[cluster].pod(p.Name); ok {
+				shared = append(shared, route.PodID{Cluster: cluster, Name: p.Name})
+			}
+		}
+	}
+	slices.SortFunc(shared, route.ComparePodIDs)
+	return slices.Compact(shared), nil
+}
+
+// createdBefore reports whether a was created before b: by creation time,
+// then by name.
+func createdBefore(a, b *ctrlmeshv1alpha1.ShardingConfig) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Name < b.Name
+}
+
+// selectorsImply reports whether every requirement of one selector is a
+// requirement of the other: the narrower then selects no pod the wider
+// does not. Selectors that do not parse imply nothing.
+func selectorsImply(a, b *metav1.LabelSelector) bool {
+	reqs := func(s *metav1.LabelSelector) (map[string]bool, bool) {
+		sel, err := metav1.LabelSelectorAsSelector(s)
+		if err != nil {
+			return nil, false
+		}
+		rs, _ := sel.Requirements()
+		out := map[string]bool{}
+		for _, r := range rs {
+			out[r.String()] = true
+		}
+		return out, true
+	}
+	ra, okA := reqs(a)
+	rb, okB := reqs(b)
+	if !okA || !okB {
+		return false
+	}
+	subset := func(small, big map[string]bool) bool {
+		for r := range small {
+			if !big[r] {
+				return false
+			}
+		}
+		return true
+	}
+	return subset(ra, rb) || subset(rb, ra)
+}
+
+// excludedPods are the pods sc must not place: those it shares with a
+// config created earlier.
+func excludedPods(overlaps []overlap) map[route.PodID]bool {
+	out := map[route.PodID]bool{}
+	for _, o := range overlaps {
+		if o.earlier {
+			for _, p := range o.pods {
+				out[p] = true
+			}
+		}
+	}
+	return out
+}
+
+// overlapMessage says what the overlaps are and what to do, or "".
+func overlapMessage(overlaps []overlap) string {
+	var parts []string
+	for _, o := range overlaps {
+		var what string
+		if len(o.pods) > 0 {
+			names := make([]string, 0, len(o.pods))
+			for _, p := range o.pods {
+				names = append(names, p.String())
+			}
+			what = fmt.Sprintf("ShardingConfig %s selects pods this one selects: %s", o.other, strings.Join(names, ", "))
+		} else {
+			what = fmt.Sprintf("the selectors of ShardingConfig %s and this one select the same pods (one's requirements include the other's) in %s",
+				o.other, strings.Join(o.clusters, ", "))
+		}
+		if o.earlier {
+			what += fmt.Sprintf("; %s was created first and keeps them: this one does not place them", o.other)
+		} else {
+			what += fmt.Sprintf("; this one was created first and keeps them: %s does not place them", o.other)
+		}
+		parts = append(parts, what)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return strings.Join(parts, "; ") + ". The proxy injector refuses pods two ShardRoutes select: make the ShardingConfigs' selectors disjoint"
+}
+
+// overlapEvents remembers, per ShardingConfig, the overlap last told in an
+// Event, so that each new finding is told once. Memory only: a restarted
+// hub tells again.
+type overlapEvents struct {
+	mu   sync.Mutex
+	told map[types.NamespacedName]string
+}
+
+// tell reports whether message is news for config, and remembers it.
+func (e *overlapEvents) tell(config types.NamespacedName, message string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.told == nil {
+		e.told = map[types.NamespacedName]string{}
+	}
+	if e.told[config] == message {
+		return false
+	}
+	if message == "" {
+		delete(e.told, config)
+	} else {
+		e.told[config] = message
+	}
+	return message != ""
+}
+
+// forget drops what was told of a deleted config.
+func (e *overlapEvents) forget(config types.NamespacedName) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.told, config)
+}
