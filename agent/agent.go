@@ -73,7 +73,10 @@ type Options struct {
 	// SelectorMode fixes how proxies narrow lists: rules.ModeLabel needs
 	// labels, rules.ModeRange none; "" asks the member API server.
 	SelectorMode rules.Mode
-	// Namespace the agent runs in: its leader-election Lease lives there.
+	// Namespace the agent runs in: its leader-election Lease lives there,
+	// and the hub binds the labeler's rights to the ServiceAccount
+	// ctrlmesh-agent there (membership.ClaimAgentNamespace); without it the
+	// labeler gets no rights.
 	Namespace string
 	// LeaderElection among the agent's replicas; off only for tests and
 	// single-replica local runs.
@@ -189,7 +192,7 @@ func Run(ctx context.Context, opts Options) error {
 		LeaseDuration: opts.LeaseDuration, RenewInterval: opts.RenewInterval, Log: opts.Log.WithName("heartbeat"),
 	}
 	if err := mgr.Add(&hubMembership{
-		hub: hub, member: memberDiscovery, heartbeat: heartbeat, onAccepted: onAccepted, log: opts.Log.WithName("membership"),
+		hub: hub, member: memberDiscovery, namespace: opts.Namespace, heartbeat: heartbeat, onAccepted: onAccepted, log: opts.Log.WithName("membership"),
 	}); err != nil {
 		return err
 	}

@@ -39,7 +39,7 @@ func TestSetManifest(t *testing.T) {
 	if work.Namespace != "karmada-es-m1" || work.Name != names.GenerateWorkName("ShardRoute", route.Name, route.Namespace) || work.Labels[workv1alpha2.WorkPermanentIDLabel] == "" {
 		t.Errorf("new Work %s/%s with labels %v, want Karmada's Work name in karmada-es-m1 and a permanent ID", work.Namespace, work.Name, work.Labels)
 	}
-	if err := SetManifest(work, route); err != nil {
+	if err := SetManifests(work, route, nil); err != nil {
 		t.Fatal(err)
 	}
 	var fields map[string]any

@@ -108,6 +108,11 @@ const (
 	// ReasonWorksDeleted (Normal, on a ShardingConfig): the Works of clusters
 	// no longer selected were deleted.
 	ReasonWorksDeleted = "WorksDeleted"
+	// ReasonLabelerRightsNotGranted (Warning, on a ShardingConfig): a limit
+	// names "*" or a subresource, which the labeler's ClusterRole cannot
+	// grant without a wildcard; in label-mode members those objects stay
+	// unlabeled, invisible to every shard, until the limit names resources.
+	ReasonLabelerRightsNotGranted = "LabelerRightsNotGranted"
 	// ReasonBucketCountConflict (Warning, on a ShardRoute in label mode): the
 	// route counts another number of buckets than the labels of the member
 	// are written with, so it cannot be served there.
