@@ -321,7 +321,7 @@ type ManagerOptions struct {
 	// server, without a path.
 	ClientConfig admissionregistrationv1.WebhookClientConfig
 	// Period between sweeps; zero for DefaultPeriod.
-	Period time.Duration
+	Period     time.Duration
 	Registerer prometheus.Registerer
 	Log        logr.Logger
 }

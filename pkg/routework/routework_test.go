@@ -182,8 +182,13 @@ func TestReadStatusRefusesMalformed(t *testing.T) {
 		name: "not in an execution namespace", namespace: "default",
 		want: "is not in an execution namespace",
 	}, {
-		name: "two manifests", statuses: append(status(workv1alpha1.ResourceHealthy, ""), status(workv1alpha1.ResourceHealthy, "")...),
-		want: "reports 2 manifests",
+		name: "two ShardRoutes", statuses: append(status(workv1alpha1.ResourceHealthy, ""), status(workv1alpha1.ResourceHealthy, "")...),
+		want: `reports manifest 0, a "ShardRoute"`,
+	}, {
+		name: "a ClusterRole as manifest 0", statuses: status(workv1alpha1.ResourceHealthy, "", func(ms *workv1alpha1.ManifestStatus) {
+			ms.Identifier.Kind, ms.Identifier.Group = "ClusterRole", "rbac.authorization.k8s.io"
+		}),
+		want: `reports manifest 0, a "ClusterRole"`,
 	}, {
 		name: "another kind", statuses: status(workv1alpha1.ResourceHealthy, "", func(ms *workv1alpha1.ManifestStatus) { ms.Identifier.Kind = "ConfigMap"; ms.Identifier.Group = "" }),
 		want: `a "ConfigMap" of group ""`,
