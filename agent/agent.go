@@ -217,13 +217,14 @@ func Run(ctx context.Context, opts Options) error {
 }
 
 // selectorMode is opts.SelectorMode, or else the member API server's answer.
-// The feature is the API server's, so any resource tells: ConfigMaps, which
-// every operator pod can be given read access to.
+// The feature is the API server's, so any resource tells: Pods, which the
+// agent's standing RBAC lists anyway (for the route status); it has no
+// rights on the objects it labels before the hub grants them.
 func selectorMode(ctx context.Context, opts Options, mapper meta.RESTMapper) (rules.Mode, error) {
 	if opts.SelectorMode != "" {
 		return opts.SelectorMode, nil
 	}
-	mode, err := proxy.DetectMode(ctx, opts.Member, mapper, schema.GroupResource{Resource: "configmaps"})
+	mode, err := proxy.DetectMode(ctx, opts.Member, mapper, schema.GroupResource{Resource: "pods"})
 	if err != nil {
 		return "", fmt.Errorf("agent: asking the member API server for its selector mode: %w", err)
 	}

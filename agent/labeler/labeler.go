@@ -26,6 +26,9 @@ const (
 	DefaultBurst       = 40
 	DefaultConcurrency = 8
 	DefaultRetryPeriod = 5 * time.Second
+	// maxRetryPeriod bounds the doubling retries of failed sweeps: rights
+	// that land after a while are used within a minute.
+	maxRetryPeriod = time.Minute
 	// maxErrors bounds the patch errors one sweep reports; the rest are
 	// counted.
 	maxErrors = 10
@@ -124,7 +127,7 @@ func New(opts Options) (*Labeler, error) {
 // Run sweeps now and then every period until ctx ends. A sweep that failed
 // for some resource (the agent may lack the rights on it, until the hub's
 // labeler ClusterRole lands) is retried sooner: after RetryPeriod, doubling
-// up to the period. Run returns nil when ctx ends.
+// up to a minute (or the period, if shorter). Run returns nil when ctx ends.
 //
 // Run only in label mode: in range mode objects need no labels, and the
 // caller does not run the Labeler at all.
@@ -142,7 +145,7 @@ func (l *Labeler) Run(ctx context.Context) error {
 		wait := l.period
 		if err != nil {
 			l.log.Error(err, "Sweep failed; sweeping again soon", "unlabeled", res.Unlabeled, "patched", res.Patched, "duration", time.Since(start), "retryIn", retry)
-			wait, retry = retry, min(2*retry, l.period)
+			wait, retry = retry, min(2*retry, l.period, maxRetryPeriod)
 		} else {
 			l.log.V(1).Info("Sweep done", "scanned", res.Scanned, "unlabeled", res.Unlabeled, "patched", res.Patched, "duration", time.Since(start))
 			retry = min(l.retryPeriod, l.period)
