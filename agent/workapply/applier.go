@@ -166,14 +166,15 @@ func (a *Applier) SetupWithManager(mgr ctrl.Manager) error {
 		// the Work it was applied from (to reapply, reflect its status or,
 		// when the Work is gone, delete it) and to the Works it blocks.
 		WatchesRawSource(source.Kind(mgr.GetCache(), &ctrlmeshv1alpha1.ShardRoute{},
-			handler.TypedEnqueueRequestsFromMapFunc(a.worksOf))).
+			handler.TypedEnqueueRequestsFromMapFunc(a.worksOfRoute))).
 		// The labeler RBAC applied from a Work goes back to it: changed
 		// behind the applier's back it is reapplied, left over once the Work
-		// is gone (also after a restart) it is deleted.
+		// is gone (also after a restart) it is deleted; an object of its
+		// name that blocks a Work brings that Work back when it changes.
 		WatchesRawSource(source.Kind(mgr.GetCache(), &rbacv1.ClusterRole{},
-			handler.TypedEnqueueRequestsFromMapFunc(workOf[*rbacv1.ClusterRole](a)))).
+			handler.TypedEnqueueRequestsFromMapFunc(worksOfRBAC[*rbacv1.ClusterRole](a, "ClusterRole")))).
 		WatchesRawSource(source.Kind(mgr.GetCache(), &rbacv1.ClusterRoleBinding{},
-			handler.TypedEnqueueRequestsFromMapFunc(workOf[*rbacv1.ClusterRoleBinding](a)))).
+			handler.TypedEnqueueRequestsFromMapFunc(worksOfRBAC[*rbacv1.ClusterRoleBinding](a, "ClusterRoleBinding")))).
 		Complete(a)
 }
 
@@ -184,27 +185,31 @@ func (a *Applier) appliedFrom(obj client.Object) (types.NamespacedName, bool) {
 	return work, managed && work.Namespace == a.namespace && work.Name != ""
 }
 
-// workOf maps a member object to the Work it was applied from.
-func workOf[T client.Object](a *Applier) handler.TypedMapFunc[T, reconcile.Request] {
-	return func(_ context.Context, obj T) []reconcile.Request {
-		if work, ok := a.appliedFrom(obj); ok {
-			return []reconcile.Request{{NamespacedName: work}}
-		}
-		return nil
+// worksOfRBAC maps a member ClusterRole or ClusterRoleBinding (kind) to the
+// Work it was applied from and to the Works whose manifests name it: those
+// it may block as a conflict.
+func worksOfRBAC[T client.Object](a *Applier, kind string) handler.TypedMapFunc[T, reconcile.Request] {
+	return func(ctx context.Context, obj T) []reconcile.Request {
+		return a.worksOf(ctx, obj, routework.Target(kind, "", obj.GetName()))
 	}
 }
 
-// worksOf maps a member ShardRoute to the Work it was applied from and to
-// the Works whose manifests name it: those it may block as a conflict.
-func (a *Applier) worksOf(ctx context.Context, route *ctrlmeshv1alpha1.ShardRoute) []reconcile.Request {
+// worksOfRoute maps a member ShardRoute to the Work it was applied from and
+// to the Works whose manifests name it: those it may block as a conflict.
+func (a *Applier) worksOfRoute(ctx context.Context, route *ctrlmeshv1alpha1.ShardRoute) []reconcile.Request {
+	return a.worksOf(ctx, route, routework.Target(shardRouteKind, route.Namespace, route.Name))
+}
+
+// worksOf maps a member object, target to routework.Targets, to the Work it
+// was applied from and to the Works whose manifests name it.
+func (a *Applier) worksOf(ctx context.Context, obj client.Object, target string) []reconcile.Request {
 	var requests []reconcile.Request
-	if work, ok := a.appliedFrom(route); ok {
+	if work, ok := a.appliedFrom(obj); ok {
 		requests = append(requests, reconcile.Request{NamespacedName: work})
 	}
 	var works workv1alpha1.WorkList
-	target := client.ObjectKeyFromObject(route).String()
 	if err := a.hub.List(ctx, &works, client.InNamespace(a.namespace), client.MatchingFields{targetIndex: target}); err != nil {
-		a.Log.Error(err, "listing the Works that target a member ShardRoute", "shardRoute", target)
+		a.Log.Error(err, "listing the Works that target a member object", "target", target)
 		return requests
 	}
 	for _, w := range works.Items {

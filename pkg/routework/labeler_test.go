@@ -122,8 +122,8 @@ func TestDecodeAllLabelerRBAC(t *testing.T) {
 	if m.Route.Name != route.Name {
 		t.Errorf("route %s", m.Route.Name)
 	}
-	if targets := Targets(encode(good)); !reflect.DeepEqual(targets, []string{"team-a/op"}) {
-		t.Errorf("targets %v", targets)
+	if targets, want := Targets(encode(good)), []string{"ShardRoute/team-a/op", "ClusterRole//" + good.Role.Name, "ClusterRoleBinding//" + good.Role.Name}; !reflect.DeepEqual(targets, want) {
+		t.Errorf("targets %v, want %v", targets, want)
 	}
 
 	for _, tc := range []struct {

@@ -241,15 +241,28 @@ func decodeManifest(manifests []workv1alpha1.Manifest, i int, gvk schema.GroupVe
 	return nil
 }
 
-// Targets returns "namespace/name" of every ShardRoute the Work's manifests
-// name, valid or not: the member objects the Work may conflict with.
+// Targets returns Target of every object the Work's manifests name that
+// the Work applies — ShardRoutes, and ClusterRoles and ClusterRoleBindings
+// for the labeler — valid or not: the member objects the Work may conflict
+// with.
 func Targets(work *workv1alpha1.Work) []string {
 	var targets []string
 	for _, m := range work.Spec.Workload.Manifests {
 		var obj metav1.PartialObjectMetadata
-		if json.Unmarshal(m.Raw, &obj) == nil && obj.GroupVersionKind() == shardRouteGVK {
-			targets = append(targets, types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}.String())
+		if json.Unmarshal(m.Raw, &obj) != nil {
+			continue
+		}
+		switch gvk := obj.GroupVersionKind(); gvk {
+		case shardRouteGVK, clusterRoleGVK, clusterRoleBindingGVK:
+			targets = append(targets, Target(gvk.Kind, obj.Namespace, obj.Name))
 		}
 	}
 	return targets
+}
+
+// Target names a member object of kind as Targets does:
+// "<kind>/<namespace>/<name>", the namespace empty for cluster-scoped
+// objects.
+func Target(kind, namespace, name string) string {
+	return kind + "/" + namespace + "/" + name
 }

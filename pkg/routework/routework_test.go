@@ -63,8 +63,8 @@ func TestSetManifest(t *testing.T) {
 	if !managed || applied.Namespace != work.Namespace || applied.Name != work.Name {
 		t.Errorf("the manifest is applied from %v (managed %v), want Work %s/%s", applied, managed, work.Namespace, work.Name)
 	}
-	if targets := Targets(work); len(targets) != 1 || targets[0] != "team-a/op" {
-		t.Errorf("targets %v, want [team-a/op]", targets)
+	if targets := Targets(work); len(targets) != 1 || targets[0] != "ShardRoute/team-a/op" {
+		t.Errorf("targets %v, want [ShardRoute/team-a/op]", targets)
 	}
 }
 
