@@ -75,8 +75,8 @@ func FuzzRouteReview(f *testing.F) {
 		}
 		// Accepted: check independently that it is what the router says.
 		var doc struct {
-			APIVersion *string                     `json:"apiVersion"`
-			Kind       *string                     `json:"kind"`
+			APIVersion *string                    `json:"apiVersion"`
+			Kind       *string                    `json:"kind"`
 			Request    map[string]json.RawMessage `json:"request"`
 		}
 		var keys map[string]json.RawMessage
