@@ -132,6 +132,8 @@ func New(opts Options) (*Labeler, error) {
 // Run only in label mode: in range mode objects need no labels, and the
 // caller does not run the Labeler at all.
 func (l *Labeler) Run(ctx context.Context) error {
+	ticker := time.NewTicker(l.period)
+	defer ticker.Stop()
 	retry := min(l.retryPeriod, l.period)
 	for {
 		start := time.Now()
@@ -142,21 +144,25 @@ func (l *Labeler) Run(ctx context.Context) error {
 		if l.onSweep != nil {
 			l.onSweep(res)
 		}
-		wait := l.period
+		// After a failure, the retry or the next period, whichever is first.
+		retryTimer := time.NewTimer(retry)
+		retryAfter := retryTimer.C
 		if err != nil {
 			l.log.Error(err, "Sweep failed; sweeping again soon", "unlabeled", res.Unlabeled, "patched", res.Patched, "duration", time.Since(start), "retryIn", retry)
-			wait, retry = retry, min(2*retry, l.period, maxRetryPeriod)
+			retry = min(2*retry, l.period, maxRetryPeriod)
 		} else {
 			l.log.V(1).Info("Sweep done", "scanned", res.Scanned, "unlabeled", res.Unlabeled, "patched", res.Patched, "duration", time.Since(start))
 			retry = min(l.retryPeriod, l.period)
+			retryAfter = nil
 		}
-		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
-			timer.Stop()
+			retryTimer.Stop()
 			return nil
-		case <-timer.C:
+		case <-ticker.C:
+		case <-retryAfter:
 		}
+		retryTimer.Stop()
 	}
 }
 
