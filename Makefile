@@ -97,7 +97,8 @@ FUZZ_TARGETS := \
 	./proxy/watchstream:FuzzCopyJSON ./proxy/watchstream:FuzzCopyJSONArbitrary \
 	./proxy/watchstream:FuzzCopyProtobuf ./agent/labeler:FuzzHandler \
 	./agent/inject:FuzzPodPatch ./proxy:FuzzFence ./proxy:FuzzCheckedBody \
-	./pkg/route:FuzzCompile ./pkg/routework:FuzzReadStatus
+	./pkg/route:FuzzCompile ./pkg/routework:FuzzReadStatus \
+	./proxy/webhook:FuzzRouteReview
 FUZZTIME ?= 30s
 
 .PHONY: fuzz

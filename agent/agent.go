@@ -75,7 +75,10 @@ type Options struct {
 	// SelectorMode fixes how proxies narrow lists: rules.ModeLabel needs
 	// labels, rules.ModeRange none; "" asks the member API server.
 	SelectorMode rules.Mode
-	// Namespace the agent runs in: its leader-election Lease lives there.
+	// Namespace the agent runs in: its leader-election Lease lives there,
+	// and the hub binds the labeler's rights to the ServiceAccount
+	// ctrlmesh-agent there (membership.ClaimAgentNamespace); without it the
+	// labeler gets no rights.
 	Namespace string
 	// LeaderElection among the agent's replicas; off only for tests and
 	// single-replica local runs.
@@ -199,7 +202,7 @@ func Run(ctx context.Context, opts Options) error {
 		Log: opts.Log.WithName("heartbeat"),
 	}
 	if err := mgr.Add(&hubMembership{
-		hub: hub, member: memberDiscovery, heartbeat: heartbeat, onAccepted: onAccepted, log: opts.Log.WithName("membership"),
+		hub: hub, member: memberDiscovery, namespace: opts.Namespace, heartbeat: heartbeat, onAccepted: onAccepted, log: opts.Log.WithName("membership"),
 	}); err != nil {
 		return err
 	}
@@ -224,13 +227,14 @@ func Run(ctx context.Context, opts Options) error {
 }
 
 // selectorMode is opts.SelectorMode, or else the member API server's answer.
-// The feature is the API server's, so any resource tells: ConfigMaps, which
-// every operator pod can be given read access to.
+// The feature is the API server's, so any resource tells: Pods, which the
+// agent's standing RBAC lists anyway (for the route status); it has no
+// rights on the objects it labels before the hub grants them.
 func selectorMode(ctx context.Context, opts Options, mapper meta.RESTMapper) (rules.Mode, error) {
 	if opts.SelectorMode != "" {
 		return opts.SelectorMode, nil
 	}
-	mode, err := proxy.DetectMode(ctx, opts.Member, mapper, schema.GroupResource{Resource: "configmaps"})
+	mode, err := proxy.DetectMode(ctx, opts.Member, mapper, schema.GroupResource{Resource: "pods"})
 	if err != nil {
 		return "", fmt.Errorf("agent: asking the member API server for its selector mode: %w", err)
 	}

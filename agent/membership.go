@@ -22,8 +22,10 @@ const acceptPollInterval = 5 * time.Second
 // gets no rules. It runs on the elected agent only, so that one replica
 // speaks for the cluster.
 type hubMembership struct {
-	hub        client.Client
-	member     discovery.ServerVersionInterface
+	hub    client.Client
+	member discovery.ServerVersionInterface
+	// namespace is the agent's, claimed for the labeler's binding.
+	namespace  string
 	heartbeat  *membership.Heartbeat
 	onAccepted func(ctx context.Context) error
 	log        logr.Logger
@@ -38,7 +40,7 @@ func (m *hubMembership) Start(ctx context.Context) error {
 	cluster := m.heartbeat.ClusterName
 	backoff := time.Second
 	for {
-		err := membership.Join(ctx, m.hub, membership.JoinOptions{ClusterName: cluster, Member: m.member})
+		err := membership.Join(ctx, m.hub, membership.JoinOptions{ClusterName: cluster, Member: m.member, AgentNamespace: m.namespace})
 		if err == nil {
 			break
 		}

@@ -20,6 +20,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -177,6 +178,66 @@ func TestRBACMatchesCode(t *testing.T) {
 		// ServiceAccount, with its token Secret.
 		compareObjects(t, objs, want, "Namespace", "ServiceAccount", "Secret")
 	})
+}
+
+// TestNoWildcardRBAC: no rule of any ctrlmesh RBAC has a "*" — the code's
+// renderings in deploy/rbac (hub, agent member and hub, proxy), the plain
+// manifests, and the charts rendered with several values. The labeler's
+// rights come per ShardingConfig on named resources (routework.NewLabelerRBAC),
+// which pkg/routework's tests check.
+func TestNoWildcardRBAC(t *testing.T) {
+	var objs []*unstructured.Unstructured
+	files, err := filepath.Glob("rbac/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifests, err := filepath.Glob("manifests/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 4 || len(manifests) != 2 {
+		t.Fatalf("found %v and %v, want the four RBAC renderings and the two manifests", files, manifests)
+	}
+	for _, f := range append(files, manifests...) {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parsed, err := parseYAML(data)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		objs = append(objs, parsed...)
+	}
+	for _, autoAccept := range []string{"true", "false"} {
+		objs = append(objs, render(t, hubChart, "ctrlmesh", []string{"autoAccept=" + autoAccept, "members[0].name=member1"})...)
+	}
+	objs = append(objs, render(t, agentChart, "ctrlmesh-system", []string{"clusterName=member1"})...)
+
+	roles := 0
+	for _, u := range objs {
+		if u.GetKind() != "ClusterRole" && u.GetKind() != "Role" {
+			continue
+		}
+		roles++
+		var role rbacv1.ClusterRole // a Role's rules decode the same
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &role); err != nil {
+			t.Fatalf("%s: %v", describe(u), err)
+		}
+		if role.AggregationRule != nil {
+			t.Errorf("%s aggregates other roles", describe(u))
+		}
+		for i, r := range role.Rules {
+			for _, field := range [][]string{r.APIGroups, r.Resources, r.Verbs, r.ResourceNames, r.NonResourceURLs} {
+				if slices.ContainsFunc(field, func(v string) bool { return strings.Contains(v, "*") }) {
+					t.Errorf("%s, rule %d has a wildcard: %+v", describe(u), i, r)
+				}
+			}
+		}
+	}
+	if roles < 10 {
+		t.Fatalf("checked %d roles; the renderings hold more", roles)
+	}
 }
 
 // compareObjects checks that rendered holds every object of want, equal

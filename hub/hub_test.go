@@ -19,10 +19,12 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -711,10 +713,16 @@ func TestRecreateAndReselect(t *testing.T) {
 	sc := shardingConfig("again-ops", "again-op", ctrlmeshv1alpha1.ScopePerCluster)
 	env.Create(t, ctx, f.hub.Client, sc.DeepCopy())
 	f.waitReady(t, ctx, sc, 2, 90*time.Second)
+	for _, m := range members {
+		f.waitLabelerRights(t, ctx, sc, m, "configmaps")
+	}
 
-	// Deleted and created again.
+	// Deleted and created again: the labeler's rights go with it.
 	if err := f.hub.Client.Delete(ctx, sc.DeepCopy()); err != nil {
 		t.Fatal(err)
+	}
+	for _, m := range members {
+		f.waitLabelerRights(t, ctx, sc, m)
 	}
 	env.Eventually(t, 30*time.Second, "the ShardingConfig is gone", func() error {
 		err := f.hub.Client.Get(ctx, client.ObjectKeyFromObject(sc), &ctrlmeshv1alpha1.ShardingConfig{})
@@ -740,8 +748,54 @@ func TestRecreateAndReselect(t *testing.T) {
 	}
 	setClusters("member1")
 	f.waitReady(t, ctx, sc, 1, 60*time.Second)
+	f.waitLabelerRights(t, ctx, sc, "member2")
 	setClusters(members...)
 	f.waitReady(t, ctx, sc, 2, 60*time.Second)
+
+	// A limit on Secrets: the rights follow, in every member.
+	var current ctrlmeshv1alpha1.ShardingConfig
+	if err := f.hub.Client.Get(ctx, client.ObjectKeyFromObject(sc), &current); err != nil {
+		t.Fatal(err)
+	}
+	current.Spec.Limits[0].RelateResources[0].Resources = []string{"configmaps", "secrets"}
+	if err := f.hub.Client.Update(ctx, &current); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range members {
+		f.waitLabelerRights(t, ctx, sc, m, "configmaps", "secrets")
+	}
+}
+
+// waitLabelerRights waits until the agent of cluster may list exactly the
+// core resources of resources among ConfigMaps and Secrets, by the labeler
+// ClusterRole of sc that the hub's Work brought (none when resources is
+// empty), and the role names exactly those.
+func (f *testFleet) waitLabelerRights(t *testing.T, ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, cluster string, resources ...string) {
+	t.Helper()
+	asAgent, err := kubernetes.NewForConfig(f.agentMember[cluster])
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := ctrlmeshv1alpha1.LabelerRBACName(sc.Namespace, sc.Name)
+	env.Eventually(t, 60*time.Second, fmt.Sprintf("the labeler in %s may list exactly %v", cluster, resources), func() error {
+		var role rbacv1.ClusterRole
+		err := f.members[cluster].Client.Get(ctx, client.ObjectKey{Name: name}, &role)
+		switch {
+		case len(resources) == 0 && !apierrors.IsNotFound(err):
+			return fmt.Errorf("ClusterRole %s: %v", name, err)
+		case len(resources) > 0 && err != nil:
+			return err
+		case len(resources) > 0 && (len(role.Rules) != 1 || !slices.Equal(role.Rules[0].Resources, resources)):
+			return fmt.Errorf("ClusterRole %s rules %+v", name, role.Rules)
+		}
+		for _, resource := range []string{"configmaps", "secrets"} {
+			_, err := asAgent.CoreV1().RESTClient().Get().Resource(resource).Param("limit", "1").DoRaw(ctx)
+			if want := slices.Contains(resources, resource); want != (err == nil) || (err != nil && !apierrors.IsForbidden(err)) {
+				return fmt.Errorf("listing %s as the agent: %v", resource, err)
+			}
+		}
+		return nil
+	})
 }
 
 // TestFleetDeselectionRevokesFirst: a member deselected from a Fleet-scope

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -22,6 +23,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
@@ -43,6 +45,9 @@ type targetsVersion struct {
 	targets Targets
 	ok      bool
 	refused []Refusal
+	// routes maps each route the targets serve to the target resources its
+	// limits name: those whose sweep its Labeled condition reports.
+	routes map[types.NamespacedName][]schema.GroupVersionResource
 	// changed is closed when a newer version replaces this one.
 	changed chan struct{}
 }
@@ -128,9 +133,11 @@ func (l *targetWatcher) recompute(ctx context.Context) error {
 		l.log.V(1).Info("Some API groups failed discovery", "error", err.Error())
 	}
 	next, ok, refused := TargetsForRoutes(routes.Items, served, l.scopes)
+	byRoute := routeResources(routes.Items, refused, next.Resources, l.scopes)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if ok == l.current.ok && reflect.DeepEqual(next, l.current.targets) && sameRefusals(refused, l.current.refused) {
+	if ok == l.current.ok && reflect.DeepEqual(next, l.current.targets) && sameRefusals(refused, l.current.refused) &&
+		reflect.DeepEqual(byRoute, l.current.routes) {
 		return nil
 	}
 	var handler *Handler
@@ -141,7 +148,7 @@ func (l *targetWatcher) recompute(ctx context.Context) error {
 	}
 	l.handler.Store(handler)
 	previous := l.current
-	l.current = &targetsVersion{targets: next, ok: ok, refused: refused, changed: make(chan struct{})}
+	l.current = &targetsVersion{targets: next, ok: ok, refused: refused, routes: byRoute, changed: make(chan struct{})}
 	close(previous.changed)
 	l.log.V(1).Info("Labeling targets changed", "resources", len(next.Resources), "buckets", next.Space.Buckets(), "refused", len(refused))
 	return nil
@@ -186,6 +193,10 @@ func (l *targetWatcher) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type labelSweeper struct {
 	targets *targetWatcher
 	dynamic dynamic.Interface
+	// routes writes the Labeled condition of the ShardRoutes, read fresh
+	// from routesReader.
+	routes       client.Client
+	routesReader client.Reader
 	// webhook keeps the labeling webhook configuration.
 	webhook  *webhookutil.ConfigurationKeeper
 	recorder record.EventRecorder
@@ -228,6 +239,7 @@ func (s *labelSweeper) Start(ctx context.Context) error {
 		if label {
 			l, err := New(Options{
 				Targets: version.targets, Client: s.dynamic, Registerer: s.registerer, Log: s.log, Period: s.period,
+				OnSweep: func(res SweepResult) { s.reportSweep(ctx, version.routes, res) },
 			})
 			if err != nil {
 				s.log.Error(err, "Starting the labeler failed")
@@ -344,7 +356,8 @@ func AddToManager(mgr manager.Manager, opts ManagerOptions) error {
 		return err
 	}
 	return mgr.Add(&labelSweeper{
-		targets: watcher, dynamic: dyn, webhook: keeper, recorder: mgr.GetEventRecorderFor(ctrlmeshv1alpha1.AgentComponent),
+		targets: watcher, dynamic: dyn, routes: mgr.GetClient(), routesReader: mgr.GetAPIReader(),
+		webhook: keeper, recorder: mgr.GetEventRecorderFor(ctrlmeshv1alpha1.AgentComponent),
 		mode: opts.Mode, clientConfig: opts.ClientConfig, period: period, registerer: opts.Registerer,
 		log: opts.Log.WithName("labeler"),
 	})

@@ -25,6 +25,10 @@ const (
 	DefaultQPS         = 20
 	DefaultBurst       = 40
 	DefaultConcurrency = 8
+	DefaultRetryPeriod = 5 * time.Second
+	// maxRetryPeriod bounds the doubling retries of failed sweeps: rights
+	// that land after a while are used within a minute.
+	maxRetryPeriod = time.Minute
 	// maxErrors bounds the patch errors one sweep reports; the rest are
 	// counted.
 	maxErrors = 10
@@ -51,6 +55,13 @@ type Options struct {
 	Burst int
 	// Concurrency bounds the patches in flight. Default DefaultConcurrency.
 	Concurrency int
+	// RetryPeriod is the first wait before sweeping again after a sweep
+	// that failed for some resource (it doubles up to Period). Default
+	// DefaultRetryPeriod.
+	RetryPeriod time.Duration
+	// OnSweep, if set, receives every sweep's result, from Run's goroutine:
+	// the agent reports it in the ShardRoutes' status.
+	OnSweep func(SweepResult)
 }
 
 // Labeler sweeps the objects of its targets and labels those that need it.
@@ -62,6 +73,8 @@ type Labeler struct {
 	pageSize    int64
 	limiter     *rate.Limiter
 	concurrency int
+	retryPeriod time.Duration
+	onSweep     func(SweepResult)
 	metrics     *metrics
 }
 
@@ -80,6 +93,11 @@ func New(opts Options) (*Labeler, error) {
 		period:      opts.Period,
 		pageSize:    opts.PageSize,
 		concurrency: opts.Concurrency,
+		retryPeriod: opts.RetryPeriod,
+		onSweep:     opts.OnSweep,
+	}
+	if l.retryPeriod <= 0 {
+		l.retryPeriod = DefaultRetryPeriod
 	}
 	if l.period <= 0 {
 		l.period = DefaultPeriod
@@ -106,30 +124,45 @@ func New(opts Options) (*Labeler, error) {
 	return l, nil
 }
 
-// Run sweeps now and then every period until ctx ends. A failed sweep is
-// logged and retried at the next period. Run returns nil when ctx ends.
+// Run sweeps now and then every period until ctx ends. A sweep that failed
+// for some resource (the agent may lack the rights on it, until the hub's
+// labeler ClusterRole lands) is retried sooner: after RetryPeriod, doubling
+// up to a minute (or the period, if shorter). Run returns nil when ctx ends.
 //
 // Run only in label mode: in range mode objects need no labels, and the
 // caller does not run the Labeler at all.
 func (l *Labeler) Run(ctx context.Context) error {
 	ticker := time.NewTicker(l.period)
 	defer ticker.Stop()
+	retry := min(l.retryPeriod, l.period)
 	for {
 		start := time.Now()
 		res, err := l.Sweep(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
+		if l.onSweep != nil {
+			l.onSweep(res)
+		}
+		// After a failure, the retry or the next period, whichever is first.
+		retryTimer := time.NewTimer(retry)
+		retryAfter := retryTimer.C
 		if err != nil {
-			l.log.Error(err, "Sweep failed", "unlabeled", res.Unlabeled, "patched", res.Patched, "duration", time.Since(start))
+			l.log.Error(err, "Sweep failed; sweeping again soon", "unlabeled", res.Unlabeled, "patched", res.Patched, "duration", time.Since(start), "retryIn", retry)
+			retry = min(2*retry, l.period, maxRetryPeriod)
 		} else {
 			l.log.V(1).Info("Sweep done", "scanned", res.Scanned, "unlabeled", res.Unlabeled, "patched", res.Patched, "duration", time.Since(start))
+			retry = min(l.retryPeriod, l.period)
+			retryAfter = nil
 		}
 		select {
 		case <-ctx.Done():
+			retryTimer.Stop()
 			return nil
 		case <-ticker.C:
+		case <-retryAfter:
 		}
+		retryTimer.Stop()
 	}
 }
 
@@ -141,28 +174,39 @@ type SweepResult struct {
 	Unlabeled int
 	// Patched objects: Unlabeled minus those gone or failed.
 	Patched int
+	// Swept are the resources the sweep went through, in order.
+	Swept []schema.GroupVersionResource
+	// Failed holds, per resource, why some of its objects may be left
+	// unlabeled: its list or some patches failed, or the namespaces could
+	// not be listed (then every resource fails).
+	Failed map[schema.GroupVersionResource]error
 }
 
 // Sweep lists every object of the targets' resources, page by page, and
 // merge-patches the labels of those in controlled namespaces that need it.
 // It sets the unlabeled gauge of each resource it lists completely.
 func (l *Labeler) Sweep(ctx context.Context) (SweepResult, error) {
-	var total SweepResult
+	total := SweepResult{Swept: l.targets.Resources, Failed: map[schema.GroupVersionResource]error{}}
 	controlled, err := l.controlledNamespaces(ctx)
 	if err != nil {
+		for _, gvr := range l.targets.Resources {
+			total.Failed[gvr] = err
+		}
 		return total, err
 	}
 	var errs []error
 	for _, gvr := range l.targets.Resources {
+		if ctx.Err() != nil {
+			total.Failed[gvr] = ctx.Err()
+			continue
+		}
 		res, err := l.sweepResource(ctx, gvr, controlled)
 		total.Scanned += res.Scanned
 		total.Unlabeled += res.Unlabeled
 		total.Patched += res.Patched
 		if err != nil {
+			total.Failed[gvr] = err
 			errs = append(errs, err)
-		}
-		if ctx.Err() != nil {
-			break
 		}
 	}
 	return total, errors.Join(errs...)

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/go-logr/logr"
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
@@ -56,12 +57,22 @@ const (
 )
 
 // MemberRBACRules is the member RBAC the Applier needs: read and write
-// ShardRoutes (never their status), and record Events on them.
+// ShardRoutes (never their status), and record Events on them; read and
+// write ClusterRoles and ClusterRoleBindings for the labeler's rights a Work
+// carries, with escalate and bind on ClusterRoles: the API server lets a
+// user grant only rights it holds, or escalate and bind, and the labeler
+// roles grant what the agent does not hold before them. RBAC cannot
+// restrict these to the labeler roles' names (they are per ShardingConfig,
+// and create has no name); the agent's ValidatingAdmissionPolicy
+// (agent.LabelerRBACPolicy) does, and the Applier applies only what passes
+// routework.LabelerRBAC.Check.
 func MemberRBACRules() []rbacv1.PolicyRule {
+	write := []string{"get", "list", "watch", "create", "update", "delete"}
 	return []rbacv1.PolicyRule{
-		{APIGroups: []string{ctrlmeshv1alpha1.GroupVersion.Group}, Resources: []string{"shardroutes"},
-			Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
+		{APIGroups: []string{ctrlmeshv1alpha1.GroupVersion.Group}, Resources: []string{"shardroutes"}, Verbs: write},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"clusterroles"}, Verbs: append(slices.Clone(write), "escalate", "bind")},
+		{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"clusterrolebindings"}, Verbs: write},
 	}
 }
 
@@ -117,13 +128,16 @@ func (a *Applier) SetupWithManager(mgr ctrl.Manager) error {
 	a.hub, a.hubReader, a.member = hubCluster.GetClient(), hubCluster.GetAPIReader(), mgr.GetClient()
 
 	ctx := context.Background()
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &ctrlmeshv1alpha1.ShardRoute{}, workIndex, func(obj client.Object) []string {
+	byWork := func(obj client.Object) []string {
 		if work, ok := a.appliedFrom(obj); ok {
 			return []string{work.String()}
 		}
 		return nil
-	}); err != nil {
-		return fmt.Errorf("workapply: indexing member ShardRoutes by Work: %w", err)
+	}
+	for _, obj := range []client.Object{&ctrlmeshv1alpha1.ShardRoute{}, &rbacv1.ClusterRole{}, &rbacv1.ClusterRoleBinding{}} {
+		if err := mgr.GetFieldIndexer().IndexField(ctx, obj, workIndex, byWork); err != nil {
+			return fmt.Errorf("workapply: indexing member %T by Work: %w", obj, err)
+		}
 	}
 	if err := hubCluster.GetFieldIndexer().IndexField(ctx, &workv1alpha1.Work{}, targetIndex, func(obj client.Object) []string {
 		return routework.Targets(obj.(*workv1alpha1.Work))
@@ -152,7 +166,15 @@ func (a *Applier) SetupWithManager(mgr ctrl.Manager) error {
 		// the Work it was applied from (to reapply, reflect its status or,
 		// when the Work is gone, delete it) and to the Works it blocks.
 		WatchesRawSource(source.Kind(mgr.GetCache(), &ctrlmeshv1alpha1.ShardRoute{},
-			handler.TypedEnqueueRequestsFromMapFunc(a.worksOf))).
+			handler.TypedEnqueueRequestsFromMapFunc(a.worksOfRoute))).
+		// The labeler RBAC applied from a Work goes back to it: changed
+		// behind the applier's back it is reapplied, left over once the Work
+		// is gone (also after a restart) it is deleted; an object of its
+		// name that blocks a Work brings that Work back when it changes.
+		WatchesRawSource(source.Kind(mgr.GetCache(), &rbacv1.ClusterRole{},
+			handler.TypedEnqueueRequestsFromMapFunc(worksOfRBAC[*rbacv1.ClusterRole](a, "ClusterRole")))).
+		WatchesRawSource(source.Kind(mgr.GetCache(), &rbacv1.ClusterRoleBinding{},
+			handler.TypedEnqueueRequestsFromMapFunc(worksOfRBAC[*rbacv1.ClusterRoleBinding](a, "ClusterRoleBinding")))).
 		Complete(a)
 }
 
@@ -163,17 +185,31 @@ func (a *Applier) appliedFrom(obj client.Object) (types.NamespacedName, bool) {
 	return work, managed && work.Namespace == a.namespace && work.Name != ""
 }
 
-// worksOf maps a member ShardRoute to the Work it was applied from and to
-// the Works whose manifests name it: those it may block as a conflict.
-func (a *Applier) worksOf(ctx context.Context, route *ctrlmeshv1alpha1.ShardRoute) []reconcile.Request {
+// worksOfRBAC maps a member ClusterRole or ClusterRoleBinding (kind) to the
+// Work it was applied from and to the Works whose manifests name it: those
+// it may block as a conflict.
+func worksOfRBAC[T client.Object](a *Applier, kind string) handler.TypedMapFunc[T, reconcile.Request] {
+	return func(ctx context.Context, obj T) []reconcile.Request {
+		return a.worksOf(ctx, obj, routework.Target(kind, "", obj.GetName()))
+	}
+}
+
+// worksOfRoute maps a member ShardRoute to the Work it was applied from and
+// to the Works whose manifests name it: those it may block as a conflict.
+func (a *Applier) worksOfRoute(ctx context.Context, route *ctrlmeshv1alpha1.ShardRoute) []reconcile.Request {
+	return a.worksOf(ctx, route, routework.Target(shardRouteKind, route.Namespace, route.Name))
+}
+
+// worksOf maps a member object, target to routework.Targets, to the Work it
+// was applied from and to the Works whose manifests name it.
+func (a *Applier) worksOf(ctx context.Context, obj client.Object, target string) []reconcile.Request {
 	var requests []reconcile.Request
-	if work, ok := a.appliedFrom(route); ok {
+	if work, ok := a.appliedFrom(obj); ok {
 		requests = append(requests, reconcile.Request{NamespacedName: work})
 	}
 	var works workv1alpha1.WorkList
-	target := client.ObjectKeyFromObject(route).String()
 	if err := a.hub.List(ctx, &works, client.InNamespace(a.namespace), client.MatchingFields{targetIndex: target}); err != nil {
-		a.Log.Error(err, "listing the Works that target a member ShardRoute", "shardRoute", target)
+		a.Log.Error(err, "listing the Works that target a member object", "target", target)
 		return requests
 	}
 	for _, w := range works.Items {
@@ -189,18 +225,24 @@ func (a *Applier) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	var work workv1alpha1.Work
 	err := a.hub.Get(ctx, req.NamespacedName, &work)
 	if apierrors.IsNotFound(err) || (err == nil && !work.DeletionTimestamp.IsZero()) {
-		return reconcile.Result{}, a.deleteApplied(ctx, log, req.NamespacedName, nil)
+		return reconcile.Result{}, errors.Join(
+			a.deleteAppliedRoutes(ctx, log, req.NamespacedName, nil),
+			deleteAppliedRBAC(ctx, a, log, req.NamespacedName, "", &rbacv1.ClusterRoleBindingList{}),
+			deleteAppliedRBAC(ctx, a, log, req.NamespacedName, "", &rbacv1.ClusterRoleList{}))
 	}
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("reading Work %s: %w", req.NamespacedName, err)
 	}
 
-	desired, err := routework.Decode(&work)
+	manifests, err := routework.DecodeAll(&work)
 	if err != nil {
 		// Only a new Work spec can fix its manifest: no retry.
 		return reconcile.Result{}, a.writeStatus(ctx, &work, failed(&work, err), nil)
 	}
-	applied, err := a.apply(ctx, &work, desired)
+	applied, err := a.apply(ctx, &work, manifests.Route)
+	if err == nil {
+		err = a.applyLabelerRBAC(ctx, log, &work, manifests.Labeler)
+	}
 	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
 		// The member cache was behind; the retry sees the object as it is,
 		// and the Work's status is not worth a transient failure.
@@ -218,7 +260,7 @@ func (a *Applier) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	}
 	// A Work whose manifest now names another object leaves the old one.
 	keep := client.ObjectKeyFromObject(applied)
-	if err := a.deleteApplied(ctx, log, req.NamespacedName, &keep); err != nil {
+	if err := a.deleteAppliedRoutes(ctx, log, req.NamespacedName, &keep); err != nil {
 		return reconcile.Result{}, err
 	}
 	manifest := routework.ManifestStatus(applied)
@@ -235,10 +277,13 @@ func failed(work *workv1alpha1.Work, err error) metav1.Condition {
 	}
 }
 
-// conflictError is an object in the member, of the manifest's namespace and
-// name, that was not applied from the Work.
+// conflictError is an object in the member, of a manifest's kind and name,
+// that was not applied from the Work. A ShardRoute may be taken over with
+// Karmada's overwrite annotation; labeler RBAC never is: the applier grants
+// no rights through an object someone else made.
 type conflictError struct {
-	route   string
+	kind    string
+	object  string // namespace/name, or the name of a cluster-scoped object
 	cluster string
 	owner   string // the Work it was applied from, if any
 }
@@ -248,9 +293,14 @@ func (e *conflictError) Error() string {
 	if e.owner != "" {
 		whose = "it was applied from Work " + e.owner
 	}
-	return fmt.Sprintf("ShardRoute %s already exists in cluster %s and %s; delete it there, or annotate this Work with %s=%s to take it over",
-		e.route, e.cluster, whose, workv1alpha2.ResourceConflictResolutionAnnotation, workv1alpha2.ResourceConflictResolutionOverwrite)
+	if e.kind != shardRouteKind {
+		return fmt.Sprintf("%s %s already exists in cluster %s and %s (or binds another role); delete it there", e.kind, e.object, e.cluster, whose)
+	}
+	return fmt.Sprintf("%s %s already exists in cluster %s and %s; delete it there, or annotate this Work with %s=%s to take it over",
+		e.kind, e.object, e.cluster, whose, workv1alpha2.ResourceConflictResolutionAnnotation, workv1alpha2.ResourceConflictResolutionOverwrite)
 }
+
+const shardRouteKind = "ShardRoute"
 
 // apply creates or updates the member's ShardRoute from desired, the Work's
 // manifest, and returns it as stored. It writes spec, labels and
@@ -283,7 +333,7 @@ func (a *Applier) apply(ctx context.Context, work *workv1alpha1.Work, desired *c
 
 	owner, _ := routework.AppliedFrom(&current)
 	if owner != client.ObjectKeyFromObject(work) && !overwrites(work, desired) {
-		conflict := &conflictError{route: key.String(), cluster: a.ClusterName}
+		conflict := &conflictError{kind: shardRouteKind, object: key.String(), cluster: a.ClusterName}
 		if owner.Name != "" {
 			conflict.owner = owner.String()
 		}
@@ -327,9 +377,9 @@ func merged(maps ...map[string]string) map[string]string {
 	return out
 }
 
-// deleteApplied deletes the member ShardRoutes applied from the Work, except
-// keep.
-func (a *Applier) deleteApplied(ctx context.Context, log logr.Logger, work types.NamespacedName, keep *types.NamespacedName) error {
+// deleteAppliedRoutes deletes the member ShardRoutes applied from the Work,
+// except keep.
+func (a *Applier) deleteAppliedRoutes(ctx context.Context, log logr.Logger, work types.NamespacedName, keep *types.NamespacedName) error {
 	var routes ctrlmeshv1alpha1.ShardRouteList
 	if err := a.member.List(ctx, &routes, client.MatchingFields{workIndex: work.String()}); err != nil {
 		return fmt.Errorf("listing the ShardRoutes applied from Work %s: %w", work, err)

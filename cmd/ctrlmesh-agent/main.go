@@ -95,7 +95,7 @@ deploy/rbac/agent-hub.yaml.`,
 	f.DurationVar(&opts.RenewInterval, "renew-interval", membership.DefaultRenewInterval, "time between heartbeat renewals; must be shorter than --lease-duration")
 	f.BoolVar(&opts.ApplyWorks, "apply-works", true, "standalone mode: apply the Works of karmada-es-<cluster> on the hub to this cluster and report their status; false when Karmada's controllers do (Karmada mode)")
 	f.StringVar(&selectorMode, "selector-mode", "auto", "how proxies narrow lists, which decides whether objects are labeled: label, range (KEP-5866, no labels), or auto (ask the API server)")
-	f.StringVar(&opts.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace the agent runs in, holding its leader-election Lease (default $POD_NAMESPACE)")
+	f.StringVar(&opts.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace the agent runs in, holding its leader-election Lease; the hub binds the labeler's rights to its ServiceAccount ctrlmesh-agent there (default $POD_NAMESPACE)")
 	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect a leader among the agent's replicas; only the leader joins, applies, labels and reports")
 	f.StringVar(&opts.MetricsAddress, "metrics-bind-address", ":8080", "address serving Prometheus metrics; 0 disables")
 	f.StringVar(&opts.HealthAddress, "health-probe-bind-address", ":8081", "address serving /healthz and /readyz; 0 disables")

@@ -1,7 +1,8 @@
 // Package propagation writes the Karmada Works that carry the hub's routes
 // to the member clusters: a Writer keeps one Work per (ShardingConfig,
-// cluster) holding that cluster's ShardRoute (pkg/route.Build) as its one
-// manifest (pkg/routework), and finds, prunes and deletes them. What the
+// cluster) holding that cluster's ShardRoute (pkg/route.Build) and the
+// labeler's rights on the resources its limits name
+// (routework.NewLabelerRBAC), and finds, prunes and deletes them. What the
 // members report back through the Works' status is read with
 // routework.ReadStatus.
 //
@@ -23,10 +24,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/util/retry"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
 	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
 )
 
@@ -59,16 +62,21 @@ func (w *Writer) Sync(ctx context.Context, config *ctrlmeshv1alpha1.ShardingConf
 		return fmt.Errorf("the ShardRoute %s/%s for cluster %q does not belong in Work %s of ShardingConfig %s/%s for cluster %q",
 			route.Namespace, route.Name, route.Spec.Cluster, key, config.Namespace, config.Name, cluster)
 	}
+	agentNamespace, err := w.agentNamespace(ctx, cluster)
+	if err != nil {
+		return err
+	}
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var current workv1alpha1.Work
 		err := w.Client.Get(ctx, key, &current)
 		if apierrors.IsNotFound(err) {
-			return w.create(ctx, config, key, route)
+			return w.create(ctx, config, key, route, agentNamespace)
 		}
 		if err != nil {
 			return fmt.Errorf("reading Work %s: %w", key, err)
 		}
-		if current.Annotations[ctrlmeshv1alpha1.WorkRulesHashAnnotation] == route.Spec.RulesHash {
+		if current.Annotations[ctrlmeshv1alpha1.WorkRulesHashAnnotation] == route.Spec.RulesHash &&
+			current.Annotations[ctrlmeshv1alpha1.WorkAgentNamespaceAnnotation] == agentNamespace {
 			return nil
 		}
 		if !current.DeletionTimestamp.IsZero() {
@@ -76,7 +84,7 @@ func (w *Writer) Sync(ctx context.Context, config *ctrlmeshv1alpha1.ShardingConf
 			// deletion creates it anew.
 			return fmt.Errorf("work %s is being deleted", key)
 		}
-		if err := w.fill(&current, config, route); err != nil {
+		if err := w.fill(&current, config, route, agentNamespace); err != nil {
 			return err
 		}
 		if err := w.Client.Update(ctx, &current); err != nil {
@@ -86,9 +94,24 @@ func (w *Writer) Sync(ctx context.Context, config *ctrlmeshv1alpha1.ShardingConf
 	})
 }
 
-func (w *Writer) create(ctx context.Context, config *ctrlmeshv1alpha1.ShardingConfig, key client.ObjectKey, route *ctrlmeshv1alpha1.ShardRoute) error {
+// agentNamespace is the namespace the agent of cluster claims to run in,
+// "" when it claims none or has not joined: its Work then carries no
+// labeler rights, and the agent's labeler reports that it lacks them.
+func (w *Writer) agentNamespace(ctx context.Context, cluster string) (string, error) {
+	var mc clusterv1.ManagedCluster
+	err := w.Client.Get(ctx, client.ObjectKey{Name: cluster}, &mc)
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading ManagedCluster %s for its agent's namespace: %w", cluster, err)
+	}
+	return membership.ClaimedAgentNamespace(&mc), nil
+}
+
+func (w *Writer) create(ctx context.Context, config *ctrlmeshv1alpha1.ShardingConfig, key client.ObjectKey, route *ctrlmeshv1alpha1.ShardRoute, agentNamespace string) error {
 	work := routework.NewWork(key)
-	if err := w.fill(work, config, route); err != nil {
+	if err := w.fill(work, config, route, agentNamespace); err != nil {
 		return err
 	}
 	if err := w.Client.Create(ctx, work); err != nil {
@@ -103,8 +126,10 @@ func (w *Writer) create(ctx context.Context, config *ctrlmeshv1alpha1.ShardingCo
 }
 
 // fill sets what the Writer owns of a Work, keeping the labels, annotations
-// and finalizers others set, as Karmada's CreateOrUpdateWork does.
-func (w *Writer) fill(work *workv1alpha1.Work, config *ctrlmeshv1alpha1.ShardingConfig, route *ctrlmeshv1alpha1.ShardRoute) error {
+// and finalizers others set, as Karmada's CreateOrUpdateWork does: the
+// route and, when the agent's namespace is known, the labeler's rights on
+// the resources the route's limits name.
+func (w *Writer) fill(work *workv1alpha1.Work, config *ctrlmeshv1alpha1.ShardingConfig, route *ctrlmeshv1alpha1.ShardRoute, agentNamespace string) error {
 	if work.Labels == nil {
 		work.Labels = map[string]string{}
 	}
@@ -113,10 +138,12 @@ func (w *Writer) fill(work *workv1alpha1.Work, config *ctrlmeshv1alpha1.Sharding
 		work.Annotations = map[string]string{}
 	}
 	work.Annotations[ctrlmeshv1alpha1.WorkRulesHashAnnotation] = route.Spec.RulesHash
+	work.Annotations[ctrlmeshv1alpha1.WorkAgentNamespaceAnnotation] = agentNamespace
 	if w.KarmadaFinalizer {
 		controllerutil.AddFinalizer(work, util.ExecutionControllerFinalizer)
 	}
-	return routework.SetManifest(work, route)
+	rbac, _ := routework.NewLabelerRBAC(config.Namespace, config.Name, route.Spec.Limits, agentNamespace)
+	return routework.SetManifests(work, route, rbac)
 }
 
 // Delete deletes the Work of config for cluster; a missing Work is no error.

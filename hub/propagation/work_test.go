@@ -11,17 +11,21 @@ import (
 	workv1alpha2 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha2"
 	"github.com/karmada-io/karmada/pkg/util"
 	"github.com/karmada-io/karmada/pkg/util/names"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
 	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
+	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
 // testConfig is a ShardingConfig of 8 buckets as the API server serves it,
@@ -264,5 +268,72 @@ func TestWriterPruneAndDelete(t *testing.T) {
 	}
 	if got := clustersOf(config); len(got) != 0 {
 		t.Errorf("after Delete, Works for %v, want none", got)
+	}
+}
+
+// TestWriterLabelerRights: the Work carries the labeler's rights on exactly
+// the resources the limits name once the member's agent has claimed its
+// namespace, and they follow the limits.
+func TestWriterLabelerRights(t *testing.T) {
+	ctx := context.Background()
+	writer := &Writer{Client: writerClient(t)}
+	cluster := newCluster(t, ctx, "rights")
+	config := testConfig(unique("team-rights"), ctrlmeshv1alpha1.ScopePerCluster)
+	rulesOf := func() []rbacv1.PolicyRule {
+		t.Helper()
+		m, err := routework.DecodeAll(getWork(t, ctx, config, cluster))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Labeler == nil {
+			return nil
+		}
+		if s := m.Labeler.Binding.Subjects; len(s) != 1 || s[0].Namespace != "agents" || s[0].Name != ctrlmeshv1alpha1.AgentServiceAccount {
+			t.Errorf("the labeler binding's subjects %+v, want the ServiceAccount agents/%s", s, ctrlmeshv1alpha1.AgentServiceAccount)
+		}
+		return m.Labeler.Role.Rules
+	}
+
+	// Not joined yet: no namespace to bind, so no rights.
+	first := singleShardRoute(t, config, cluster, 1)
+	if err := writer.Sync(ctx, config, cluster, first); err != nil {
+		t.Fatal(err)
+	}
+	if rules := rulesOf(); rules != nil {
+		t.Fatalf("rights %+v before the agent claimed its namespace", rules)
+	}
+
+	// Joined: the same rules, now with the rights.
+	mc := &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: cluster}}
+	env.Create(t, ctx, hub.Client, mc)
+	mc.Status.ClusterClaims = []clusterv1.ManagedClusterClaim{{Name: membership.ClaimAgentNamespace, Value: "agents"}}
+	mc.Status.Conditions = []metav1.Condition{}
+	if err := hub.Client.Status().Update(ctx, mc); err != nil {
+		t.Fatal(err)
+	}
+	if err := writer.Sync(ctx, config, cluster, first); err != nil {
+		t.Fatal(err)
+	}
+	verbs := []string{"list", "patch", "watch"}
+	if rules, want := rulesOf(), []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: verbs}}; !equality.Semantic.DeepEqual(rules, want) {
+		t.Fatalf("rights %+v, want %+v", rules, want)
+	}
+
+	// A limit on Secrets and Deployments brings their rights; a limit on
+	// every resource of a group brings none.
+	config.Spec.Limits = append(config.Spec.Limits, ctrlmeshv1alpha1.Limit{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{
+		{APIGroups: []string{""}, Resources: []string{"secrets"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}},
+		{APIGroups: []string{"batch"}, Resources: []string{"*"}},
+	}})
+	if err := writer.Sync(ctx, config, cluster, singleShardRoute(t, config, cluster, 2)); err != nil {
+		t.Fatal(err)
+	}
+	want := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets"}, Verbs: verbs},
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: verbs},
+	}
+	if rules := rulesOf(); !equality.Semantic.DeepEqual(rules, want) {
+		t.Fatalf("rights %+v, want %+v", rules, want)
 	}
 }

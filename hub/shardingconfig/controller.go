@@ -673,6 +673,10 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 	}
 	if step.Changed {
 		r.recordMoves(sc, clusters, step)
+		if _, unexpressed := routework.NewLabelerRBAC(sc.Namespace, sc.Name, sc.Spec.Limits, ""); len(unexpressed) > 0 {
+			r.Recorder.Eventf(sc, corev1.EventTypeWarning, ctrlmeshv1alpha1.ReasonLabelerRightsNotGranted,
+				"The limits name %v: RBAC cannot grant the labeler those without a wildcard or a subresource, so in label-mode members their objects stay unlabeled and no shard sees them; name the resources instead (range-mode members need no labels)", unexpressed)
+		}
 	}
 	return d, nil
 }

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/karmada-io/karmada/pkg/util/names"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -44,7 +45,24 @@ const (
 	ClaimKubeVersion = "kubeversion.open-cluster-management.io"
 	// ClaimCtrlmeshVersion is the version of the ctrlmesh agent.
 	ClaimCtrlmeshVersion = "version.ctrlmesh.io"
+	// ClaimAgentNamespace is the member namespace the agent runs in, whose
+	// ServiceAccount ctrlmesh-agent the hub binds the labeler's rights to
+	// (routework.NewLabelerRBAC). It is the member's word about itself: the
+	// hub's acceptance policy lets an agent write only its own
+	// ManagedCluster, so it names a subject in its own cluster only.
+	ClaimAgentNamespace = "namespace.agent.ctrlmesh.io"
 )
+
+// ClaimedAgentNamespace is the agent namespace mc claims (ClaimAgentNamespace), ""
+// when it claims none.
+func ClaimedAgentNamespace(mc *clusterv1.ManagedCluster) string {
+	for _, c := range mc.Status.ClusterClaims {
+		if c.Name == ClaimAgentNamespace {
+			return c.Value
+		}
+	}
+	return ""
+}
 
 // JoinOptions describe the member that joins.
 type JoinOptions struct {
@@ -58,8 +76,11 @@ type JoinOptions struct {
 	// AgentVersion is claimed as ClaimCtrlmeshVersion. Default:
 	// version.Version.
 	AgentVersion string
+	// AgentNamespace, when set, is claimed as ClaimAgentNamespace: without
+	// it the hub grants the labeler nothing.
+	AgentNamespace string
 	// ExtraClaims are more claims to report, name to value. They may not
-	// redefine ClaimKubeVersion or ClaimCtrlmeshVersion.
+	// redefine the claims Join sets itself.
 	ExtraClaims map[string]string
 }
 
@@ -94,13 +115,19 @@ func Join(ctx context.Context, hub client.Client, opts JoinOptions) error {
 	}
 	claims := map[string]string{}
 	for name, value := range opts.ExtraClaims {
-		if name == ClaimKubeVersion || name == ClaimCtrlmeshVersion {
+		if name == ClaimKubeVersion || name == ClaimCtrlmeshVersion || name == ClaimAgentNamespace {
 			return fmt.Errorf("join: extra claim %q is set by Join itself", name)
 		}
 		claims[name] = value
 	}
 	claims[ClaimKubeVersion] = sv.GitVersion
 	claims[ClaimCtrlmeshVersion] = agentVersion
+	if opts.AgentNamespace != "" {
+		if errs := validation.IsDNS1123Label(opts.AgentNamespace); len(errs) > 0 {
+			return fmt.Errorf("join: agent namespace %q: %s", opts.AgentNamespace, strings.Join(errs, "; "))
+		}
+		claims[ClaimAgentNamespace] = opts.AgentNamespace
+	}
 	for name, value := range claims {
 		if name == "" || len(name) > 253 || value == "" || len(value) > 1024 {
 			return fmt.Errorf("join: claim %q=%q: names must have 1 to 253 characters, values 1 to 1024", name, value)

@@ -75,9 +75,10 @@ func TestJoinAndAccept(t *testing.T) {
 		t.Fatalf("IsAccepted after acceptance = %v, %v; want true", accepted, err)
 	}
 
-	// A re-join of a newer agent updates its claim and keeps the rest.
+	// A re-join of a newer agent updates its claim and keeps the rest; it
+	// claims its namespace, which the hub reads back.
 	if err := membership.Join(ctx, hub.Client, membership.JoinOptions{ClusterName: cluster, Member: memberDiscovery, AgentVersion: "v9.9.9",
-		ExtraClaims: map[string]string{"platform.open-cluster-management.io": "envtest"}}); err != nil {
+		AgentNamespace: "agents", ExtraClaims: map[string]string{"platform.open-cluster-management.io": "envtest"}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := hub.Client.Get(ctx, client.ObjectKey{Name: cluster}, &mc); err != nil {
@@ -89,13 +90,17 @@ func TestJoinAndAccept(t *testing.T) {
 		membership.ClaimCtrlmeshVersion:       "v9.9.9",
 		"id.k8s.io":                           "4711",
 		"platform.open-cluster-management.io": "envtest",
+		membership.ClaimAgentNamespace:        "agents",
 	} {
 		if got := claims[name]; len(got) != 1 || got[0] != want {
 			t.Errorf("after re-join, claim %s = %v, want [%s]", name, got, want)
 		}
 	}
-	if len(mc.Status.ClusterClaims) != 4 {
-		t.Errorf("after re-join, claims %+v, want 4", mc.Status.ClusterClaims)
+	if len(mc.Status.ClusterClaims) != 5 {
+		t.Errorf("after re-join, claims %+v, want 5", mc.Status.ClusterClaims)
+	}
+	if ns := membership.ClaimedAgentNamespace(&mc); ns != "agents" {
+		t.Errorf("ClaimedAgentNamespace = %q, want agents", ns)
 	}
 	if !mc.Spec.HubAcceptsClient {
 		t.Error("re-join revoked the acceptance")
@@ -104,7 +109,7 @@ func TestJoinAndAccept(t *testing.T) {
 	// An unchanged re-join writes nothing.
 	before := mc.ResourceVersion
 	if err := membership.Join(ctx, hub.Client, membership.JoinOptions{ClusterName: cluster, Member: memberDiscovery, AgentVersion: "v9.9.9",
-		ExtraClaims: map[string]string{"platform.open-cluster-management.io": "envtest"}}); err != nil {
+		AgentNamespace: "agents", ExtraClaims: map[string]string{"platform.open-cluster-management.io": "envtest"}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := hub.Client.Get(ctx, client.ObjectKey{Name: cluster}, &mc); err != nil {
@@ -158,6 +163,10 @@ func TestJoinRejectsBadOptions(t *testing.T) {
 		{"no member", membership.JoinOptions{ClusterName: "bad-options"}, "no discovery client"},
 		{"reserved extra claim", membership.JoinOptions{ClusterName: "bad-options", Member: memberDiscovery,
 			ExtraClaims: map[string]string{membership.ClaimKubeVersion: "v0"}}, "set by Join itself"},
+		{"the agent namespace as an extra claim", membership.JoinOptions{ClusterName: "bad-options", Member: memberDiscovery,
+			ExtraClaims: map[string]string{membership.ClaimAgentNamespace: "kube-system"}}, "set by Join itself"},
+		{"an agent namespace that is no namespace name", membership.JoinOptions{ClusterName: "bad-options", Member: memberDiscovery,
+			AgentNamespace: "Agents/x"}, "agent namespace"},
 		{"empty claim value", membership.JoinOptions{ClusterName: "bad-options", Member: memberDiscovery,
 			ExtraClaims: map[string]string{"x.example.com": ""}}, "values 1 to 1024"},
 	} {

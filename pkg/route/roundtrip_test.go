@@ -101,7 +101,7 @@ func TestRoundTrip(t *testing.T) {
 func throughWork(t *testing.T, cluster string, route *ctrlmeshv1alpha1.ShardRoute) *ctrlmeshv1alpha1.ShardRoute {
 	t.Helper()
 	work := routework.NewWork(routework.WorkKey(cluster, route.Namespace, route.Name))
-	if err := routework.SetManifest(work, route); err != nil {
+	if err := routework.SetManifests(work, route, nil); err != nil {
 		t.Fatal(err)
 	}
 	decoded, err := routework.Decode(work)

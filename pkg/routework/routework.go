@@ -4,7 +4,9 @@
 // mode (agent/workapply) can apply the Works the hub writes (hub/propagation).
 //
 //   - WorkKey, NewWork and ClusterOf: where the Work of a ShardRoute lives.
-//   - SetManifest and Decode: the ShardRoute as the Work's one manifest.
+//   - SetManifests, Decode and DecodeAll: the ShardRoute as the Work's first
+//     manifest, and the labeler's ClusterRole and binding (NewLabelerRBAC)
+//     after it.
 //   - AppliedLabels, AppliedAnnotations and AppliedFrom: Karmada's label and
 //     annotations that tie the ShardRoute in the member to its Work.
 //   - ManifestStatus and ReadStatus: the applied ShardRoute's status and
@@ -24,9 +26,11 @@ import (
 	workv1alpha2 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha2"
 	"github.com/karmada-io/karmada/pkg/util"
 	"github.com/karmada-io/karmada/pkg/util/names"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	strictjson "sigs.k8s.io/json"
@@ -97,13 +101,14 @@ func AppliedFrom(obj metav1.Object) (work types.NamespacedName, managed bool) {
 	return work, obj.GetLabels()[util.ManagedByKarmadaLabel] == util.ManagedByKarmadaLabelValue
 }
 
-// SetManifest makes route the one manifest of work, with the labels and
-// annotations Karmada's CreateOrUpdateWork and Work webhook put on a
-// manifest: AppliedLabels, AppliedAnnotations and the records of the keys it
-// manages. Karmada's resource template UID annotation is left out: a
-// ShardRoute comes from no resource template. Set work's name, namespace and
-// labels first.
-func SetManifest(work *workv1alpha1.Work, route *ctrlmeshv1alpha1.ShardRoute) error {
+// SetManifests makes route the first manifest of work and, when rbac is not
+// nil, its ClusterRole and ClusterRoleBinding the second and third, each
+// with the labels and annotations Karmada's CreateOrUpdateWork and Work
+// webhook put on a manifest: AppliedLabels, AppliedAnnotations and the
+// records of the keys it manages. Karmada's resource template UID
+// annotation is left out: they come from no resource template. Set work's
+// name, namespace and labels first.
+func SetManifests(work *workv1alpha1.Work, route *ctrlmeshv1alpha1.ShardRoute, rbac *LabelerRBAC) error {
 	labels := AppliedLabels(work)
 	annotations := AppliedAnnotations(work)
 	annotations[workv1alpha2.ManagedLabels] = strings.Join(slices.Sorted(maps.Keys(labels)), ",")
@@ -111,74 +116,153 @@ func SetManifest(work *workv1alpha1.Work, route *ctrlmeshv1alpha1.ShardRoute) er
 	slices.Sort(managed)
 	annotations[workv1alpha2.ManagedAnnotation] = strings.Join(managed, ",")
 
-	manifest := &ctrlmeshv1alpha1.ShardRoute{
+	objects := []runtime.Object{&ctrlmeshv1alpha1.ShardRoute{
 		TypeMeta: metav1.TypeMeta{APIVersion: shardRouteGVK.GroupVersion().String(), Kind: shardRouteGVK.Kind},
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: route.Namespace, Name: route.Name, Labels: labels, Annotations: annotations,
 		},
 		Spec: route.Spec,
+	}}
+	if rbac != nil {
+		if err := rbac.Check(); err != nil {
+			return fmt.Errorf("the labeler RBAC of ShardRoute %s/%s: %w", route.Namespace, route.Name, err)
+		}
+		role, binding := rbac.Role.DeepCopy(), rbac.Binding.DeepCopy()
+		role.Labels, role.Annotations = merged(role.Labels, labels), maps.Clone(annotations)
+		binding.Labels, binding.Annotations = merged(binding.Labels, labels), maps.Clone(annotations)
+		objects = append(objects, role, binding)
 	}
-	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(manifest)
-	if err != nil {
-		return fmt.Errorf("converting ShardRoute %s/%s: %w", route.Namespace, route.Name, err)
+	manifests := make([]workv1alpha1.Manifest, 0, len(objects))
+	for _, object := range objects {
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(object)
+		if err != nil {
+			return fmt.Errorf("converting the manifests of ShardRoute %s/%s: %w", route.Namespace, route.Name, err)
+		}
+		// What Karmada prunes from manifests: a null creationTimestamp and an
+		// empty status would only be noise.
+		unstructured.RemoveNestedField(obj, "metadata", "creationTimestamp")
+		unstructured.RemoveNestedField(obj, "status")
+		data, err := json.Marshal(obj)
+		if err != nil {
+			return fmt.Errorf("encoding the manifests of ShardRoute %s/%s: %w", route.Namespace, route.Name, err)
+		}
+		manifests = append(manifests, workv1alpha1.Manifest{RawExtension: runtime.RawExtension{Raw: data}})
 	}
-	// What Karmada prunes from manifests: a null creationTimestamp and an
-	// empty status would only be noise.
-	unstructured.RemoveNestedField(obj, "metadata", "creationTimestamp")
-	unstructured.RemoveNestedField(obj, "status")
-	data, err := json.Marshal(obj)
-	if err != nil {
-		return fmt.Errorf("encoding ShardRoute %s/%s: %w", route.Namespace, route.Name, err)
-	}
-	work.Spec.Workload.Manifests = []workv1alpha1.Manifest{{RawExtension: runtime.RawExtension{Raw: data}}}
+	work.Spec.Workload.Manifests = manifests
 	return nil
 }
 
-// Decode returns the one manifest of a Work as a ShardRoute. Decoding is
-// strict: unknown and duplicate fields are refused rather than dropped, so
-// that nothing the hub wrote is silently lost on the way to the member, and
-// a manifest the hub did not write is an error rather than a half-read
-// route. Errors do not name the Work: the hub names it, and the agent writes
-// them into the Work's own status.
-func Decode(work *workv1alpha1.Work) (*ctrlmeshv1alpha1.ShardRoute, error) {
-	manifests := work.Spec.Workload.Manifests
-	if len(manifests) != 1 {
-		return nil, fmt.Errorf("the Work has %d manifests; a ctrlmesh Work carries exactly one, a %s", len(manifests), shardRouteGVK.Kind)
+// merged returns the union of maps, later ones winning.
+func merged(ms ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, m := range ms {
+		maps.Copy(out, m)
 	}
-	raw := manifests[0].Raw
+	return out
+}
+
+// Manifests are what a ctrlmesh Work carries: its ShardRoute and, when the
+// hub granted the labeler rights, their ClusterRole and binding.
+type Manifests struct {
+	Route *ctrlmeshv1alpha1.ShardRoute
+	// Labeler is nil when the Work carries no labeler RBAC.
+	Labeler *LabelerRBAC
+}
+
+// Decode returns the ShardRoute of a Work: DecodeAll's Route.
+func Decode(work *workv1alpha1.Work) (*ctrlmeshv1alpha1.ShardRoute, error) {
+	m, err := DecodeAll(work)
+	if err != nil {
+		return nil, err
+	}
+	return m.Route, nil
+}
+
+// DecodeAll returns the manifests of a Work. A ctrlmesh Work carries a
+// ShardRoute as manifest 0 and nothing else, or also a labeler ClusterRole
+// as manifest 1 and its ClusterRoleBinding as manifest 2, which must pass
+// LabelerRBAC.Check. Decoding is strict: unknown and duplicate fields are
+// refused rather than dropped, so that nothing the hub wrote is silently
+// lost on the way to the member, and a manifest the hub did not write is an
+// error rather than a half-read route or a role granting what the hub did
+// not mean. Errors do not name the Work: the hub names it, and the agent
+// writes them into the Work's own status.
+func DecodeAll(work *workv1alpha1.Work) (Manifests, error) {
+	manifests := work.Spec.Workload.Manifests
+	if n := len(manifests); n != 1 && n != 3 {
+		return Manifests{}, fmt.Errorf("the Work has %d manifests; a ctrlmesh Work carries a %s, and maybe a labeler %s and %s", n,
+			shardRouteGVK.Kind, clusterRoleGVK.Kind, clusterRoleBindingGVK.Kind)
+	}
+	var m Manifests
+	m.Route = &ctrlmeshv1alpha1.ShardRoute{}
+	if err := decodeManifest(manifests, 0, shardRouteGVK, m.Route); err != nil {
+		return Manifests{}, err
+	}
+	if m.Route.Namespace == "" || m.Route.Name == "" {
+		return Manifests{}, fmt.Errorf("manifest 0, a ShardRoute, needs both metadata.namespace and metadata.name (has %q and %q)", m.Route.Namespace, m.Route.Name)
+	}
+	if len(manifests) == 1 {
+		return m, nil
+	}
+	m.Labeler = &LabelerRBAC{Role: &rbacv1.ClusterRole{}, Binding: &rbacv1.ClusterRoleBinding{}}
+	if err := decodeManifest(manifests, 1, clusterRoleGVK, m.Labeler.Role); err != nil {
+		return Manifests{}, err
+	}
+	if err := decodeManifest(manifests, 2, clusterRoleBindingGVK, m.Labeler.Binding); err != nil {
+		return Manifests{}, err
+	}
+	if err := m.Labeler.Check(); err != nil {
+		return Manifests{}, fmt.Errorf("manifests 1 and 2 are not the labeler's RBAC: %w", err)
+	}
+	return m, nil
+}
+
+// decodeManifest decodes manifest i, which must be of kind gvk, strictly
+// into into.
+func decodeManifest(manifests []workv1alpha1.Manifest, i int, gvk schema.GroupVersionKind, into any) error {
+	raw := manifests[i].Raw
 	// The kind first, so that another object is named as such rather than
 	// refused for its fields.
 	var typeMeta metav1.TypeMeta
 	if err := json.Unmarshal(raw, &typeMeta); err != nil {
-		return nil, fmt.Errorf("manifest 0 is not a Kubernetes object: %w", err)
+		return fmt.Errorf("manifest %d is not a Kubernetes object: %w", i, err)
 	}
-	if gvk := typeMeta.GroupVersionKind(); gvk != shardRouteGVK {
-		return nil, fmt.Errorf("manifest 0 is a %q of %q; a ctrlmesh Work carries a %s of %s",
-			gvk.Kind, gvk.GroupVersion(), shardRouteGVK.Kind, shardRouteGVK.GroupVersion())
+	if got := typeMeta.GroupVersionKind(); got != gvk {
+		return fmt.Errorf("manifest %d is a %q of %q; there a ctrlmesh Work carries a %s of %s",
+			i, got.Kind, got.GroupVersion(), gvk.Kind, gvk.GroupVersion())
 	}
-	var route ctrlmeshv1alpha1.ShardRoute
-	strict, err := strictjson.UnmarshalStrict(raw, &route)
+	strict, err := strictjson.UnmarshalStrict(raw, into)
 	if err == nil {
 		err = errors.Join(strict...)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("manifest 0 is not a valid ShardRoute: %w", err)
+		return fmt.Errorf("manifest %d is not a valid %s: %w", i, gvk.Kind, err)
 	}
-	if route.Namespace == "" || route.Name == "" {
-		return nil, fmt.Errorf("manifest 0, a ShardRoute, needs both metadata.namespace and metadata.name (has %q and %q)", route.Namespace, route.Name)
-	}
-	return &route, nil
+	return nil
 }
 
-// Targets returns "namespace/name" of every ShardRoute the Work's manifests
-// name, valid or not: the member objects the Work may conflict with.
+// Targets returns Target of every object the Work's manifests name that
+// the Work applies — ShardRoutes, and ClusterRoles and ClusterRoleBindings
+// for the labeler — valid or not: the member objects the Work may conflict
+// with.
 func Targets(work *workv1alpha1.Work) []string {
 	var targets []string
 	for _, m := range work.Spec.Workload.Manifests {
 		var obj metav1.PartialObjectMetadata
-		if json.Unmarshal(m.Raw, &obj) == nil && obj.GroupVersionKind() == shardRouteGVK {
-			targets = append(targets, types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}.String())
+		if json.Unmarshal(m.Raw, &obj) != nil {
+			continue
+		}
+		switch gvk := obj.GroupVersionKind(); gvk {
+		case shardRouteGVK, clusterRoleGVK, clusterRoleBindingGVK:
+			targets = append(targets, Target(gvk.Kind, obj.Namespace, obj.Name))
 		}
 	}
 	return targets
+}
+
+// Target names a member object of kind as Targets does:
+// "<kind>/<namespace>/<name>", the namespace empty for cluster-scoped
+// objects.
+func Target(kind, namespace, name string) string {
+	return kind + "/" + namespace + "/" + name
 }

@@ -39,7 +39,7 @@ func TestSetManifest(t *testing.T) {
 	if work.Namespace != "karmada-es-m1" || work.Name != names.GenerateWorkName("ShardRoute", route.Name, route.Namespace) || work.Labels[workv1alpha2.WorkPermanentIDLabel] == "" {
 		t.Errorf("new Work %s/%s with labels %v, want Karmada's Work name in karmada-es-m1 and a permanent ID", work.Namespace, work.Name, work.Labels)
 	}
-	if err := SetManifest(work, route); err != nil {
+	if err := SetManifests(work, route, nil); err != nil {
 		t.Fatal(err)
 	}
 	var fields map[string]any
@@ -63,8 +63,8 @@ func TestSetManifest(t *testing.T) {
 	if !managed || applied.Namespace != work.Namespace || applied.Name != work.Name {
 		t.Errorf("the manifest is applied from %v (managed %v), want Work %s/%s", applied, managed, work.Namespace, work.Name)
 	}
-	if targets := Targets(work); len(targets) != 1 || targets[0] != "team-a/op" {
-		t.Errorf("targets %v, want [team-a/op]", targets)
+	if targets := Targets(work); len(targets) != 1 || targets[0] != "ShardRoute/team-a/op" {
+		t.Errorf("targets %v, want [ShardRoute/team-a/op]", targets)
 	}
 }
 
@@ -182,8 +182,13 @@ func TestReadStatusRefusesMalformed(t *testing.T) {
 		name: "not in an execution namespace", namespace: "default",
 		want: "is not in an execution namespace",
 	}, {
-		name: "two manifests", statuses: append(status(workv1alpha1.ResourceHealthy, ""), status(workv1alpha1.ResourceHealthy, "")...),
-		want: "reports 2 manifests",
+		name: "two ShardRoutes", statuses: append(status(workv1alpha1.ResourceHealthy, ""), status(workv1alpha1.ResourceHealthy, "")...),
+		want: `reports manifest 0, a "ShardRoute"`,
+	}, {
+		name: "a ClusterRole as manifest 0", statuses: status(workv1alpha1.ResourceHealthy, "", func(ms *workv1alpha1.ManifestStatus) {
+			ms.Identifier.Kind, ms.Identifier.Group = "ClusterRole", "rbac.authorization.k8s.io"
+		}),
+		want: `reports manifest 0, a "ClusterRole"`,
 	}, {
 		name: "another kind", statuses: status(workv1alpha1.ResourceHealthy, "", func(ms *workv1alpha1.ManifestStatus) { ms.Identifier.Kind = "ConfigMap"; ms.Identifier.Group = "" }),
 		want: `a "ConfigMap" of group ""`,

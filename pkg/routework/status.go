@@ -81,8 +81,8 @@ type Report struct {
 
 // ReadStatus decodes a Work's status as Karmada's work-status controller, or
 // the agent in standalone mode (ManifestStatus), writes it: the Applied
-// condition and, in manifestStatuses[0], the ShardRoute's identity, health
-// and raw status. Fields the status has and ShardRouteStatus has not are
+// condition and, in the manifest status of ordinal 0, the ShardRoute's
+// identity, health and raw status. Fields the status has and ShardRouteStatus has not are
 // ignored, so that a newer agent's report still reads.
 func ReadStatus(work *workv1alpha1.Work) (Report, error) {
 	cluster, err := ClusterOf(work)
@@ -94,19 +94,27 @@ func ReadStatus(work *workv1alpha1.Work) (Report, error) {
 		report.Applied = applied.DeepCopy()
 		report.Current = applied.Status == metav1.ConditionTrue && applied.ObservedGeneration == work.Generation
 	}
-	statuses := work.Status.ManifestStatuses
-	switch {
-	case len(statuses) == 0:
+	// Karmada reports every manifest; the ShardRoute's status is the one
+	// the hub reads, and those of the labeler's RBAC (manifests 1 and 2,
+	// which have no status) are only checked for being what they are.
+	var route *workv1alpha1.ManifestStatus
+	for i := range work.Status.ManifestStatuses {
+		ms := &work.Status.ManifestStatuses[i]
+		switch id := ms.Identifier; {
+		case id.Ordinal == 0 && id.Group == shardRouteGVK.Group && id.Kind == shardRouteGVK.Kind && route == nil:
+			route = ms
+		case id.Ordinal == 1 && id.Group == clusterRoleGVK.Group && id.Kind == clusterRoleGVK.Kind,
+			id.Ordinal == 2 && id.Group == clusterRoleBindingGVK.Group && id.Kind == clusterRoleBindingGVK.Kind:
+		default:
+			return Report{}, fmt.Errorf("the status of Work %s/%s reports manifest %d, a %q of group %q; a ctrlmesh Work's manifest 0 is a %s of group %s, 1 and 2 the labeler's %s and %s",
+				work.Namespace, work.Name, id.Ordinal, id.Kind, id.Group, shardRouteGVK.Kind, shardRouteGVK.Group, clusterRoleGVK.Kind, clusterRoleBindingGVK.Kind)
+		}
+	}
+	if route == nil {
 		return report, nil
-	case len(statuses) > 1:
-		return Report{}, fmt.Errorf("the status of Work %s/%s reports %d manifests; its one manifest is a %s", work.Namespace, work.Name, len(statuses), shardRouteGVK.Kind)
 	}
-	ms := statuses[0]
+	ms := *route
 	id := ms.Identifier
-	if id.Ordinal != 0 || id.Group != shardRouteGVK.Group || id.Kind != shardRouteGVK.Kind {
-		return Report{}, fmt.Errorf("the status of Work %s/%s reports manifest %d, a %q of group %q; its one manifest is a %s of group %s",
-			work.Namespace, work.Name, id.Ordinal, id.Kind, id.Group, shardRouteGVK.Kind, shardRouteGVK.Group)
-	}
 	switch ms.Health {
 	case workv1alpha1.ResourceHealthy, workv1alpha1.ResourceUnhealthy, workv1alpha1.ResourceUnknown:
 		report.Health = ms.Health

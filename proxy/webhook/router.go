@@ -11,7 +11,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +28,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	strictjson "sigs.k8s.io/json"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/proxy/internal/apistatus"
@@ -195,13 +196,60 @@ func (rt *Router) TLSConfig() *tls.Config {
 
 // reviewHead is the part of an AdmissionReview the router reads.
 type reviewHead struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Request    *struct {
-		UID       string                      `json:"uid"`
-		Resource  metav1.GroupVersionResource `json:"resource"`
-		Namespace string                      `json:"namespace"`
-	} `json:"request"`
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Request    *admissionRequest `json:"request"`
+}
+
+// admissionRequest is the part of an AdmissionReview's request the router
+// routes by.
+type admissionRequest struct {
+	UID       string                      `json:"uid"`
+	Resource  metav1.GroupVersionResource `json:"resource"`
+	Namespace string                      `json:"namespace"`
+}
+
+// parseReview reads an admission.k8s.io/v1 AdmissionReview as kube-apiserver
+// sends it: JSON with case-sensitive keys, as the API machinery decodes it
+// (encoding/json's case-insensitive matching would let "APIVersion" or
+// "NAMESPACE" stand in for the real fields), the kind and apiVersion, a
+// request with a UID and a namespace that is empty or a namespace name.
+// Anything else is an error, and the router refuses the review rather than
+// route it by a guess.
+func parseReview(body []byte) (*admissionRequest, error) {
+	var review reviewHead
+	if err := strictjson.UnmarshalCaseSensitivePreserveInts(body, &review); err != nil {
+		return nil, fmt.Errorf("the body is not an AdmissionReview: %w", err)
+	}
+	if want := admissionv1.SchemeGroupVersion.String(); review.APIVersion != want || review.Kind != "AdmissionReview" {
+		return nil, fmt.Errorf("only %s AdmissionReview is supported, got apiVersion %q kind %q: list only %q in the webhook's admissionReviewVersions",
+			want, review.APIVersion, review.Kind, admissionv1.SchemeGroupVersion.Version)
+	}
+	r := review.Request
+	switch {
+	case r == nil:
+		return nil, errors.New("the AdmissionReview has no request")
+	case r.UID == "":
+		return nil, errors.New("the AdmissionReview's request has no uid")
+	case r.Namespace != "" && len(validation.IsDNS1123Label(r.Namespace)) > 0:
+		return nil, fmt.Errorf("the AdmissionReview's request.namespace %q is not a namespace name", r.Namespace)
+	}
+	return r, nil
+}
+
+// routeOf decides where the request goes under snap: served by the local
+// operator (cluster-scoped objects, Namespaces themselves, requests another
+// router forwarded, namespaces this pod's shard serves), or else by owner,
+// the shard that serves the namespace — nil while nobody does (handover).
+func routeOf(snap *rules.Snapshot, r *admissionRequest, forwarded bool) (local bool, owner *ctrlmeshv1alpha1.RouteShard) {
+	ns := r.Namespace
+	if ns == "" || // cluster-scoped
+		(r.Resource.Group == "" && r.Resource.Resource == "namespaces") || // a Namespace itself
+		forwarded ||
+		snap.Owns(ns) {
+		return true, nil
+	}
+	return false, snap.OwnerOf(ns)
 }
 
 // ServeHTTP routes one admission request.
@@ -217,21 +265,9 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			"ctrlmesh webhook router: reading the admission review: "+err.Error())
 		return
 	}
-	var review reviewHead
-	if err := json.Unmarshal(body, &review); err != nil {
-		rt.fail(w, OutcomeInvalid, http.StatusBadRequest, metav1.StatusReasonBadRequest,
-			"ctrlmesh webhook router: the body is not an AdmissionReview: "+err.Error())
-		return
-	}
-	if want := admissionv1.SchemeGroupVersion.String(); review.APIVersion != want || review.Kind != "AdmissionReview" {
-		rt.fail(w, OutcomeInvalid, http.StatusBadRequest, metav1.StatusReasonBadRequest,
-			fmt.Sprintf("ctrlmesh webhook router: only %s AdmissionReview is supported, got apiVersion %q kind %q: list only %q in the webhook's admissionReviewVersions",
-				want, review.APIVersion, review.Kind, admissionv1.SchemeGroupVersion.Version))
-		return
-	}
-	if review.Request == nil {
-		rt.fail(w, OutcomeInvalid, http.StatusBadRequest, metav1.StatusReasonBadRequest,
-			"ctrlmesh webhook router: the AdmissionReview has no request")
+	review, err := parseReview(body)
+	if err != nil {
+		rt.fail(w, OutcomeInvalid, http.StatusBadRequest, metav1.StatusReasonBadRequest, "ctrlmesh webhook router: "+err.Error())
 		return
 	}
 
@@ -264,17 +300,13 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 
-	ns := review.Request.Namespace
-	res := review.Request.Resource
-	local := ns == "" || // cluster-scoped
-		(res.Group == "" && res.Resource == "namespaces") || // a Namespace itself
-		req.Header.Get(ForwardedHeader) != "" ||
-		snap.Owns(ns)
+	ns := review.Namespace
+	local, owner := routeOf(snap, review, req.Header.Get(ForwardedHeader) != "")
 	if local {
 		operator := net.JoinHostPort("127.0.0.1", strconv.Itoa(int(hook.Port)))
 		resp, err := rt.send(req, mat, operator, body, "")
 		if err != nil {
-			rt.log.V(1).Info("the local operator could not be reached", "uid", review.Request.UID, "error", err.Error())
+			rt.log.V(1).Info("the local operator could not be reached", "uid", review.UID, "error", err.Error())
 			rt.fail(w, OutcomeUnavailable, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
 				fmt.Sprintf("ctrlmesh webhook router: pod %s: the operator's webhook server at %s could not be reached: %v", snap.Pod, operator, err))
 			return
@@ -282,8 +314,6 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		rt.relay(w, resp, OutcomeLocal)
 		return
 	}
-
-	owner := snap.OwnerOf(ns)
 	if owner == nil {
 		rt.fail(w, OutcomeUnavailable, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
 			fmt.Sprintf("ctrlmesh webhook router: no shard serves namespace %q (bucket %d) while it is handed over under rules generation %d; retry shortly",
@@ -311,7 +341,7 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	err = errors.Join(errs...)
-	rt.log.V(1).Info("the owning shard could not be reached", "uid", review.Request.UID, "shard", owner.ID, "error", err.Error())
+	rt.log.V(1).Info("the owning shard could not be reached", "uid", review.UID, "shard", owner.ID, "error", err.Error())
 	rt.fail(w, OutcomeUnavailable, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
 		fmt.Sprintf("ctrlmesh webhook router: namespace %q is served by shard %q, whose pods could not be reached: %v", ns, owner.ID, err))
 }

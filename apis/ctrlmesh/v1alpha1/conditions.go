@@ -17,6 +17,11 @@ const (
 	// ConditionProxiesReady is True when every candidate pod's proxy enforces
 	// the rules hash in the spec.
 	ConditionProxiesReady = "ProxiesReady"
+	// ConditionLabeled (label mode only) is True when the last sweep of the
+	// agent's labeler labeled every object of the resources the route's
+	// limits name; False when it could not, so that some of them may stay
+	// unlabeled and invisible to every shard.
+	ConditionLabeled = "Labeled"
 )
 
 // Reasons of the ShardRoute conditions.
@@ -32,6 +37,16 @@ const (
 	// ReasonProxiesPending: ProxiesReady is False, some candidate pods'
 	// proxies do not report spec.rulesHash (yet); the message names them.
 	ReasonProxiesPending = "ProxiesPending"
+	// ReasonObjectsLabeled: Labeled is True.
+	ReasonObjectsLabeled = "ObjectsLabeled"
+	// ReasonLabelerForbidden: Labeled is False, the agent lacks the rights
+	// to list, watch or patch some resource (the hub's labeler ClusterRole
+	// has not landed, or a limit names "*"); the message names them. The
+	// labeler retries.
+	ReasonLabelerForbidden = "LabelerForbidden"
+	// ReasonLabelingFailed: Labeled is False for another error; the message
+	// names it. The labeler retries.
+	ReasonLabelingFailed = "LabelingFailed"
 )
 
 // Reasons of the Degraded condition of ShardingConfig. ReasonNoCandidatePods
@@ -114,6 +129,11 @@ const (
 	// ReasonWorksDeleted (Normal, on a ShardingConfig): the Works of clusters
 	// no longer selected were deleted.
 	ReasonWorksDeleted = "WorksDeleted"
+	// ReasonLabelerRightsNotGranted (Warning, on a ShardingConfig): a limit
+	// names "*" or a subresource, which the labeler's ClusterRole cannot
+	// grant without a wildcard; in label-mode members those objects stay
+	// unlabeled, invisible to every shard, until the limit names resources.
+	ReasonLabelerRightsNotGranted = "LabelerRightsNotGranted"
 	// ReasonBucketCountConflict (Warning, on a ShardRoute in label mode): the
 	// route counts another number of buckets than the labels of the member
 	// are written with, so it cannot be served there.

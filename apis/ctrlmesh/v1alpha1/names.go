@@ -120,7 +120,32 @@ const (
 	// WorkRulesHashAnnotation on a Work is the rulesHash of its ShardRoute,
 	// so that the hub tells an unchanged Work without decoding its manifest.
 	WorkRulesHashAnnotation = "ctrlmesh.io/rules-hash"
+	// WorkAgentNamespaceAnnotation on a Work is the member agent's namespace
+	// its labeler ClusterRoleBinding names ("" when the Work carries none),
+	// so that the hub rewrites the Work when the agent's claim changes.
+	WorkAgentNamespaceAnnotation = "ctrlmesh.io/agent-namespace"
 )
+
+// AgentServiceAccount is the ServiceAccount of the ctrlmesh agent in its
+// member namespace: the subject of its member RBAC, and of the labeler
+// rights the hub sends with each ShardingConfig's Work.
+const AgentServiceAccount = "ctrlmesh-agent"
+
+// LabelerRBACPrefix starts the name of every labeler ClusterRole and
+// ClusterRoleBinding; the agent's standalone applier applies no RBAC object
+// of another name.
+const LabelerRBACPrefix = "ctrlmesh-labeler-"
+
+// LabelerRBACName is the name of the ClusterRole, and of its binding, that
+// gives the agent's labeler the rights the limits of ShardingConfig
+// namespace/name need in a member: "ctrlmesh-labeler-<namespace>.<name>".
+// A namespace is a DNS label, without dots, so the first dot splits the name
+// unambiguously; with a namespace of at most 63 characters and a
+// ShardingConfig name of at most 63 (its CRD's rule) the name has at most
+// 144, within the 253 of an RBAC object name.
+func LabelerRBACName(namespace, name string) string {
+	return LabelerRBACPrefix + namespace + "." + name
+}
 
 // MemberClusterLabel names the member cluster of a hub object that exists
 // per member, such as the RBAC of its agent.
