@@ -56,7 +56,7 @@ func TestRenewals(t *testing.T) {
 		}
 		if workGeneration > 0 {
 			work := routework.NewWork(routework.WorkKey(cluster, ns, route.Name))
-			if err := routework.SetManifest(work, published); err != nil {
+			if err := routework.SetManifests(work, published, nil); err != nil {
 				t.Fatal(err)
 			}
 			if err := admin.Create(ctx, work); err != nil {
