@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -98,16 +99,18 @@ var podChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 // renews its lease every few seconds; renewing a live lease changes no
 // leader, and the reconcile queued for the lease's old expiry time finds it
 // renewed. Renewing an expired lease brings its holder back.
-var leaseChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-	before, okBefore := e.ObjectOld.(*coordinationv1.Lease)
-	after, okAfter := e.ObjectNew.(*coordinationv1.Lease)
-	if !okBefore || !okAfter {
-		return true
-	}
-	return !equality.Semantic.DeepEqual(before.Spec.HolderIdentity, after.Spec.HolderIdentity) ||
-		!equality.Semantic.DeepEqual(before.Spec.LeaseDurationSeconds, after.Spec.LeaseDurationSeconds) ||
-		expired(before, time.Now())
-}}
+func leaseChanged(clock clock.PassiveClock) predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		before, okBefore := e.ObjectOld.(*coordinationv1.Lease)
+		after, okAfter := e.ObjectNew.(*coordinationv1.Lease)
+		if !okBefore || !okAfter {
+			return true
+		}
+		return !equality.Semantic.DeepEqual(before.Spec.HolderIdentity, after.Spec.HolderIdentity) ||
+			!equality.Semantic.DeepEqual(before.Spec.LeaseDurationSeconds, after.Spec.LeaseDurationSeconds) ||
+			expired(before, clock.Now())
+	}}
+}
 
 // expiry is when the lease runs out unless renewed; false when the lease does
 // not say when it was renewed or for how long, so that its holder stands.

@@ -61,7 +61,15 @@ type PodSpec struct {
 type Pod struct {
 	PodSpec
 	proxy, operator *process
+	// upstreamRelay carries the proxy's link to its upstream API server,
+	// with Options.Relays.
+	upstreamRelay *Relay
 }
+
+// UpstreamRelay is the relay between the pod's proxy and its upstream API
+// server (the one its operator's objects live in); nil without
+// Options.Relays.
+func (p *Pod) UpstreamRelay() *Relay { return p.upstreamRelay }
 
 // StartPod creates the Pod object, ready, then runs the proxy with the
 // pod's identity and, once the proxy serves, the demo operator behind it.
@@ -99,6 +107,26 @@ func (f *Fleet) StartPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 	upstream, rulesFrom := m.KubeconfigPath, ""
 	if spec.ObjectsOnHub {
 		upstream, rulesFrom = f.Hub.KubeconfigPath, m.KubeconfigPath
+	}
+	if f.relays {
+		upstreamName, server := spec.Cluster, m.Config.Host
+		if spec.ObjectsOnHub {
+			upstreamName, server = HubName, f.Hub.Config.Host
+		}
+		relay, err := f.relay(fmt.Sprintf("proxy %s/%s -> %s", spec.Cluster, spec.Name, upstreamName), server)
+		if err != nil {
+			return nil, err
+		}
+		f.mu.Lock()
+		p.upstreamRelay = relay
+		f.mu.Unlock()
+		relayed := logPrefix + "-upstream.kubeconfig"
+		if err := relay.relayedKubeconfig(upstream, relayed); err != nil {
+			return nil, err
+		}
+		// The rules, when they live on the same API server, come through
+		// the relay too: the link is the proxy's whole connection to it.
+		upstream = relayed
 	}
 	proxyArgs := []string{"--pod-name=" + spec.Name, "--pod-namespace=" + spec.Namespace, "--rules-name=" + spec.RulesName,
 		"--upstream-kubeconfig=" + upstream, "--rules-kubeconfig=" + rulesFrom, fmt.Sprintf("--listen-address=127.0.0.1:%d", port),
@@ -158,6 +186,9 @@ func (p *Pod) kill() {
 		if proc != nil {
 			proc.kill()
 		}
+	}
+	if p.upstreamRelay != nil {
+		p.upstreamRelay.stop()
 	}
 }
 

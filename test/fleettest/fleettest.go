@@ -1,8 +1,10 @@
-// Package e2e_test holds end-to-end tests on a local fleet (package
-// localfleet): real kube-apiservers and etcds, the hub and the agents in
-// this process, the demo operator's pods as ctrlmesh-proxy and demo-operator
-// processes that record every reconcile.
-package e2e_test
+// Package fleettest is what the end-to-end tests on a local fleet (package
+// localfleet) share — test/e2e's and test/chaos's: real kube-apiservers and
+// etcds, the hub and the agents in the test's process, the demo operator's
+// pods as ctrlmesh-proxy and demo-operator processes that record every
+// reconcile; the waits for the ShardingConfig to be served again, and the
+// check of the records (no object reconciled by two pods at once).
+package fleettest
 
 import (
 	"context"
@@ -19,6 +21,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,35 +38,43 @@ import (
 )
 
 const (
-	// opNamespace holds the demo operator's pods and its ShardingConfig,
-	// opName names both.
-	opNamespace = "operators"
-	opName      = "demo-operator"
+	// OpNamespace holds the demo operator's pods and its ShardingConfig,
+	// OpName names both.
+	OpNamespace = "operators"
+	OpName      = "demo-operator"
 
 	namespaces   = 20
 	perNamespace = 10
 
-	// readyWithin bounds the wait for Ready after a disruption, and
-	// servedWithin the wait until every bucket is served again.
-	readyWithin  = 45 * time.Second
-	servedWithin = 30 * time.Second
-	// failoverBound bounds the time from a pod's crash until its buckets
+	// ReadyWithin bounds the wait for Ready after a disruption, and
+	// ServedWithin the wait until every bucket is served again.
+	ReadyWithin  = 45 * time.Second
+	ServedWithin = 30 * time.Second
+	// FailoverBound bounds the time from a pod's crash until its buckets
 	// are served by other pods (Ready: every shard's pods enforce the rules
 	// and one of them leads it): its shard lease must expire first, then
 	// the agent reports it, the hub publishes and the proxies apply.
 	// make bench-fleet measures it against the goal of lease + 3 s.
-	failoverBound = localfleet.OperatorLeaseDuration + 5*time.Second
+	FailoverBound = localfleet.OperatorLeaseDuration + 5*time.Second
 
 	// reconcileDelay makes every reconcile last a little, so that two at
 	// once would intersect in the records.
 	reconcileDelay = 20 * time.Millisecond
 )
 
+// The members of the tests' fleets.
+const (
+	Member1 = "member1"
+	Member2 = "member2"
+)
+
 // binDir holds kube-apiserver and etcd (links to the test assets) and
-// ctrlmesh-proxy and demo-operator built from this checkout by TestMain.
+// ctrlmesh-proxy and demo-operator built from this checkout by Main.
 var binDir string
 
-func TestMain(m *testing.M) {
+// Main is a test package's TestMain: it builds the binaries the pods run,
+// runs the tests and exits.
+func Main(m *testing.M) {
 	// The hub and the agents log to files; controller-runtime and
 	// client-go's global loggers are silenced.
 	ctrllog.SetLogger(logr.Discard())
@@ -109,9 +120,9 @@ func buildBinaries(dir string) error {
 	return nil
 }
 
-// testFleet is a local fleet with the hub up and every member joined, and
+// Fleet is a local fleet with the hub up and every member joined, and
 // the demo operator's pods, each recording its reconciles.
-type testFleet struct {
+type Fleet struct {
 	*localfleet.Fleet
 	t       *testing.T
 	ctx     context.Context
@@ -122,10 +133,10 @@ type testFleet struct {
 	stopOnce  sync.Once
 }
 
-// startFleet starts the fleet of opts (BinDir, CRDDirs and WorkDir are
-// filled in), the hub, and joins every member; it creates opNamespace on
+// StartFleet starts the fleet of opts (BinDir, CRDDirs and WorkDir are
+// filled in), the hub, and joins every member; it creates OpNamespace on
 // the hub and the members.
-func startFleet(t *testing.T, ctx context.Context, opts localfleet.Options) *testFleet {
+func StartFleet(t *testing.T, ctx context.Context, opts localfleet.Options) *Fleet {
 	t.Helper()
 	root, err := controlplane.RepoRoot()
 	if err != nil {
@@ -143,7 +154,7 @@ func startFleet(t *testing.T, ctx context.Context, opts localfleet.Options) *tes
 		_ = os.RemoveAll(workDir)
 	})
 	opts.BinDir, opts.CRDDirs, opts.WorkDir = binDir, controlplane.CRDDirs(root), workDir
-	f := &testFleet{t: t, ctx: ctx, started: time.Now(), recordDir: filepath.Join(workDir, "records"), pods: map[string]*localfleet.Pod{}}
+	f := &Fleet{t: t, ctx: ctx, started: time.Now(), recordDir: filepath.Join(workDir, "records"), pods: map[string]*localfleet.Pod{}}
 	if err := os.Mkdir(f.recordDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +162,7 @@ func startFleet(t *testing.T, ctx context.Context, opts localfleet.Options) *tes
 		t.Fatal(err)
 	}
 	t.Cleanup(f.stop)
-	f.logf("API servers up")
+	f.Logf("API servers up")
 	if err := f.StartHub(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -160,8 +171,8 @@ func startFleet(t *testing.T, ctx context.Context, opts localfleet.Options) *tes
 			t.Fatal(err)
 		}
 	}
-	f.logf("hub up, %s joined", strings.Join(opts.Members, ", "))
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opNamespace}}
+	f.Logf("hub up, %s joined", strings.Join(opts.Members, ", "))
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: OpNamespace}}
 	env.Create(t, ctx, f.Hub.Client, ns.DeepCopy())
 	for _, m := range f.Members {
 		env.Create(t, ctx, m.Client, ns.DeepCopy())
@@ -170,7 +181,7 @@ func startFleet(t *testing.T, ctx context.Context, opts localfleet.Options) *tes
 }
 
 // stop stops the whole fleet, once; the records are complete after it.
-func (f *testFleet) stop() {
+func (f *Fleet) stop() {
 	f.stopOnce.Do(func() {
 		if err := f.Stop(); err != nil {
 			f.t.Errorf("stopping the fleet: %v", err)
@@ -178,21 +189,22 @@ func (f *testFleet) stop() {
 	})
 }
 
-func (f *testFleet) logf(format string, args ...any) {
+// Logf logs with the time since the fleet started.
+func (f *Fleet) Logf(format string, args ...any) {
 	f.t.Helper()
 	f.t.Logf("[%5.1fs] "+format, append([]any{time.Since(f.started).Seconds()}, args...)...)
 }
 
-// startPod starts an operator pod of opName in cluster, labeled
-// app=opName plus extraLabels, recording its reconciles.
-func (f *testFleet) startPod(cluster, name string, objectsOnHub bool, extraLabels map[string]string) {
+// AddPod starts an operator pod of OpName in cluster, labeled
+// app=OpName plus extraLabels, recording its reconciles.
+func (f *Fleet) AddPod(cluster, name string, objectsOnHub bool, extraLabels map[string]string) {
 	f.t.Helper()
-	labels := map[string]string{"app": opName}
+	labels := map[string]string{"app": OpName}
 	for k, v := range extraLabels {
 		labels[k] = v
 	}
 	p, err := f.StartPod(f.ctx, localfleet.PodSpec{
-		Cluster: cluster, Namespace: opNamespace, Name: name, Labels: labels, RulesName: opName, ObjectsOnHub: objectsOnHub,
+		Cluster: cluster, Namespace: OpNamespace, Name: name, Labels: labels, RulesName: OpName, ObjectsOnHub: objectsOnHub,
 		OperatorArgs: []string{
 			"--record-file=" + filepath.Join(f.recordDir, cluster+"--"+name+".jsonl"),
 			"--reconcile-delay=" + reconcileDelay.String(),
@@ -204,28 +216,32 @@ func (f *testFleet) startPod(cluster, name string, objectsOnHub bool, extraLabel
 	f.pods[name] = p
 }
 
-func (f *testFleet) killPod(name string) {
+// Pod is the pod AddPod started as name.
+func (f *Fleet) Pod(name string) *localfleet.Pod { return f.pods[name] }
+
+// Kill crashes the pod AddPod started as name (localfleet's KillPod).
+func (f *Fleet) Kill(name string) {
 	f.t.Helper()
 	if err := f.KillPod(f.ctx, f.pods[name]); err != nil {
 		f.t.Fatal(err)
 	}
 }
 
-// shardingConfig shards the demo operator's pods in both members.
-func shardingConfig(scope ctrlmeshv1alpha1.ShardingScope) *ctrlmeshv1alpha1.ShardingConfig {
-	sc := localfleet.ShardingConfig(opNamespace, opName, []string{member1, member2})
+// ShardingConfig shards the demo operator's pods in Member1 and Member2.
+func ShardingConfig(scope ctrlmeshv1alpha1.ShardingScope) *ctrlmeshv1alpha1.ShardingConfig {
+	sc := localfleet.ShardingConfig(OpNamespace, OpName, []string{Member1, Member2})
 	sc.Spec.Scope = scope
 	return sc
 }
 
-// managedObjects creates perNamespace managed ConfigMaps in each of the
+// ManagedObjects creates perNamespace managed ConfigMaps in each of the
 // spread namespaces of c and returns them.
-func managedObjects(t *testing.T, ctx context.Context, c client.Client) []client.ObjectKey {
+func ManagedObjects(t *testing.T, ctx context.Context, c client.Client) []client.ObjectKey {
 	t.Helper()
 	var objects []client.ObjectKey
-	// canaryNamespace and others, each in a bucket of its own (of the
+	// CanaryNamespace and others, each in a bucket of its own (of the
 	// default 32), so that every pod gets objects.
-	spread, _ := env.SpreadNamespaces(sharding.MustSpace(32), "t", []string{canaryNamespace}, namespaces)
+	spread, _ := env.SpreadNamespaces(sharding.MustSpace(32), "t", []string{CanaryNamespace}, namespaces)
 	for _, nsName := range spread {
 		env.Create(t, ctx, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName}})
 		for j := range perNamespace {
@@ -241,27 +257,28 @@ func managedObjects(t *testing.T, ctx context.Context, c client.Client) []client
 	return objects
 }
 
-// canaryNamespace is a namespace of its own bucket that canary steps name.
-const canaryNamespace = "team-a"
+// CanaryNamespace is a namespace of its own bucket that canary steps name.
+const CanaryNamespace = "team-a"
 
-// clusterObjects are the managed objects of one cluster.
-type clusterObjects struct {
-	cluster string
-	client  client.Client
-	keys    []client.ObjectKey
+// ClusterObjects are the managed objects of one cluster.
+type ClusterObjects struct {
+	Cluster string
+	Client  client.Client
+	Keys    []client.ObjectKey
 }
 
-// toucher patches the managed objects round-robin, a few every 200 ms, so
+// Toucher patches the managed objects round-robin, a few every 200 ms, so
 // that reconciles keep happening through every disruption.
-type toucher struct {
+type Toucher struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	touches int
 }
 
-func startTouching(ctx context.Context, objects []clusterObjects) *toucher {
+// StartTouching starts patching objects until ctx ends or Stop.
+func StartTouching(ctx context.Context, objects []ClusterObjects) *Toucher {
 	ctx, cancel := context.WithCancel(ctx)
-	w := &toucher{cancel: cancel, done: make(chan struct{})}
+	w := &Toucher{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		ticker := time.NewTicker(200 * time.Millisecond)
@@ -274,9 +291,9 @@ func startTouching(ctx context.Context, objects []clusterObjects) *toucher {
 			}
 			for _, o := range objects {
 				for i := range 5 {
-					key := o.keys[(next+i)%len(o.keys)]
+					key := o.Keys[(next+i)%len(o.Keys)]
 					patch := fmt.Sprintf(`{"data":{"touch":%q}}`, fmt.Sprint(next+i))
-					if err := o.client.Patch(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}},
+					if err := o.Client.Patch(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}},
 						client.RawPatch("application/merge-patch+json", []byte(patch))); err == nil {
 						w.touches++
 					}
@@ -288,34 +305,50 @@ func startTouching(ctx context.Context, objects []clusterObjects) *toucher {
 	return w
 }
 
-// stop ends the touching and returns how many patches succeeded.
-func (w *toucher) stop() int {
+// Stop ends the touching and returns how many patches succeeded.
+func (w *Toucher) Stop() int {
 	w.cancel()
 	<-w.done
 	return w.touches
 }
 
-// phase is a stretch of a test, from its start, for counting the
+// Phase is a stretch of a test, from its start, for counting the
 // reconciles in each.
-type phase struct {
-	name  string
-	start time.Time
+type Phase struct {
+	Name  string
+	Start time.Time
 }
 
-// finish lets the pods work 2 s more, stops the touching, stops the fleet
-// and checks the records (checkRecords).
-func (f *testFleet) finish(touching *toucher, phases []phase, objectsCluster func(podCluster string) string) {
+// Finish lets the pods work 2 s more, stops the touching, stops the fleet
+// and checks the records (checkRecords), whose counts it returns.
+func (f *Fleet) Finish(touching *Toucher, phases []Phase, objectsCluster func(podCluster string) string) Records {
 	f.t.Helper()
 	time.Sleep(2 * time.Second)
-	touches := touching.stop()
-	phases = append(phases, phase{"end", time.Now()})
+	touches := touching.Stop()
+	phases = append(phases, Phase{"end", time.Now()})
 	if err := f.Err(); err != nil {
 		f.t.Error(err)
 	}
 	// Every process ends before the records are read.
 	f.stop()
 	f.t.Logf("writer touches: %d", touches)
-	f.checkRecords(phases, objectsCluster)
+	return f.checkRecords(phases, objectsCluster)
+}
+
+// Records are the counts of the pods' records.
+type Records struct {
+	// Reconciles in all, and by phase in the order of the phases.
+	Reconciles int
+	ByPhase    []PhaseReconciles
+	// Overlaps are the reconciles of one object by two pods at once (each
+	// pair once): 0, or the test failed.
+	Overlaps int
+}
+
+// PhaseReconciles is the number of reconciles that started in a phase.
+type PhaseReconciles struct {
+	Phase      string
+	Reconciles int
 }
 
 // checkRecords reads the pods' records once every process has ended and
@@ -323,9 +356,10 @@ func (f *testFleet) finish(touching *toucher, phases []phase, objectsCluster fun
 // and in every phase some reconcile found its object. It logs the counts.
 // objectsCluster maps a pod's cluster to the cluster its objects live in
 // (itself, or the hub in Fleet scope).
-func (f *testFleet) checkRecords(phases []phase, objectsCluster func(podCluster string) string) {
+func (f *Fleet) checkRecords(phases []Phase, objectsCluster func(podCluster string) string) Records {
 	t := f.t
 	t.Helper()
+	var counts Records
 	files, err := filepath.Glob(filepath.Join(f.recordDir, "*.jsonl"))
 	if err != nil {
 		t.Fatal(err)
@@ -359,18 +393,20 @@ func (f *testFleet) checkRecords(phases []phase, objectsCluster func(podCluster 
 		byPod := map[string]int{}
 		n := 0
 		for _, r := range all {
-			if !r.Start.Before(phases[i].start) && r.Start.Before(phases[i+1].start) {
+			if !r.Start.Before(phases[i].Start) && r.Start.Before(phases[i+1].Start) {
 				n++
 				outcomes[r.Outcome]++
 				byPod[r.Pod]++
 			}
 		}
-		t.Logf("%-14s %5.1fs: %d reconciles, by pod %v, outcomes %v", phases[i].name,
-			phases[i+1].start.Sub(phases[i].start).Seconds(), n, byPod, outcomes)
+		counts.ByPhase = append(counts.ByPhase, PhaseReconciles{Phase: phases[i].Name, Reconciles: n})
+		t.Logf("%-14s %5.1fs: %d reconciles, by pod %v, outcomes %v", phases[i].Name,
+			phases[i+1].Start.Sub(phases[i].Start).Seconds(), n, byPod, outcomes)
 		if outcomes[operator.OutcomeWritten]+outcomes[operator.OutcomeUnchanged] == 0 {
-			t.Errorf("%s: no reconcile found its object", phases[i].name)
+			t.Errorf("%s: no reconcile found its object", phases[i].Name)
 		}
 	}
+	counts.Reconciles = len(all)
 	if len(all) == 0 {
 		t.Error("no reconcile was recorded")
 	}
@@ -381,6 +417,7 @@ func (f *testFleet) checkRecords(phases []phase, objectsCluster func(podCluster 
 	sort.Strings(clusterNames)
 	for _, c := range clusterNames {
 		overlaps := operator.Overlaps(byCluster[c])
+		counts.Overlaps += len(overlaps)
 		t.Logf("objects of %s: %d reconciles; overlapping reconciles of one object by two pods: %d", c, len(byCluster[c]), len(overlaps))
 		for i, o := range overlaps {
 			if i == 20 {
@@ -390,34 +427,45 @@ func (f *testFleet) checkRecords(phases []phase, objectsCluster func(podCluster 
 			t.Errorf("double reconcile in %s: %s", c, o)
 		}
 	}
+	return counts
 }
 
-// placed tells whether pod serves a shard.
-func placed(sc *ctrlmeshv1alpha1.ShardingConfig, pod string) bool {
+// Placed tells whether pod serves a shard.
+func Placed(sc *ctrlmeshv1alpha1.ShardingConfig, pod string) bool {
 	return slices.ContainsFunc(sc.Status.Placement, func(p ctrlmeshv1alpha1.ShardPlacement) bool {
 		return slices.Contains(p.Pods, pod)
 	})
 }
 
-// waiter waits for the ShardingConfig.
-type waiter struct {
-	f   *testFleet
-	key client.ObjectKey
+// ServesIn tells whether a serving shard is placed in cluster.
+func ServesIn(sc *ctrlmeshv1alpha1.ShardingConfig, cluster string) bool {
+	for _, p := range sc.Status.Placement {
+		if p.Cluster == cluster && p.State == ctrlmeshv1alpha1.ShardServing && len(p.Pods) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
-// ready waits until the ShardingConfig is Ready for its generation with
+// Waiter waits for the ShardingConfig.
+type Waiter struct {
+	F   *Fleet
+	Key client.ObjectKey
+}
+
+// Ready waits until the ShardingConfig is Ready for its generation with
 // every shard ready and matches (nil: any), then until every bucket is
-// served (servedWithin from since), and logs how long each took. It
+// served (ServedWithin from since), and logs how long each took. It
 // returns the ShardingConfig then.
-func (w *waiter) ready(what string, since time.Time, within time.Duration, matches func(*ctrlmeshv1alpha1.ShardingConfig) bool) *ctrlmeshv1alpha1.ShardingConfig {
-	t := w.f.t
+func (w *Waiter) Ready(what string, since time.Time, within time.Duration, matches func(*ctrlmeshv1alpha1.ShardingConfig) bool) *ctrlmeshv1alpha1.ShardingConfig {
+	t := w.F.t
 	t.Helper()
 	var sc ctrlmeshv1alpha1.ShardingConfig
 	env.Eventually(t, within, what+": ShardingConfig Ready", func() error {
-		if err := w.f.Err(); err != nil {
+		if err := w.F.Err(); err != nil {
 			return err
 		}
-		if err := w.f.Hub.Client.Get(w.f.ctx, w.key, &sc); err != nil {
+		if err := w.F.Hub.Client.Get(w.F.ctx, w.Key, &sc); err != nil {
 			return err
 		}
 		st := &sc.Status
@@ -428,34 +476,34 @@ func (w *waiter) ready(what string, since time.Time, within time.Duration, match
 		return nil
 	})
 	readyAfter := time.Since(since)
-	w.served(what, since, nil)
-	if err := w.f.Hub.Client.Get(w.f.ctx, w.key, &sc); err != nil {
+	w.Served(what, since, nil)
+	if err := w.F.Hub.Client.Get(w.F.ctx, w.Key, &sc); err != nil {
 		t.Fatal(err)
 	}
-	w.f.logf("%s: Ready after %.1fs (%s)", what, readyAfter.Seconds(), placement(&sc))
+	w.F.Logf("%s: Ready after %.1fs (%s)", what, readyAfter.Seconds(), Placement(&sc))
 	return &sc
 }
 
-// served waits until every bucket is served and matches (nil: any), within
-// servedWithin from since, and logs when.
-func (w *waiter) served(what string, since time.Time, matches func(*ctrlmeshv1alpha1.ShardingConfig) bool) *ctrlmeshv1alpha1.ShardingConfig {
-	t := w.f.t
+// Served waits until every bucket is served and matches (nil: any), within
+// ServedWithin from since, and logs when.
+func (w *Waiter) Served(what string, since time.Time, matches func(*ctrlmeshv1alpha1.ShardingConfig) bool) *ctrlmeshv1alpha1.ShardingConfig {
+	t := w.F.t
 	t.Helper()
 	var sc ctrlmeshv1alpha1.ShardingConfig
-	env.Eventually(t, time.Until(since.Add(servedWithin)), what+": every bucket served", func() error {
-		if err := w.f.Hub.Client.Get(w.f.ctx, w.key, &sc); err != nil {
+	env.Eventually(t, time.Until(since.Add(ServedWithin)), what+": every bucket served", func() error {
+		if err := w.F.Hub.Client.Get(w.F.ctx, w.Key, &sc); err != nil {
 			return err
 		}
 		if matches != nil && !matches(&sc) {
-			return fmt.Errorf("placement %s", placement(&sc))
+			return fmt.Errorf("placement %s", Placement(&sc))
 		}
 		return partition(&sc)
 	})
-	w.f.logf("%s: every bucket served %.1fs after the start", what, time.Since(since).Seconds())
+	w.F.Logf("%s: every bucket served %.1fs after the start", what, time.Since(since).Seconds())
 	return &sc
 }
 
-// domainOf is the placement domain of a shard: its cluster in PerCluster
+// domainOf is the Placement domain of a shard: its cluster in PerCluster
 // scope, the whole fleet in Fleet scope.
 func domainOf(sc *ctrlmeshv1alpha1.ShardingConfig, p ctrlmeshv1alpha1.ShardPlacement) string {
 	if sc.Spec.Scope == ctrlmeshv1alpha1.ScopeFleet {
@@ -536,28 +584,28 @@ func owners(sc *ctrlmeshv1alpha1.ShardingConfig, domain, namespace string) []str
 	return byBucket
 }
 
-// checkReconciledBy waits until every object's reconciled-by annotation
+// CheckReconciledBy waits until every object's reconciled-by annotation
 // names a pod the placement gives its namespace to: what each operator pod
 // actually reconciled matches the hub's status. domain says which
-// placement domain an object of the given objects' cluster falls in.
-func (f *testFleet) checkReconciledBy(what string, sc *ctrlmeshv1alpha1.ShardingConfig, objects []clusterObjects, domain func(cluster string) string) {
+// Placement domain an object of the given objects' cluster falls in.
+func (f *Fleet) CheckReconciledBy(what string, sc *ctrlmeshv1alpha1.ShardingConfig, objects []ClusterObjects, domain func(cluster string) string) {
 	t := f.t
 	t.Helper()
 	start := time.Now()
-	env.Eventually(t, servedWithin, what+": objects reconciled by their owners", func() error {
+	env.Eventually(t, ServedWithin, what+": objects reconciled by their owners", func() error {
 		var wrong []string
 		for _, o := range objects {
 			var list corev1.ConfigMapList
-			if err := o.client.List(f.ctx, &list, client.MatchingLabels{operator.ManagedLabel: operator.ManagedValue}); err != nil {
+			if err := o.Client.List(f.ctx, &list, client.MatchingLabels{operator.ManagedLabel: operator.ManagedValue}); err != nil {
 				return err
 			}
-			if len(list.Items) != len(o.keys) {
-				return fmt.Errorf("%s: %d managed objects, want %d", o.cluster, len(list.Items), len(o.keys))
+			if len(list.Items) != len(o.Keys) {
+				return fmt.Errorf("%s: %d managed objects, want %d", o.Cluster, len(list.Items), len(o.Keys))
 			}
 			for _, cm := range list.Items {
-				want := owners(sc, domain(o.cluster), cm.Namespace)
+				want := owners(sc, domain(o.Cluster), cm.Namespace)
 				if got := cm.Annotations[operator.ReconciledByAnnotation]; !slices.Contains(want, got) {
-					wrong = append(wrong, fmt.Sprintf("%s %s/%s by %q, owners %v", o.cluster, cm.Namespace, cm.Name, got, want))
+					wrong = append(wrong, fmt.Sprintf("%s %s/%s by %q, owners %v", o.Cluster, cm.Namespace, cm.Name, got, want))
 				}
 			}
 		}
@@ -566,11 +614,11 @@ func (f *testFleet) checkReconciledBy(what string, sc *ctrlmeshv1alpha1.Sharding
 		}
 		return nil
 	})
-	f.logf("%s: every object reconciled by its owner after %.1fs", what, time.Since(start).Seconds())
+	f.Logf("%s: every object reconciled by its owner after %.1fs", what, time.Since(start).Seconds())
 }
 
-// placement is a one-line summary of the placement.
-func placement(sc *ctrlmeshv1alpha1.ShardingConfig) string {
+// Placement is a one-line summary of the placement.
+func Placement(sc *ctrlmeshv1alpha1.ShardingConfig) string {
 	var parts []string
 	for _, p := range sc.Status.Placement {
 		s := fmt.Sprintf("%s/%s:%s=%s", p.Cluster, p.Shard, strings.Join(p.Pods, "+"), p.Buckets)
@@ -580,4 +628,105 @@ func placement(sc *ctrlmeshv1alpha1.ShardingConfig) string {
 		parts = append(parts, s)
 	}
 	return strings.Join(parts, " ")
+}
+
+// Probe patches every object once (data key "probe" set to value), so that
+// each is reconciled at once by whichever pod serves it; ReconciledSince
+// then measures when that happened.
+func (f *Fleet) Probe(objects []ClusterObjects, value string) {
+	t := f.t
+	t.Helper()
+	start := time.Now()
+	patch := client.RawPatch("application/merge-patch+json", fmt.Appendf(nil, `{"data":{"probe":%q}}`, value))
+	var g errgroup.Group
+	g.SetLimit(8)
+	for _, o := range objects {
+		for _, key := range o.Keys {
+			g.Go(func() error {
+				if err := o.Client.Patch(f.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, patch); err != nil {
+					return fmt.Errorf("probing %s %s: %w", o.Cluster, key, err)
+				}
+				return nil
+			})
+		}
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	f.Logf("probe %q: every object patched in %.1fs", value, time.Since(start).Seconds())
+}
+
+// ReconciledSince waits, within of since, until every object has been
+// reconciled by its owner in sc's placement (a run that started at or after
+// since and found its object), reading the pods' records as they are
+// written. It returns the time from since until the last object's first
+// such run ended: how long the objects went unserved, at most. It logs it
+// as what's time to be served again. objectsCluster is as for Finish.
+func (f *Fleet) ReconciledSince(what string, since time.Time, within time.Duration, sc *ctrlmeshv1alpha1.ShardingConfig,
+	objects []ClusterObjects, objectsCluster func(podCluster string) string) time.Duration {
+	t := f.t
+	t.Helper()
+	var last time.Duration
+	env.Eventually(t, time.Until(since.Add(within)), what+": every object reconciled by its owner", func() error {
+		if err := f.Err(); err != nil {
+			return err
+		}
+		served, err := f.firstReconciles(since, sc, objectsCluster)
+		if err != nil {
+			return err
+		}
+		last = 0
+		var missing []string
+		for _, o := range objects {
+			for _, key := range o.Keys {
+				end, ok := served[o.Cluster+"/"+key.String()]
+				if !ok {
+					missing = append(missing, o.Cluster+" "+key.String())
+					continue
+				}
+				last = max(last, end.Sub(since))
+			}
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("%d objects not reconciled by their owner yet, such as %s", len(missing), missing[0])
+		}
+		return nil
+	})
+	f.Logf("%s: every object reconciled by its owner %.1fs after the start", what, last.Seconds())
+	return last
+}
+
+// firstReconciles reads the records so far and returns, by "<cluster>/<namespace>/<name>",
+// when the first run since since by an owner in sc that found its object
+// ended. A record being written may be cut short: the error says so and the
+// caller reads again.
+func (f *Fleet) firstReconciles(since time.Time, sc *ctrlmeshv1alpha1.ShardingConfig, objectsCluster func(string) string) (map[string]time.Time, error) {
+	files, err := filepath.Glob(filepath.Join(f.recordDir, "*.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	first := map[string]time.Time{}
+	for _, file := range files {
+		podCluster, _, _ := strings.Cut(filepath.Base(file), "--")
+		cluster := objectsCluster(podCluster)
+		domain := cluster
+		if sc.Spec.Scope == ctrlmeshv1alpha1.ScopeFleet {
+			domain = "fleet"
+		}
+		rs, err := operator.ReadRecordFile(file)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rs {
+			if r.Start.Before(since) || (r.Outcome != operator.OutcomeWritten && r.Outcome != operator.OutcomeUnchanged) ||
+				!slices.Contains(owners(sc, domain, r.Namespace), r.Pod) {
+				continue
+			}
+			key := cluster + "/" + r.Namespace + "/" + r.Name
+			if at, ok := first[key]; !ok || r.End.Before(at) {
+				first[key] = r.End
+			}
+		}
+	}
+	return first, nil
 }
