@@ -59,13 +59,14 @@ type Reconciler struct {
 	// also refused when a label selector cannot state a shard's ownership;
 	// empty checks as range mode, which refuses only what both modes refuse.
 	Mode rules.Mode
-	// Clock is the agent's clock, which a shard lease's expiry (renewTime
-	// plus duration, written by the holder's clock) is judged by. Default:
-	// the real clock.
+	// Clock is the agent's clock, by which a shard lease's expiry is
+	// judged: its duration after the agent saw it renewed (see renewals).
+	// Default: the real clock.
 	Clock clock.PassiveClock
 
 	client   client.Client
 	recorder record.EventRecorder
+	renewals *renewals
 	scopes   rules.Scopes
 }
 
@@ -75,6 +76,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
+	r.renewals = newRenewals(r.Clock)
 	r.client = mgr.GetClient()
 	r.recorder = mgr.GetEventRecorderFor(ControllerName)
 	// The proxies build the same scope lookup over discovery (proxy/run.go).
@@ -83,7 +85,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named(ControllerName).
 		For(&ctrlmeshv1alpha1.ShardRoute{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.routesSelecting), builder.WithPredicates(podChanged)).
-		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.routesLockedBy), builder.WithPredicates(leaseChanged(r.Clock))).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.routesLockedBy), builder.WithPredicates(leaseChanged(r.renewals))).
 		Complete(r)
 }
 
@@ -110,7 +112,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	candidates, others := podStatuses(&route, pods.Items)
 	status.Pods = mergeByName(candidates, others)
 	var nextExpiry time.Time
-	status.Leaders, nextExpiry = leaders(leases, candidates, r.Clock.Now())
+	status.Leaders, nextExpiry = leaders(leases, candidates, r.Clock.Now(), r.renewals.expiry)
 	refusal, err := r.recheckRules(&route)
 	if refusal != nil {
 		meta.SetStatusCondition(&status.Conditions, *refusal)
