@@ -63,7 +63,8 @@ type scenario struct {
 	touching       *fleettest.Toucher
 	phases         []fleettest.Phase
 	// healed is each fault's measured time to heal, for the summary.
-	healed []string
+	healed   []string
+	finished bool
 }
 
 // startScenario starts the fleet with relays, in Fleet scope (the objects
@@ -82,6 +83,9 @@ func startScenario(t *testing.T, scope ctrlmeshv1alpha1.ShardingScope) *scenario
 		opts.MemberFeatureGates = []string{controlplane.FeatureShardedListAndWatch}
 	}
 	s := &scenario{Fleet: fleettest.StartFleet(t, ctx, opts), t: t, ctx: ctx}
+	// A pod whose proxy stops serving it loses its leader election and its
+	// operator exits; the kubelet would start it again.
+	s.RestartOperators = true
 	for _, m := range []string{member1, member2} {
 		for i := range 2 {
 			s.AddPod(m, fmt.Sprintf("%s-%d", m, i), fleetScope, nil)
@@ -106,7 +110,13 @@ func startScenario(t *testing.T, scope ctrlmeshv1alpha1.ShardingScope) *scenario
 	})
 	s.CheckReconciledBy("initial placement", got, s.objects, s.domain)
 	s.touching = fleettest.StartTouching(ctx, s.objects)
-	t.Cleanup(func() { s.touching.Stop() })
+	// A test that failed on the way still checks and counts the records:
+	// the overlaps are the suite's first measure.
+	t.Cleanup(func() {
+		if !s.finished {
+			s.finish()
+		}
+	})
 	s.phases = []fleettest.Phase{{Name: "steady", Start: time.Now()}}
 	time.Sleep(2 * time.Second)
 	// The probe's own reconciles take a while, fault or not: the baseline
@@ -144,13 +154,15 @@ func (s *scenario) servedAgain(what string, since time.Time, bound time.Duration
 // finish stops the fleet, checks the records and logs the summary line.
 func (s *scenario) finish() {
 	s.t.Helper()
+	s.finished = true
+	restarts := s.OperatorRestarts()
 	counts := s.Finish(s.touching, s.phases, s.objectsCluster)
 	byPhase := make([]string, len(counts.ByPhase))
 	for i, p := range counts.ByPhase {
 		byPhase[i] = fmt.Sprintf("%s %d", p.Phase, p.Reconciles)
 	}
-	s.t.Logf("chaos summary: %s: healed: %s; reconciles %d (%s); overlaps %d", s.t.Name(),
-		strings.Join(s.healed, ", "), counts.Reconciles, strings.Join(byPhase, ", "), counts.Overlaps)
+	s.t.Logf("chaos summary: %s: healed: %s; reconciles %d (%s); operator restarts %v; overlaps %d", s.t.Name(),
+		strings.Join(s.healed, ", "), counts.Reconciles, strings.Join(byPhase, ", "), restarts, counts.Overlaps)
 }
 
 // TestMemberCutOffFromHub cuts member2's agent off the hub (its relay drops
@@ -254,7 +266,7 @@ func TestAgentClockSkew(t *testing.T) {
 	failedOver := s.w.Ready("pod kill (skewed)", t2, fleettest.FailoverBound, func(sc *ctrlmeshv1alpha1.ShardingConfig) bool {
 		return !fleettest.Placed(sc, victim)
 	})
-	s.servedAgain("pod kill", t2, fleettest.FailoverBound+5*time.Second, failedOver)
+	s.servedAgain("pod kill", t2, fleettest.ServedWithin, failedOver)
 	s.CheckReconciledBy("the end", failedOver, s.objects, s.domain)
 	s.finish()
 }
@@ -313,12 +325,14 @@ func TestHubKilledMidHandover(t *testing.T) {
 	added := member1 + "-2"
 	t0 := s.fault("hub killed mid-handover")
 	s.AddPod(member1, added, false, nil)
+	var during ctrlmeshv1alpha1.ShardingConfig
 	env.Eventually(t, fleettest.ReadyWithin, "a handover under way", func() error {
 		var sc ctrlmeshv1alpha1.ShardingConfig
 		if err := s.Hub.Client.Get(s.ctx, s.w.Key, &sc); err != nil {
 			return err
 		}
 		if handingOver(&sc) {
+			during = sc
 			return nil
 		}
 		if fleettest.Placed(&sc, added) {
@@ -327,7 +341,8 @@ func TestHubKilledMidHandover(t *testing.T) {
 		return fmt.Errorf("no handover yet: %s", fleettest.Placement(&sc))
 	})
 	killed := time.Now()
-	s.Logf("handover under way after %.1fs: killing the hub", killed.Sub(t0).Seconds())
+	s.Logf("handover under way after %.1fs (%d of %d shards ready: %s): killing the hub", killed.Sub(t0).Seconds(),
+		during.Status.ReadyShards, during.Status.Shards, fleettest.Placement(&during))
 	if err := s.StopHub(); err != nil {
 		t.Fatal(err)
 	}

@@ -124,9 +124,12 @@ func buildBinaries(dir string) error {
 // the demo operator's pods, each recording its reconciles.
 type Fleet struct {
 	*localfleet.Fleet
-	t       *testing.T
-	ctx     context.Context
-	started time.Time
+	// RestartOperators makes AddPod's pods run their operator again when
+	// it exits (localfleet.PodSpec.RestartOperator).
+	RestartOperators bool
+	t                *testing.T
+	ctx              context.Context
+	started          time.Time
 	// recordDir holds one record file per pod, <cluster>--<pod>.jsonl.
 	recordDir string
 	pods      map[string]*localfleet.Pod
@@ -205,6 +208,7 @@ func (f *Fleet) AddPod(cluster, name string, objectsOnHub bool, extraLabels map[
 	}
 	p, err := f.StartPod(f.ctx, localfleet.PodSpec{
 		Cluster: cluster, Namespace: OpNamespace, Name: name, Labels: labels, RulesName: OpName, ObjectsOnHub: objectsOnHub,
+		RestartOperator: f.RestartOperators,
 		OperatorArgs: []string{
 			"--record-file=" + filepath.Join(f.recordDir, cluster+"--"+name+".jsonl"),
 			"--reconcile-delay=" + reconcileDelay.String(),
@@ -218,6 +222,18 @@ func (f *Fleet) AddPod(cluster, name string, objectsOnHub bool, extraLabels map[
 
 // Pod is the pod AddPod started as name.
 func (f *Fleet) Pod(name string) *localfleet.Pod { return f.pods[name] }
+
+// OperatorRestarts are the pods whose operator ran again after exiting
+// (RestartOperators), with how often.
+func (f *Fleet) OperatorRestarts() map[string]int {
+	out := map[string]int{}
+	for name, p := range f.pods {
+		if n := p.OperatorRestarts(); n > 0 {
+			out[name] = n
+		}
+	}
+	return out
+}
 
 // Kill crashes the pod AddPod started as name (localfleet's KillPod).
 func (f *Fleet) Kill(name string) {

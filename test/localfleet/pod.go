@@ -51,6 +51,11 @@ type PodSpec struct {
 	// The proxy still takes its rules from the member and keeps the shard
 	// locks there, where the member's agent reports the shard leaders.
 	ObjectsOnHub bool
+	// RestartOperator runs the demo operator again whenever it exits, as a
+	// kubelet would (restartPolicy Always): an operator exits when it loses
+	// its leader election, which a proxy that stopped serving it causes.
+	// Without it, such an exit is an error of the fleet (Err).
+	RestartOperator bool
 	// OperatorArgs are added to the demo operator's flags, such as
 	// --record-file or --reconcile-delay.
 	OperatorArgs []string
@@ -131,7 +136,7 @@ func (f *Fleet) StartPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 	proxyArgs := []string{"--pod-name=" + spec.Name, "--pod-namespace=" + spec.Namespace, "--rules-name=" + spec.RulesName,
 		"--upstream-kubeconfig=" + upstream, "--rules-kubeconfig=" + rulesFrom, fmt.Sprintf("--listen-address=127.0.0.1:%d", port),
 		"--health-address=", "--operator-kubeconfig=" + operatorKubeconfig}
-	proxy, err := startProcess(spec.Name+" proxy", logPrefix+"-proxy.log", filepath.Join(f.binDir, proxyBinary), proxyArgs...)
+	proxy, err := startProcess(spec.Name+" proxy", logPrefix+"-proxy.log", false, filepath.Join(f.binDir, proxyBinary), proxyArgs...)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +151,7 @@ func (f *Fleet) StartPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 	args := append([]string{"--kubeconfig=" + operatorKubeconfig, "--pod-name=" + spec.Name, "--leader-election-namespace=" + spec.Namespace,
 		"--webhook-port=0", "--health-addr=0", "--metrics-addr=0"}, operatorLeaderElectionFlags...)
 	args = append(args, spec.OperatorArgs...)
-	operator, err := startProcess(spec.Name+" operator", logPrefix+"-operator.log", filepath.Join(f.binDir, operatorBinary), args...)
+	operator, err := startProcess(spec.Name+" operator", logPrefix+"-operator.log", spec.RestartOperator, filepath.Join(f.binDir, operatorBinary), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -156,11 +161,15 @@ func (f *Fleet) StartPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 
 // OperatorPID is the process ID of the pod's demo operator, for reading its
 // memory use.
-func (p *Pod) OperatorPID() int { return p.operator.cmd.Process.Pid }
+func (p *Pod) OperatorPID() int { return p.operator.pid() }
 
 // ProxyPID is the process ID of the pod's ctrlmesh-proxy, for reading its
 // memory use.
-func (p *Pod) ProxyPID() int { return p.proxy.cmd.Process.Pid }
+func (p *Pod) ProxyPID() int { return p.proxy.pid() }
+
+// OperatorRestarts counts how often the demo operator ran again after
+// exiting (PodSpec.RestartOperator).
+func (p *Pod) OperatorRestarts() int { return p.operator.restarts() }
 
 // setProcesses records the pod's processes, which Err reads.
 func (f *Fleet) setProcesses(p *Pod, proxy, operator *process) {
