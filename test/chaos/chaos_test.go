@@ -213,6 +213,12 @@ func TestMemberDeselected(t *testing.T) {
 	if err := s.Hub.Client.Update(s.ctx, &sc); err != nil {
 		t.Fatal(err)
 	}
+	// Every object changes again and again while the buckets move, so that
+	// a moment in which member2's pods still serve what member1's already
+	// serve shows as overlapping reconciles.
+	for i := 0; time.Since(t0) < handoverStorm; i++ {
+		s.Probe(s.objects, fmt.Sprintf("deselected-storm-%d", i))
+	}
 	moved := s.w.Ready("member2 deselected", t0, fleettest.ReadyWithin, func(sc *ctrlmeshv1alpha1.ShardingConfig) bool {
 		return !fleettest.ServesIn(sc, member2)
 	})
@@ -223,6 +229,11 @@ func TestMemberDeselected(t *testing.T) {
 	time.Sleep(10 * time.Second)
 	s.finish()
 }
+
+// handoverStorm is how long TestMemberDeselected keeps changing every
+// object after the fault: longer than the hub takes to move the buckets
+// and member2's proxies to give them up.
+const handoverStorm = 4 * time.Second
 
 // clockSkew is how far the agents' clocks are set off: member1's ahead,
 // member2's behind.
