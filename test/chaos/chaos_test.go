@@ -199,10 +199,15 @@ func TestMemberCutOffFromHub(t *testing.T) {
 
 // TestMemberDeselected takes member2 out of spec.clusters in Fleet scope
 // while its pods keep running: its buckets go to member1's pods, which must
-// not start serving them before member2's pods stopped.
+// not start serving them before member2's pods stopped. member2's link to
+// the hub is slow (what the hub sends arrives deselectionLag late), as a
+// member's may be: the hub must not count on hearing from it soon.
 func TestMemberDeselected(t *testing.T) {
 	full(t)
 	s := startScenario(t, ctrlmeshv1alpha1.ScopeFleet)
+	if err := s.AgentHubRelay(member2).DelayResponses(deselectionLag); err != nil {
+		t.Fatal(err)
+	}
 
 	t0 := s.fault("member2 deselected")
 	var sc ctrlmeshv1alpha1.ShardingConfig
@@ -229,6 +234,11 @@ func TestMemberDeselected(t *testing.T) {
 	time.Sleep(10 * time.Second)
 	s.finish()
 }
+
+// deselectionLag is how late member2's agent hears from the hub in
+// TestMemberDeselected: well within its heartbeat lease (its renewals' writes
+// are not delayed), so that member2 stays available.
+const deselectionLag = 1500 * time.Millisecond
 
 // handoverStorm is how long TestMemberDeselected keeps changing every
 // object after the fault: longer than the hub takes to move the buckets

@@ -25,9 +25,6 @@ type Relay struct {
 	// Name says which link it carries, such as "agent member2 -> hub".
 	Name  string
 	proxy *toxiproxy.Proxy
-
-	mu  sync.Mutex
-	cut bool
 }
 
 // relayServer holds the relays' toxic collections; its HTTP API is never
@@ -64,40 +61,38 @@ func (r *Relay) Addr() string {
 	return r.proxy.Listen
 }
 
-// The toxics of a cut: one per direction.
-var cutToxics = []string{"cut-upstream", "cut-downstream"}
-
 // Cut partitions the link: connections stay open and new ones are
 // accepted, but no byte passes either way (toxiproxy's timeout toxic with no
 // timeout), as when a network drops the packets. Clients notice only by
 // their own timeouts. Heal ends it.
 func (r *Relay) Cut() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cut {
-		return nil
-	}
-	for _, name := range cutToxics {
-		stream := strings.TrimPrefix(name, "cut-")
-		toxic := fmt.Sprintf(`{"name":%q,"type":"timeout","stream":%q,"toxicity":1,"attributes":{"timeout":0}}`, name, stream)
-		if _, err := r.proxy.Toxics.AddToxicJson(strings.NewReader(toxic)); err != nil {
-			return fmt.Errorf("localfleet: cutting relay %s: %w", r.Name, err)
+	for _, stream := range []string{"upstream", "downstream"} {
+		if err := r.addToxic(fmt.Sprintf(`{"name":"cut-%s","type":"timeout","stream":%q,"toxicity":1,"attributes":{"timeout":0}}`, stream, stream)); err != nil {
+			return err
 		}
 	}
-	r.cut = true
 	return nil
 }
 
-// Heal ends a Cut. Connections that lost bytes meanwhile break (their TLS
-// records no longer line up) and the clients dial again.
-func (r *Relay) Heal() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.cut {
-		return
+// DelayResponses delays every byte from the server to its clients by
+// latency (toxiproxy's latency toxic downstream): responses and watch events
+// arrive late, requests on time, as over a slow link. Heal ends it.
+func (r *Relay) DelayResponses(latency time.Duration) error {
+	return r.addToxic(fmt.Sprintf(`{"name":"delay","type":"latency","stream":"downstream","toxicity":1,"attributes":{"latency":%d}}`, latency.Milliseconds()))
+}
+
+func (r *Relay) addToxic(toxic string) error {
+	if _, err := r.proxy.Toxics.AddToxicJson(strings.NewReader(toxic)); err != nil {
+		return fmt.Errorf("localfleet: relay %s: adding toxic %s: %w", r.Name, toxic, err)
 	}
+	return nil
+}
+
+// Heal ends a Cut or a DelayResponses. Connections that lost bytes
+// meanwhile break (their TLS records no longer line up) and the clients
+// dial again.
+func (r *Relay) Heal() {
 	r.proxy.Toxics.ResetToxics(context.Background())
-	r.cut = false
 }
 
 // Drop closes every connection through the relay and refuses new ones for
