@@ -88,6 +88,13 @@ $(HELM_STAMP):
 test: tools ## Unit, fuzz-seed and envtest suites against real API servers, with -race.
 	CTRLMESH_TEST_ASSETS=$(BIN) $(GO) test -race -count=1 -timeout 20m ./...
 
+# The chaos suite (test/chaos) in full; make test runs its short part (with
+# -race). Without -race here: its bounds are timings, and the race detector's
+# slowdown on 2 cores is no fleet's.
+.PHONY: test-chaos
+test-chaos: tools ## Chaos suite on the local fleet: partition, deselection, clock skew, API server restart, hub killed mid-handover.
+	CTRLMESH_TEST_ASSETS=$(BIN) CTRLMESH_CHAOS=full $(GO) test -count=1 -timeout 30m -v ./test/chaos
+
 # Every fuzz target, as package:Target. Their seed corpora also run in make test.
 FUZZ_TARGETS := \
 	./pkg/sharding:FuzzParseSet ./pkg/sharding:FuzzShardSelector \

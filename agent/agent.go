@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -68,6 +69,10 @@ type Options struct {
 	Identity string
 	// LeaseDuration and RenewInterval of the heartbeat; zero for defaults.
 	LeaseDuration, RenewInterval time.Duration
+	// Clock is the agent's clock: the heartbeat's renewTime and the judging
+	// of shard leases' expiry read it. Nil for the real clock; the local
+	// fleet's chaos tests skew it, as a member node's clock may be.
+	Clock clock.PassiveClock
 	// ApplyWorks selects standalone mode: the agent applies the Works of its
 	// execution namespace on the hub itself. False is Karmada mode: Karmada's
 	// controllers apply them, and the agent only reads the ShardRoutes.
@@ -198,7 +203,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	heartbeat := &membership.Heartbeat{
 		Hub: hub, ClusterName: opts.ClusterName, Identity: opts.Identity,
-		LeaseDuration: opts.LeaseDuration, RenewInterval: opts.RenewInterval, Witness: renewals.Collect,
+		LeaseDuration: opts.LeaseDuration, RenewInterval: opts.RenewInterval, Witness: renewals.Collect, Clock: opts.Clock,
 		Log: opts.Log.WithName("heartbeat"),
 	}
 	if err := mgr.Add(&hubMembership{
@@ -208,7 +213,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 
 	// Rules out: the status of every ShardRoute.
-	if err := (&routestatus.Reconciler{Mode: mode}).SetupWithManager(mgr); err != nil {
+	if err := (&routestatus.Reconciler{Mode: mode, Clock: opts.Clock}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := labeler.AddToManager(mgr, labeler.ManagerOptions{

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -73,7 +75,7 @@ func startAgent(ctx context.Context, cluster *env.Cluster) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := (&routestatus.Reconciler{}).SetupWithManager(mgr); err != nil {
+	if err := (&routestatus.Reconciler{Clock: agentClock}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	mgrCtx, cancel := context.WithCancel(context.Background())
@@ -85,3 +87,13 @@ func startAgent(ctx context.Context, cluster *env.Cluster) (func(), error) {
 	})
 	return func() { cancel(); wg.Wait() }, nil
 }
+
+// agentClock is the controller's clock, which a test may set off the real
+// one, as an agent's node clock may be.
+var agentClock = &skewedClock{}
+
+type skewedClock struct{ skew atomic.Int64 }
+
+func (c *skewedClock) set(skew time.Duration)          { c.skew.Store(int64(skew)) }
+func (c *skewedClock) Now() time.Time                  { return time.Now().Add(time.Duration(c.skew.Load())) }
+func (c *skewedClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }

@@ -38,6 +38,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -58,15 +59,24 @@ type Reconciler struct {
 	// also refused when a label selector cannot state a shard's ownership;
 	// empty checks as range mode, which refuses only what both modes refuse.
 	Mode rules.Mode
+	// Clock is the agent's clock, by which a shard lease's expiry is
+	// judged: its duration after the agent saw it renewed (see renewals).
+	// Default: the real clock.
+	Clock clock.PassiveClock
 
 	client   client.Client
 	recorder record.EventRecorder
+	renewals *renewals
 	scopes   rules.Scopes
 }
 
 // SetupWithManager registers the controller with mgr. It runs only on the
 // elected leader when mgr has leader election on.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	r.renewals = newRenewals(r.Clock)
 	r.client = mgr.GetClient()
 	r.recorder = mgr.GetEventRecorderFor(ControllerName)
 	// The proxies build the same scope lookup over discovery (proxy/run.go).
@@ -75,7 +85,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named(ControllerName).
 		For(&ctrlmeshv1alpha1.ShardRoute{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.routesSelecting), builder.WithPredicates(podChanged)).
-		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.routesLockedBy), builder.WithPredicates(leaseChanged)).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.routesLockedBy), builder.WithPredicates(leaseChanged(r.renewals))).
 		Complete(r)
 }
 
@@ -102,7 +112,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	candidates, others := podStatuses(&route, pods.Items)
 	status.Pods = mergeByName(candidates, others)
 	var nextExpiry time.Time
-	status.Leaders, nextExpiry = leaders(leases, candidates, time.Now())
+	status.Leaders, nextExpiry = leaders(leases, candidates, r.Clock.Now(), r.renewals.expiry)
 	refusal, err := r.recheckRules(&route)
 	if refusal != nil {
 		meta.SetStatusCondition(&status.Conditions, *refusal)
@@ -112,7 +122,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	result := ctrl.Result{}
 	if !nextExpiry.IsZero() {
 		// Come back once, just after the lease runs out unless renewed.
-		result.RequeueAfter = time.Until(nextExpiry) + time.Millisecond
+		result.RequeueAfter = nextExpiry.Sub(r.Clock.Now()) + time.Millisecond
 	}
 	if err != nil {
 		// Discovery failed: the rules are neither good nor refused yet.

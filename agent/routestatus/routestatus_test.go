@@ -166,6 +166,51 @@ func TestLeaders(t *testing.T) {
 	})
 }
 
+// TestLeadersByTheAgentsClock: a shard lease's expiry is judged from when
+// the agent saw it renewed, not from its renewTime, which the holder's clock
+// wrote: with the agent's clock a minute ahead, a renewed lease keeps its
+// leader; a minute behind, an unrenewed one loses its leader at expiry.
+func TestLeadersByTheAgentsClock(t *testing.T) {
+	for name, skew := range map[string]time.Duration{"ahead": time.Minute, "behind": -time.Minute} {
+		t.Run(name, func(t *testing.T) {
+			agentClock.set(skew)
+			defer agentClock.set(0)
+			ns := namespace(t)
+			route := newRoute(ns, "h1", 1)
+			route.Spec.Controller = &ctrlmeshv1alpha1.ControllerConfig{LeaderElectionName: "op-lock"}
+			route.Spec.Shards = []ctrlmeshv1alpha1.RouteShard{{ID: "s0", Buckets: "0-15"}, {ID: "s1", Buckets: "16-31"}}
+			create(t, route)
+			renewed := lease(ns, "op-lock---s0", "renewer", 2*time.Second)
+			create(t, renewed)
+			renewCtx, stopRenewing := context.WithCancel(t.Context())
+			defer stopRenewing()
+			go func() {
+				for {
+					select {
+					case <-renewCtx.Done():
+						return
+					case <-time.After(500 * time.Millisecond):
+					}
+					renewed.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+					if err := admin.Update(renewCtx, renewed); err != nil {
+						return
+					}
+				}
+			}()
+			create(t, lease(ns, "op-lock---s1", "gone", 3*time.Second))
+
+			waitFor(t, route, "s0's leader, s1's gone at expiry", func(r *ctrlmeshv1alpha1.ShardRoute) bool {
+				return fmt.Sprint(r.Status.Leaders) == "[{s0 renewer}]"
+			})
+			// Several of s0's lease durations later, its leader stands.
+			time.Sleep(5 * time.Second)
+			if got := getRoute(t, route); fmt.Sprint(got.Status.Leaders) != "[{s0 renewer}]" {
+				t.Fatalf("leaders %v, want s0's renewed leader only", got.Status.Leaders)
+			}
+		})
+	}
+}
+
 // TestInvalidRules: rules a proxy would refuse make RulesApplied False with
 // the proxy's error, and a Warning Event on the route; good rules again
 // make it True.
@@ -260,10 +305,11 @@ func newRoute(ns, hash string, generation int64) *ctrlmeshv1alpha1.ShardRoute {
 
 // namespace creates a namespace of the test's own. Envtest runs no
 // namespace controller, so namespaces are never cleaned up: each gets a
-// generated name, and the tests also pass with -count above 1.
+// generated name (of the test's, a subtest's "/" as "-"), and the tests
+// also pass with -count above 1.
 func namespace(t *testing.T) string {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: strings.ToLower(t.Name()) + "-"}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")) + "-"}}
 	create(t, ns)
 	return ns.Name
 }

@@ -97,8 +97,10 @@ func shardLockName(route *ctrlmeshv1alpha1.ShardRoute, shard string) string {
 // leaders returns the holder of every shard's unexpired lease — the
 // shards of the spec and any other whose renamed lock exists — sorted by
 // shard, and the earliest time one of those leases expires unless renewed
-// (zero when none will).
-func leaders(leases map[string]*coordinationv1.Lease, candidates []ctrlmeshv1alpha1.PodRouteStatus, now time.Time) ([]ctrlmeshv1alpha1.ShardLeader, time.Time) {
+// (zero when none will). expiry says when a lease expires, false for
+// never.
+func leaders(leases map[string]*coordinationv1.Lease, candidates []ctrlmeshv1alpha1.PodRouteStatus, now time.Time,
+	expiry func(*coordinationv1.Lease) (time.Time, bool)) ([]ctrlmeshv1alpha1.ShardLeader, time.Time) {
 	var out []ctrlmeshv1alpha1.ShardLeader
 	var nextExpiry time.Time
 	for _, shard := range slices.Sorted(maps.Keys(leases)) {

@@ -3,7 +3,6 @@ package routestatus
 import (
 	"context"
 	"strings"
-	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -114,34 +113,37 @@ var podChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		isReady(before) != isReady(after)
 }}
 
-// leaseChanged passes lease updates that can change a status. A holder
-// renews its lease every few seconds; renewing a live lease changes no
-// leader, and the reconcile queued for the lease's old expiry time finds it
-// renewed. Renewing an expired lease brings its holder back.
-var leaseChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-	before, okBefore := e.ObjectOld.(*coordinationv1.Lease)
-	after, okAfter := e.ObjectNew.(*coordinationv1.Lease)
-	if !okBefore || !okAfter {
-		return true
+// leaseChanged records every lease event in renewals, and passes those
+// that can change a status. A holder renews its lease every few seconds;
+// renewing a live lease changes no leader, and the reconcile queued for the
+// lease's old expiry time finds it renewed. Renewing an expired lease brings
+// its holder back.
+func leaseChanged(renewals *renewals) predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc: func(e event.CreateEvent) bool {
+			if lease, ok := e.Object.(*coordinationv1.Lease); ok {
+				renewals.observe(lease)
+			}
+			return true
+		},
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			before, okBefore := e.ObjectOld.(*coordinationv1.Lease)
+			after, okAfter := e.ObjectNew.(*coordinationv1.Lease)
+			if !okBefore || !okAfter {
+				return true
+			}
+			expiredBefore := renewals.expired(before)
+			renewals.observe(after)
+			return expiredBefore || !equality.Semantic.DeepEqual(before.Spec.HolderIdentity, after.Spec.HolderIdentity) ||
+				!equality.Semantic.DeepEqual(before.Spec.LeaseDurationSeconds, after.Spec.LeaseDurationSeconds)
+		},
+		DeleteFunc: func(e event.DeleteEvent) bool {
+			if lease, ok := e.Object.(*coordinationv1.Lease); ok {
+				renewals.forget(lease)
+			}
+			return true
+		},
 	}
-	return !equality.Semantic.DeepEqual(before.Spec.HolderIdentity, after.Spec.HolderIdentity) ||
-		!equality.Semantic.DeepEqual(before.Spec.LeaseDurationSeconds, after.Spec.LeaseDurationSeconds) ||
-		expired(before, time.Now())
-}}
-
-// expiry is when the lease runs out unless renewed; false when the lease does
-// not say when it was renewed or for how long, so that its holder stands.
-func expiry(lease *coordinationv1.Lease) (time.Time, bool) {
-	spec := lease.Spec
-	if spec.RenewTime == nil || spec.LeaseDurationSeconds == nil {
-		return time.Time{}, false
-	}
-	return spec.RenewTime.Add(time.Duration(*spec.LeaseDurationSeconds) * time.Second), true
-}
-
-func expired(lease *coordinationv1.Lease, now time.Time) bool {
-	at, ok := expiry(lease)
-	return ok && !at.After(now)
 }
 
 // routesSelecting maps a pod to the routes of its namespace that select it.

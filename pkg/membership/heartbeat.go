@@ -11,6 +11,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -50,6 +51,10 @@ type Heartbeat struct {
 	// is then known to precede a renewal the hub observes (the agent grants
 	// the proxies' rule renewals so).
 	Witness func(ctx context.Context) (renewed func(ctx context.Context))
+	// Clock gives the renewTime written: the agent's clock, which may be
+	// off the hub's (the hub judges freshness by when it saw a renewal, not
+	// by renewTime). Default: the real clock.
+	Clock clock.PassiveClock
 	// Log receives the start, each new failure (a failure repeating the
 	// previous one only at V(1)) and the first renewal after failures.
 	// Renewals that succeed as expected log nothing above V(1).
@@ -88,6 +93,13 @@ func (h *Heartbeat) settings() (leaseDuration, interval time.Duration, err error
 		return 0, 0, fmt.Errorf("join: renew interval %s is not shorter than the lease duration %s", interval, leaseDuration)
 	}
 	return leaseDuration, interval, nil
+}
+
+func (h *Heartbeat) now() time.Time {
+	if h.Clock == nil {
+		return time.Now()
+	}
+	return h.Clock.Now()
 }
 
 // Run renews the Lease at once and then every RenewInterval until ctx ends,
@@ -152,7 +164,7 @@ func (h *Heartbeat) Renew(ctx context.Context) error {
 	var lease coordinationv1.Lease
 	err = h.Hub.Get(ctx, key, &lease)
 	if apierrors.IsNotFound(err) {
-		t := metav1.NewMicroTime(time.Now())
+		t := metav1.NewMicroTime(h.now())
 		lease = coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
 			Spec: coordinationv1.LeaseSpec{
@@ -170,7 +182,7 @@ func (h *Heartbeat) Renew(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("join: reading the heartbeat lease %s: %w", key, err)
 	}
-	t := metav1.NewMicroTime(time.Now())
+	t := metav1.NewMicroTime(h.now())
 	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != h.Identity {
 		lease.Spec.HolderIdentity = ptr.To(h.Identity)
 		lease.Spec.AcquireTime = &t

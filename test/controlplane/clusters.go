@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -160,7 +162,15 @@ func startCluster(spec Spec, assets string, crdDirs []string, timeout time.Durat
 		ControlPlaneStartTimeout: timeout,
 		ControlPlaneStopTimeout:  time.Minute,
 	}
-	args := te.ControlPlane.GetAPIServer().Configure()
+	apiServer := te.ControlPlane.GetAPIServer()
+	// A directory of our own for the API server's certificates (envtest
+	// would make a temporary one and drop it on stop), so that
+	// RestartAPIServer brings it back with the same serving certificate.
+	apiServer.CertDir = filepath.Join(workDir, spec.Name+"-apiserver")
+	if err := os.MkdirAll(apiServer.CertDir, 0o700); err != nil {
+		return nil, fmt.Errorf("clusters: %w", err)
+	}
+	args := apiServer.Configure()
 	if len(spec.FeatureGates) > 0 {
 		gates := make([]string, len(spec.FeatureGates))
 		for i, g := range spec.FeatureGates {
@@ -186,6 +196,57 @@ func startCluster(spec Spec, assets string, crdDirs []string, timeout time.Durat
 		return nil, errors.Join(fmt.Errorf("clusters: client for cluster %q: %w", spec.Name, err), te.Stop())
 	}
 	return c, nil
+}
+
+// RestartAPIServer kills the cluster's kube-apiserver, as a crash would, and
+// starts it again on the same port with the same certificates, users and
+// etcd (so the same objects): its clients see their connections and watches
+// end, their requests refused, then served again. A graceful stop would
+// wait up to a minute for the watches to drain.
+func (c *Cluster) RestartAPIServer() error {
+	apiServer := c.env.ControlPlane.APIServer
+	pid, err := processWithArg("--cert-dir=" + apiServer.CertDir)
+	if err != nil {
+		return fmt.Errorf("clusters: the API server of %q: %w", c.Name, err)
+	}
+	p, err := os.FindProcess(pid)
+	if err == nil {
+		err = p.Kill()
+	}
+	if err != nil {
+		return fmt.Errorf("clusters: killing the API server of %q: %w", c.Name, err)
+	}
+	// Stop returns once the process has exited.
+	if err := apiServer.Stop(); err != nil {
+		return fmt.Errorf("clusters: stopping the API server of %q: %w", c.Name, err)
+	}
+	if err := apiServer.Start(); err != nil {
+		return fmt.Errorf("clusters: starting the API server of %q again: %w", c.Name, err)
+	}
+	return nil
+}
+
+// processWithArg finds the process of this user that has arg among its
+// command-line arguments, on Linux (/proc).
+func processWithArg(arg string) (int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, fmt.Errorf("finding the process with %s: %w", arg, err)
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if slices.Contains(strings.Split(string(cmdline), "\x00"), arg) {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no process with %s", arg)
 }
 
 // AddUser returns a client config for a new user of the cluster, with

@@ -11,6 +11,7 @@ import (
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/test/controlplane"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
+	"github.com/ctrlmesh/ctrlmesh/test/fleettest"
 	"github.com/ctrlmesh/ctrlmesh/test/localfleet"
 )
 
@@ -29,50 +30,43 @@ func TestFleetScope(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	f := startFleet(t, ctx, localfleet.Options{Members: []string{member1, member2},
+	f := fleettest.StartFleet(t, ctx, localfleet.Options{Members: []string{member1, member2},
 		HubFeatureGates: []string{controlplane.FeatureShardedListAndWatch}})
+	// An operator whose proxy stops serving loses its leader election and
+	// exits; the kubelet would start it again.
+	f.RestartOperators = true
 	for _, m := range []string{member1, member2} {
 		for i := range 2 {
-			f.startPod(m, fmt.Sprintf("%s-%d", m, i), true, nil)
+			f.AddPod(m, fmt.Sprintf("%s-%d", m, i), true, nil)
 		}
 	}
-	objects := []clusterObjects{{cluster: localfleet.HubName, client: f.Hub.Client, keys: managedObjects(t, ctx, f.Hub.Client)}}
+	objects := []fleettest.ClusterObjects{{Cluster: localfleet.HubName, Client: f.Hub.Client, Keys: fleettest.ManagedObjects(t, ctx, f.Hub.Client)}}
 	fleetDomain := func(string) string { return "fleet" }
 
-	sc := shardingConfig(ctrlmeshv1alpha1.ScopeFleet)
+	sc := fleettest.ShardingConfig(ctrlmeshv1alpha1.ScopeFleet)
 	env.Create(t, ctx, f.Hub.Client, sc)
-	w := &waiter{f: f, key: client.ObjectKeyFromObject(sc)}
+	w := &fleettest.Waiter{F: f, Key: client.ObjectKeyFromObject(sc)}
 	// Ready may come before the second member's agent reported its pods;
 	// the placement then spreads over both.
-	got := w.ready("initial placement", time.Now(), 90*time.Second, func(sc *ctrlmeshv1alpha1.ShardingConfig) bool {
-		return servesIn(sc, member1) && servesIn(sc, member2)
+	got := w.Ready("initial placement", time.Now(), 90*time.Second, func(sc *ctrlmeshv1alpha1.ShardingConfig) bool {
+		return fleettest.ServesIn(sc, member1) && fleettest.ServesIn(sc, member2)
 	})
-	f.checkReconciledBy("initial placement", got, objects, fleetDomain)
+	f.CheckReconciledBy("initial placement", got, objects, fleetDomain)
 
-	touching := startTouching(ctx, objects)
-	defer touching.stop()
-	phases := []phase{{"steady", time.Now()}}
+	touching := fleettest.StartTouching(ctx, objects)
+	defer touching.Stop()
+	phases := []fleettest.Phase{{Name: "steady", Start: time.Now()}}
 	time.Sleep(2 * time.Second)
 
 	t0 := time.Now()
-	phases = append(phases, phase{"member2 cut off", t0})
+	phases = append(phases, fleettest.Phase{Name: "member2 cut off", Start: t0})
 	if err := f.StopAgent(member2); err != nil {
 		t.Fatal(err)
 	}
-	moved := w.served("member2 cut off", t0, func(sc *ctrlmeshv1alpha1.ShardingConfig) bool {
-		return !servesIn(sc, member2)
+	moved := w.Served("member2 cut off", t0, func(sc *ctrlmeshv1alpha1.ShardingConfig) bool {
+		return !fleettest.ServesIn(sc, member2)
 	})
-	f.checkReconciledBy("member2 cut off", moved, objects, fleetDomain)
+	f.CheckReconciledBy("member2 cut off", moved, objects, fleetDomain)
 
-	f.finish(touching, phases, fleetDomain)
-}
-
-// servesIn tells whether a serving shard is placed in cluster.
-func servesIn(sc *ctrlmeshv1alpha1.ShardingConfig, cluster string) bool {
-	for _, p := range sc.Status.Placement {
-		if p.Cluster == cluster && p.State == ctrlmeshv1alpha1.ShardServing && len(p.Pods) > 0 {
-			return true
-		}
-	}
-	return false
+	f.Finish(touching, phases, fleetDomain)
 }

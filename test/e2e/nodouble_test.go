@@ -13,14 +13,15 @@ import (
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/test/controlplane"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
+	"github.com/ctrlmesh/ctrlmesh/test/fleettest"
 	"github.com/ctrlmesh/ctrlmesh/test/localfleet"
 )
 
 // The members of TestNoDoubleReconcile; the disruptions hit member1 except
 // the pod kill, which hits member2.
 const (
-	member1 = "member1"
-	member2 = "member2"
+	member1 = fleettest.Member1
+	member2 = fleettest.Member2
 )
 
 // TestNoDoubleReconcile runs the demo operator's pods, recording every
@@ -44,11 +45,11 @@ func TestNoDoubleReconcile(t *testing.T) {
 		canary []ctrlmeshv1alpha1.CanaryStep
 	}{
 		{mode: "range", gates: []string{controlplane.FeatureShardedListAndWatch}, canary: []ctrlmeshv1alpha1.CanaryStep{
-			{Namespaces: []string{canaryNamespace}},
-			{Buckets: "0-3", Namespaces: []string{canaryNamespace}},
+			{Namespaces: []string{fleettest.CanaryNamespace}},
+			{Buckets: "0-3", Namespaces: []string{fleettest.CanaryNamespace}},
 		}},
 		{mode: "label", canary: []ctrlmeshv1alpha1.CanaryStep{
-			{Namespaces: []string{canaryNamespace}},
+			{Namespaces: []string{fleettest.CanaryNamespace}},
 			{Buckets: "0-3"},
 		}},
 	} {
@@ -62,70 +63,70 @@ func testNoDoubleReconcile(t *testing.T, gates []string, canarySteps []ctrlmeshv
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// (user steps 1 and 2) the hub up, both members joined.
-	f := startFleet(t, ctx, localfleet.Options{Members: []string{member1, member2}, MemberFeatureGates: gates})
+	f := fleettest.StartFleet(t, ctx, localfleet.Options{Members: []string{member1, member2}, MemberFeatureGates: gates})
 	for _, m := range []string{member1, member2} {
 		for i := range 2 {
-			f.startPod(m, fmt.Sprintf("%s-%d", m, i), false, nil)
+			f.AddPod(m, fmt.Sprintf("%s-%d", m, i), false, nil)
 		}
 	}
-	var objects []clusterObjects
+	var objects []fleettest.ClusterObjects
 	for _, m := range []string{member1, member2} {
 		c := f.Members[m].Client
-		objects = append(objects, clusterObjects{cluster: m, client: c, keys: managedObjects(t, ctx, c)})
+		objects = append(objects, fleettest.ClusterObjects{Cluster: m, Client: c, Keys: fleettest.ManagedObjects(t, ctx, c)})
 	}
 	ownDomain := func(cluster string) string { return cluster }
 
 	// (user step 3) apply a ShardingConfig over both members.
-	sc := shardingConfig(ctrlmeshv1alpha1.ScopePerCluster)
+	sc := fleettest.ShardingConfig(ctrlmeshv1alpha1.ScopePerCluster)
 	sc.Spec.Canary = &ctrlmeshv1alpha1.CanarySpec{
 		Selector:          metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}},
 		Steps:             canarySteps,
 		MinHealthySeconds: 2,
 	}
 	env.Create(t, ctx, f.Hub.Client, sc)
-	w := &waiter{f: f, key: client.ObjectKeyFromObject(sc)}
+	w := &fleettest.Waiter{F: f, Key: client.ObjectKeyFromObject(sc)}
 	// (user step 4) observe: two shards per member, each pod reconciling
 	// exactly the objects of its shard.
-	got := w.ready("initial placement", time.Now(), 90*time.Second, nil)
+	got := w.Ready("initial placement", time.Now(), 90*time.Second, nil)
 	if got.Status.Shards != 4 {
-		t.Errorf("%d shards, want 2 per member: %s", got.Status.Shards, placement(got))
+		t.Errorf("%d shards, want 2 per member: %s", got.Status.Shards, fleettest.Placement(got))
 	}
-	f.checkReconciledBy("initial placement", got, objects, ownDomain)
+	f.CheckReconciledBy("initial placement", got, objects, ownDomain)
 
-	touching := startTouching(ctx, objects)
-	defer touching.stop()
-	phases := []phase{{"steady", time.Now()}}
+	touching := fleettest.StartTouching(ctx, objects)
+	defer touching.Stop()
+	phases := []fleettest.Phase{{Name: "steady", Start: time.Now()}}
 	time.Sleep(2 * time.Second)
 
 	// (1) Rebalancing: a third pod in member1 takes a share of its buckets.
 	added := member1 + "-2"
 	t0 := time.Now()
-	phases = append(phases, phase{"rebalancing", t0})
-	f.startPod(member1, added, false, nil)
-	w.ready("rebalancing (pod added)", t0, readyWithin, func(sc *ctrlmeshv1alpha1.ShardingConfig) bool {
-		return placed(sc, added)
+	phases = append(phases, fleettest.Phase{Name: "rebalancing", Start: t0})
+	f.AddPod(member1, added, false, nil)
+	w.Ready("rebalancing (pod added)", t0, fleettest.ReadyWithin, func(sc *ctrlmeshv1alpha1.ShardingConfig) bool {
+		return fleettest.Placed(sc, added)
 	})
 
 	// (2) Pod kill in member2: its buckets move to the other pod there once
 	// its lease expires, within the failover bound.
 	victim := member2 + "-0"
 	t0 = time.Now()
-	phases = append(phases, phase{"pod kill", t0})
-	f.killPod(victim)
-	w.ready("pod kill", t0, failoverBound, func(sc *ctrlmeshv1alpha1.ShardingConfig) bool {
-		return !placed(sc, victim)
+	phases = append(phases, fleettest.Phase{Name: "pod kill", Start: t0})
+	f.Kill(victim)
+	w.Ready("pod kill", t0, fleettest.FailoverBound, func(sc *ctrlmeshv1alpha1.ShardingConfig) bool {
+		return !fleettest.Placed(sc, victim)
 	})
 
 	// (3) Canary promotion in member1: the canary pod serves each step's
 	// buckets and namespaces.
 	canaryPod := member1 + "-canary"
 	t0 = time.Now()
-	phases = append(phases, phase{"canary", t0})
-	f.startPod(member1, canaryPod, false, map[string]string{"track": "canary"})
+	phases = append(phases, fleettest.Phase{Name: "canary", Start: t0})
+	f.AddPod(member1, canaryPod, false, map[string]string{"track": "canary"})
 	var promoted *ctrlmeshv1alpha1.ShardingConfig
 	for step := range int32(len(canarySteps)) {
 		want := canarySteps[step]
-		promoted = w.ready(fmt.Sprintf("canary step %d", step+1), t0, readyWithin, func(sc *ctrlmeshv1alpha1.ShardingConfig) bool {
+		promoted = w.Ready(fmt.Sprintf("canary step %d", step+1), t0, fleettest.ReadyWithin, func(sc *ctrlmeshv1alpha1.ShardingConfig) bool {
 			if sc.Status.Canary == nil || sc.Status.Canary.Step < step {
 				return false
 			}
@@ -135,12 +136,12 @@ func testNoDoubleReconcile(t *testing.T, gates []string, canarySteps []ctrlmeshv
 			})
 		})
 	}
-	f.checkReconciledBy("canary promoted", promoted, objects, ownDomain)
+	f.CheckReconciledBy("canary promoted", promoted, objects, ownDomain)
 
 	// (4) Hub restart: the pods keep serving meanwhile, and the restarted
 	// hub keeps the placement.
 	t0 = time.Now()
-	phases = append(phases, phase{"hub restart", t0})
+	phases = append(phases, fleettest.Phase{Name: "hub restart", Start: t0})
 	if err := f.StopHub(); err != nil {
 		t.Fatal(err)
 	}
@@ -148,13 +149,13 @@ func testNoDoubleReconcile(t *testing.T, gates []string, canarySteps []ctrlmeshv
 	if err := f.StartHub(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := w.ready("hub restart", t0, readyWithin, nil); placement(got) != placement(promoted) {
-		t.Errorf("the placement changed over the hub restart:\n%s\nto\n%s", placement(promoted), placement(got))
+	if got := w.Ready("hub restart", t0, fleettest.ReadyWithin, nil); fleettest.Placement(got) != fleettest.Placement(promoted) {
+		t.Errorf("the placement changed over the hub restart:\n%s\nto\n%s", fleettest.Placement(promoted), fleettest.Placement(got))
 	}
 
 	// (5) Agent restart in member1.
 	t0 = time.Now()
-	phases = append(phases, phase{"agent restart", t0})
+	phases = append(phases, fleettest.Phase{Name: "agent restart", Start: t0})
 	if err := f.StopAgent(member1); err != nil {
 		t.Fatal(err)
 	}
@@ -162,11 +163,11 @@ func testNoDoubleReconcile(t *testing.T, gates []string, canarySteps []ctrlmeshv
 	if err := f.StartAgent(member1); err != nil {
 		t.Fatal(err)
 	}
-	final := w.ready("agent restart", t0, readyWithin, nil)
-	if placement(final) != placement(promoted) {
-		t.Errorf("the placement changed over the agent restart:\n%s\nto\n%s", placement(promoted), placement(final))
+	final := w.Ready("agent restart", t0, fleettest.ReadyWithin, nil)
+	if fleettest.Placement(final) != fleettest.Placement(promoted) {
+		t.Errorf("the placement changed over the agent restart:\n%s\nto\n%s", fleettest.Placement(promoted), fleettest.Placement(final))
 	}
-	f.checkReconciledBy("the end", final, objects, ownDomain)
+	f.CheckReconciledBy("the end", final, objects, ownDomain)
 
-	f.finish(touching, phases, ownDomain)
+	f.Finish(touching, phases, ownDomain)
 }

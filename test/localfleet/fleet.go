@@ -72,6 +72,10 @@ type Options struct {
 	// HubFeatureGates are turned on in the hub's API server: range mode for
 	// operators whose objects live on the hub (PodSpec.ObjectsOnHub).
 	HubFeatureGates []string
+	// Relays puts a fault-injecting relay (Relay) on each agent's link to
+	// the hub and each pod proxy's link to its upstream API server, for
+	// AgentHubRelay and Pod.UpstreamRelay to cut, heal or drop.
+	Relays bool
 }
 
 // Fleet is a running local fleet. StartHub, Join and StartPod bring up its
@@ -86,6 +90,7 @@ type Fleet struct {
 	WorkDir string
 
 	binDir   string
+	relays   bool
 	clusters *controlplane.Group
 	// ctx ends the in-process components; Stop cancels it.
 	ctx    context.Context
@@ -97,6 +102,12 @@ type Fleet struct {
 	components map[string]*component
 	pods       []*Pod
 	logFiles   []*os.File
+	// agentRelays are the agents' links to the hub by member, with
+	// Options.Relays; pods' relays are in their Pod.
+	agentRelays map[string]*Relay
+	// agentClocks are the agents' clocks by member, which SkewAgentClock
+	// sets.
+	agentClocks map[string]*skewedClock
 }
 
 // Start checks the binaries and starts the API servers: the hub and the
@@ -120,7 +131,8 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		return nil, err
 	}
 	f := &Fleet{Hub: group.Cluster(HubName), Members: map[string]*controlplane.Cluster{}, WorkDir: opts.WorkDir, binDir: opts.BinDir,
-		clusters: group, components: map[string]*component{}}
+		relays: opts.Relays, clusters: group, components: map[string]*component{},
+		agentRelays: map[string]*Relay{}, agentClocks: map[string]*skewedClock{}}
 	for _, m := range opts.Members {
 		f.Members[m] = group.Cluster(m)
 	}
@@ -212,10 +224,26 @@ func (f *Fleet) Join(ctx context.Context, member string) error {
 	if err != nil {
 		return err
 	}
+	if f.relays {
+		relay, err := f.relay("agent "+member+" -> hub", hubIdentity.Host)
+		if err != nil {
+			return err
+		}
+		if hubIdentity.Host, err = relay.relayedURL(hubIdentity.Host); err != nil {
+			return err
+		}
+		f.mu.Lock()
+		f.agentRelays[member] = relay
+		f.mu.Unlock()
+	}
+	clock := &skewedClock{}
+	f.mu.Lock()
+	f.agentClocks[member] = clock
+	f.mu.Unlock()
 	f.run(agentComponent(member), func(ctx context.Context) error {
 		return agent.Run(ctx, agent.Options{
 			Member: rest.CopyConfig(memberIdentity), Hub: rest.CopyConfig(hubIdentity), ClusterName: member, Identity: "agent-0",
-			LeaseDuration: heartbeatDuration, RenewInterval: heartbeatInterval,
+			LeaseDuration: heartbeatDuration, RenewInterval: heartbeatInterval, Clock: clock,
 			ApplyWorks: true, Namespace: namespace, MetricsAddress: "0", HealthAddress: "0",
 			Webhook: webhook,
 			// The injected container is only written into Pod objects: the
@@ -231,6 +259,28 @@ func (f *Fleet) Join(ctx context.Context, member string) error {
 		}
 		return accepted, err
 	})
+}
+
+// AgentHubRelay is the relay between a member's agent and the hub; nil
+// without Options.Relays or before Join.
+func (f *Fleet) AgentHubRelay(member string) *Relay {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.agentRelays[member]
+}
+
+// SkewAgentClock sets a member's agent clock off the real one by skew (its
+// heartbeat's renewTime, its judging of shard leases' expiry), at once and
+// while it runs; 0 sets it right again.
+func (f *Fleet) SkewAgentClock(member string, skew time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.agentClocks[member]
+	if c == nil {
+		return fmt.Errorf("localfleet: %s has not joined", member)
+	}
+	c.skew.Store(int64(skew))
+	return nil
 }
 
 // StopAgent stops a member's agent: its heartbeat stops, and the rules in
@@ -308,6 +358,11 @@ func (f *Fleet) Stop() error {
 		p.kill()
 	}
 	f.cancel()
+	f.mu.Lock()
+	for _, r := range f.agentRelays {
+		r.stop()
+	}
+	f.mu.Unlock()
 	var errs []error
 	for _, name := range components {
 		errs = append(errs, f.stop(name))

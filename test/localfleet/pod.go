@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -53,6 +51,11 @@ type PodSpec struct {
 	// The proxy still takes its rules from the member and keeps the shard
 	// locks there, where the member's agent reports the shard leaders.
 	ObjectsOnHub bool
+	// RestartOperator runs the demo operator again whenever it exits, as a
+	// kubelet would (restartPolicy Always): an operator exits when it loses
+	// its leader election, which a proxy that stopped serving it causes.
+	// Without it, such an exit is an error of the fleet (Err).
+	RestartOperator bool
 	// OperatorArgs are added to the demo operator's flags, such as
 	// --record-file or --reconcile-delay.
 	OperatorArgs []string
@@ -63,18 +66,15 @@ type PodSpec struct {
 type Pod struct {
 	PodSpec
 	proxy, operator *process
-	// mu orders a kill and an operator's restart; gone is set once the
-	// pod is killed: its operator is not started again.
-	mu   sync.Mutex
-	gone atomic.Bool
-	// restarts counts the operator's restarts.
-	restarts atomic.Int32
+	// upstreamRelay carries the proxy's link to its upstream API server,
+	// with Options.Relays.
+	upstreamRelay *Relay
 }
 
-// operatorRestartDelay is how long after its operator exited the pod starts
-// it again, as the kubelet does for a container of a pod whose restart
-// policy is Always (with its backoff's first step).
-const operatorRestartDelay = time.Second
+// UpstreamRelay is the relay between the pod's proxy and its upstream API
+// server (the one its operator's objects live in); nil without
+// Options.Relays.
+func (p *Pod) UpstreamRelay() *Relay { return p.upstreamRelay }
 
 // StartPod creates the Pod object, ready, then runs the proxy with the
 // pod's identity and, once the proxy serves, the demo operator behind it.
@@ -113,10 +113,30 @@ func (f *Fleet) StartPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 	if spec.ObjectsOnHub {
 		upstream, rulesFrom = f.Hub.KubeconfigPath, m.KubeconfigPath
 	}
+	if f.relays {
+		upstreamName, server := spec.Cluster, m.Config.Host
+		if spec.ObjectsOnHub {
+			upstreamName, server = HubName, f.Hub.Config.Host
+		}
+		relay, err := f.relay(fmt.Sprintf("proxy %s/%s -> %s", spec.Cluster, spec.Name, upstreamName), server)
+		if err != nil {
+			return nil, err
+		}
+		f.mu.Lock()
+		p.upstreamRelay = relay
+		f.mu.Unlock()
+		relayed := logPrefix + "-upstream.kubeconfig"
+		if err := relay.relayedKubeconfig(upstream, relayed); err != nil {
+			return nil, err
+		}
+		// The rules, when they live on the same API server, come through
+		// the relay too: the link is the proxy's whole connection to it.
+		upstream = relayed
+	}
 	proxyArgs := []string{"--pod-name=" + spec.Name, "--pod-namespace=" + spec.Namespace, "--rules-name=" + spec.RulesName,
 		"--upstream-kubeconfig=" + upstream, "--rules-kubeconfig=" + rulesFrom, fmt.Sprintf("--listen-address=127.0.0.1:%d", port),
 		"--health-address=", "--operator-kubeconfig=" + operatorKubeconfig}
-	proxy, err := startProcess(spec.Name+" proxy", logPrefix+"-proxy.log", filepath.Join(f.binDir, proxyBinary), proxyArgs...)
+	proxy, err := startProcess(spec.Name+" proxy", logPrefix+"-proxy.log", false, filepath.Join(f.binDir, proxyBinary), proxyArgs...)
 	if err != nil {
 		return nil, err
 	}
@@ -131,62 +151,25 @@ func (f *Fleet) StartPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 	args := append([]string{"--kubeconfig=" + operatorKubeconfig, "--pod-name=" + spec.Name, "--leader-election-namespace=" + spec.Namespace,
 		"--webhook-port=0", "--health-addr=0", "--metrics-addr=0"}, operatorLeaderElectionFlags...)
 	args = append(args, spec.OperatorArgs...)
-	start := func() (*process, error) {
-		return startProcess(spec.Name+" operator", logPrefix+"-operator.log", filepath.Join(f.binDir, operatorBinary), args...)
-	}
-	operator, err := start()
+	operator, err := startProcess(spec.Name+" operator", logPrefix+"-operator.log", spec.RestartOperator, filepath.Join(f.binDir, operatorBinary), args...)
 	if err != nil {
 		return nil, err
 	}
 	f.setProcesses(p, proxy, operator)
-	go f.restartOperator(p, operator, start)
 	return p, nil
 }
 
-// restartOperator starts the pod's operator again whenever it exits on its
-// own — an operator exits when it loses its leader election, as when its
-// proxy stops serving — as the kubelet would, until the pod is killed or
-// the fleet stops. Its log goes on in the same file.
-func (f *Fleet) restartOperator(p *Pod, operator *process, start func() (*process, error)) {
-	for {
-		<-operator.done
-		if p.gone.Load() || operator.killed.Load() || f.ctx.Err() != nil {
-			return
-		}
-		time.Sleep(operatorRestartDelay)
-		// Under the pod's lock: a kill sees either the exited process
-		// or the new one, never neither.
-		p.mu.Lock()
-		if p.gone.Load() || f.ctx.Err() != nil {
-			p.mu.Unlock()
-			return
-		}
-		next, err := start()
-		if err != nil {
-			// Err reports the exited process.
-			p.mu.Unlock()
-			return
-		}
-		p.restarts.Add(1)
-		f.mu.Lock()
-		p.operator = next
-		f.mu.Unlock()
-		p.mu.Unlock()
-		operator = next
-	}
-}
-
-// OperatorRestarts is how often the pod's operator was started again after
-// it exited.
-func (p *Pod) OperatorRestarts() int { return int(p.restarts.Load()) }
-
 // OperatorPID is the process ID of the pod's demo operator, for reading its
 // memory use.
-func (p *Pod) OperatorPID() int { return p.operator.cmd.Process.Pid }
+func (p *Pod) OperatorPID() int { return p.operator.pid() }
 
 // ProxyPID is the process ID of the pod's ctrlmesh-proxy, for reading its
 // memory use.
-func (p *Pod) ProxyPID() int { return p.proxy.cmd.Process.Pid }
+func (p *Pod) ProxyPID() int { return p.proxy.pid() }
+
+// OperatorRestarts counts how often the demo operator ran again after
+// exiting (PodSpec.RestartOperator).
+func (p *Pod) OperatorRestarts() int { return p.operator.restarts() }
 
 // setProcesses records the pod's processes, which Err reads.
 func (f *Fleet) setProcesses(p *Pod, proxy, operator *process) {
@@ -208,18 +191,17 @@ func (f *Fleet) KillPod(ctx context.Context, p *Pod) error {
 }
 
 func (p *Pod) kill() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.gone.Store(true)
 	for _, proc := range []*process{p.proxy, p.operator} {
 		if proc != nil {
 			proc.kill()
 		}
 	}
+	if p.upstreamRelay != nil {
+		p.upstreamRelay.stop()
+	}
 }
 
-// err reports a process of the pod that ended without being killed; an
-// operator that exited is reported only while it is not started again.
+// err reports a process of the pod that ended without being killed.
 func (p *Pod) err() error {
 	var errs []error
 	for _, proc := range []*process{p.proxy, p.operator} {

@@ -1,57 +1,145 @@
 package localfleet
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 )
 
-// process is a local process whose output goes to a log file.
+// errKilled: the process was killed before a restart.
+var errKilled = errors.New("killed")
+
+// restartDelay is how long a restarting process stays down after it
+// exited, as a kubelet's first back-off (shorter: tests wait for it).
+const restartDelay = time.Second
+
+// process is a local process whose output goes to a log file. With restart,
+// it runs again whenever it exits on its own, as a kubelet runs a container
+// of restartPolicy Always again.
 type process struct {
-	name, logPath string
-	cmd           *exec.Cmd
-	// done closes when the process has exited; err is then its exit error.
+	name, logPath, binary string
+	args                  []string
+	restart               bool
+
+	mu sync.Mutex
+	// cmd is the current run.
+	cmd *exec.Cmd
+	// restarted counts the runs after the first.
+	restarted int
+	// done closes when the process has exited for good; err is then its
+	// exit error.
 	done   chan struct{}
 	err    error
 	killed atomic.Bool
+	// stop closes on kill, ending a restart's wait.
+	stop chan struct{}
 }
 
-func startProcess(name, logPath, binary string, args ...string) (*process, error) {
-	// Appended to: a container started again logs on in its file.
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+func startProcess(name, logPath string, restart bool, binary string, args ...string) (*process, error) {
+	p := &process{name: name, logPath: logPath, binary: binary, args: args, restart: restart,
+		done: make(chan struct{}), stop: make(chan struct{})}
+	cmd, logFile, err := p.start()
 	if err != nil {
-		return nil, fmt.Errorf("localfleet: log of %s: %w", name, err)
+		return nil, err
 	}
-	cmd := exec.Command(binary, args...)
+	go p.supervise(cmd, logFile)
+	return p, nil
+}
+
+// start runs the process once, appending to its log.
+func (p *process) start() (*exec.Cmd, *os.File, error) {
+	logFile, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, fmt.Errorf("localfleet: log of %s: %w", p.name, err)
+	}
+	cmd := exec.Command(p.binary, p.args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// In its own process group, so that a Ctrl-C in the terminal reaches
 	// only ctrlmeshctl, which then stops the fleet in order.
 	cmd.SysProcAttr = ownProcessGroup()
+	// Under the lock, so that kill either sees this run or stops it from
+	// starting.
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.killed.Load() {
+		logFile.Close()
+		return nil, nil, errKilled
+	}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
-		return nil, fmt.Errorf("localfleet: starting %s: %w", name, err)
+		return nil, nil, fmt.Errorf("localfleet: starting %s: %w", p.name, err)
 	}
-	p := &process{name: name, logPath: logPath, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
+	p.cmd = cmd
+	return cmd, logFile, nil
+}
+
+// supervise waits for each run to end and, with restart, starts the next
+// unless the process was killed.
+func (p *process) supervise(cmd *exec.Cmd, logFile *os.File) {
+	defer close(p.done)
+	for {
+		err := cmd.Wait()
 		logFile.Close()
-		close(p.done)
-	}()
-	return p, nil
+		if !p.restart || p.killed.Load() {
+			p.err = err
+			return
+		}
+		select {
+		case <-p.stop:
+			p.err = err
+			return
+		case <-time.After(restartDelay):
+		}
+		next, nextLog, startErr := p.start()
+		if startErr != nil {
+			if !errors.Is(startErr, errKilled) {
+				p.err = startErr
+			} else {
+				p.err = err
+			}
+			return
+		}
+		cmd, logFile = next, nextLog
+		p.mu.Lock()
+		p.restarted++
+		p.mu.Unlock()
+	}
+}
+
+// pid is the process ID of the current run.
+func (p *process) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd.Process.Pid
+}
+
+// restarts counts how often the process ran again after exiting.
+func (p *process) restarts() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.restarted
 }
 
 // kill kills the process and its process group with SIGKILL, as a crash
-// would, and waits until it has exited.
+// would, and waits until it has exited; it is not restarted.
 func (p *process) kill() {
-	p.killed.Store(true)
+	p.mu.Lock()
+	if !p.killed.Swap(true) {
+		close(p.stop)
+	}
+	cmd := p.cmd
+	p.mu.Unlock()
 	select {
 	case <-p.done:
 		return
 	default:
 	}
-	killProcessGroup(p.cmd.Process)
+	killProcessGroup(cmd.Process)
 	<-p.done
 }
 
