@@ -768,6 +768,16 @@ func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, inf
 		p.reverse.ServeHTTP(w, out.WithContext(context.WithValue(out.Context(), shardedReadKey{}, read)))
 		return
 	}
+	if query.Get("continue") != "" && p.selections.servedEpoch(key) != st.epoch {
+		// The list's earlier pages were served under another selection:
+		// the rest under this one would leave the operator's cache holding
+		// both. 410 Expired makes client-go's pager list again from the
+		// start.
+		p.metrics.relistsForced.WithLabelValues("stale-resource-version").Inc()
+		apistatus.Write(w, http.StatusGone, metav1.StatusReasonExpired,
+			"ctrlmesh proxy: the shard's selection changed during this paginated list: list again from the start", nil)
+		return
+	}
 	rec := &statusRecorder{ResponseWriter: w}
 	p.reverse.ServeHTTP(rec, out.WithContext(context.WithValue(out.Context(), shardedReadKey{}, read)))
 	if rec.status == http.StatusOK {

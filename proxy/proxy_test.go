@@ -429,6 +429,43 @@ func TestDeletedRulesFileStopsServing(t *testing.T) {
 	}
 }
 
+// TestPaginatedListAcrossRulesChange: a paginated list whose pages span a
+// rules change would leave the operator's cache holding the old selection's
+// first pages and the new one's last: the page after the change is refused
+// with 410 Expired, on which client-go's pager lists again from the start.
+func TestPaginatedListAcrossRulesChange(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cluster := fleet.Cluster("label")
+	seed(t, ctx, kubernetes.NewForConfigOrDie(cluster.Config))
+	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, rulesFile, route("p1", 1, "0-15", "16-31"))
+	a := startProxy(t, ctx, cluster.Config, "pod-a", rulesFile, rules.ModeLabel)
+	waitReady(t, a.health, "p1")
+	operator := kubernetes.NewForConfigOrDie(noRetries(a.config))
+
+	first, err := operator.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Continue == "" {
+		t.Fatal("the first page has no continue token: seed more objects")
+	}
+	// A page under the same rules goes on.
+	if _, err := operator.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{Limit: 1, Continue: first.Continue}); err != nil {
+		t.Fatalf("next page under the same rules: %v", err)
+	}
+	writeRules(t, rulesFile, route("p2", 2, "0-7", "8-31"))
+	checkMetric(t, a.health, `ctrlmesh_proxy_rules_info{generation="2",hash="p2",mode="label",shard="0"} 1`)
+	_, err = operator.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{Limit: 1, Continue: first.Continue})
+	if !apierrors.IsResourceExpired(err) {
+		t.Fatalf("next page after the rules changed: %v, want 410 Expired", err)
+	}
+	if _, err := operator.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+		t.Fatalf("a list from the start: %v", err)
+	}
+}
+
 // TestOtherResourceLimitKeepsWatches: rules that only shard one more
 // resource leave the operator's ConfigMap watch alone — no forced relist —
 // and count as applied at once.
