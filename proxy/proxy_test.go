@@ -400,19 +400,27 @@ func TestServingNothingAppliesAtOnce(t *testing.T) {
 	checkMetric(t, a.health, `ctrlmesh_proxy_rules_info{generation="2",hash="n2",mode="label",shard="0"} 1`)
 }
 
+// fileProxy runs pod-a's proxy in label mode on seeded objects, with r in a
+// rules file, until r is in force; it returns the proxy, the file and the
+// operator's client (without retries).
+func fileProxy(t *testing.T, ctx context.Context, r *ctrlmeshv1alpha1.ShardRoute) (*runningProxy, string, kubernetes.Interface) {
+	t.Helper()
+	cluster := fleet.Cluster("label")
+	seed(t, ctx, kubernetes.NewForConfigOrDie(cluster.Config))
+	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, rulesFile, r)
+	a := startProxy(t, ctx, cluster.Config, "pod-a", rulesFile, rules.ModeLabel)
+	waitReady(t, a.health, r.Spec.RulesHash)
+	return a, rulesFile, kubernetes.NewForConfigOrDie(noRetries(a.config))
+}
+
 // TestDeletedRulesFileStopsServing: a rules file deleted withdraws its
 // rules, as a deleted ShardRoute does, rather than leaving the last ones in
 // force; written again, they are served again.
 func TestDeletedRulesFileStopsServing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cluster := fleet.Cluster("label")
-	seed(t, ctx, kubernetes.NewForConfigOrDie(cluster.Config))
-	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
-	writeRules(t, rulesFile, route("d1", 1, "0-15", "16-31"))
-	a := startProxy(t, ctx, cluster.Config, "pod-a", rulesFile, rules.ModeLabel)
-	waitReady(t, a.health, "d1")
-	operator := kubernetes.NewForConfigOrDie(noRetries(a.config))
+	a, rulesFile, operator := fileProxy(t, ctx, route("d1", 1, "0-15", "16-31"))
 	mine := owned("0-15")[0]
 
 	if err := os.Remove(rulesFile); err != nil {
@@ -436,13 +444,7 @@ func TestDeletedRulesFileStopsServing(t *testing.T) {
 func TestPaginatedListAcrossRulesChange(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cluster := fleet.Cluster("label")
-	seed(t, ctx, kubernetes.NewForConfigOrDie(cluster.Config))
-	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
-	writeRules(t, rulesFile, route("p1", 1, "0-15", "16-31"))
-	a := startProxy(t, ctx, cluster.Config, "pod-a", rulesFile, rules.ModeLabel)
-	waitReady(t, a.health, "p1")
-	operator := kubernetes.NewForConfigOrDie(noRetries(a.config))
+	a, rulesFile, operator := fileProxy(t, ctx, route("p1", 1, "0-15", "16-31"))
 
 	first, err := operator.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{Limit: 1})
 	if err != nil {
