@@ -16,6 +16,7 @@ import (
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/scenarios/demo-operator/operator"
+	"github.com/ctrlmesh/ctrlmesh/test/controlplane"
 )
 
 // The binaries of a pod's two containers, in Options.BinDir.
@@ -62,7 +63,7 @@ type PodSpec struct {
 // and demo operator running as local processes with its name.
 type Pod struct {
 	PodSpec
-	proxy, operator *process
+	proxy, operator *controlplane.Process
 	// mu orders a kill and an operator's restart; gone is set once the
 	// pod is killed: its operator is not started again.
 	mu   sync.Mutex
@@ -116,7 +117,7 @@ func (f *Fleet) StartPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 	proxyArgs := []string{"--pod-name=" + spec.Name, "--pod-namespace=" + spec.Namespace, "--rules-name=" + spec.RulesName,
 		"--upstream-kubeconfig=" + upstream, "--rules-kubeconfig=" + rulesFrom, fmt.Sprintf("--listen-address=127.0.0.1:%d", port),
 		"--health-address=", "--operator-kubeconfig=" + operatorKubeconfig}
-	proxy, err := startProcess(spec.Name+" proxy", logPrefix+"-proxy.log", filepath.Join(f.binDir, proxyBinary), proxyArgs...)
+	proxy, err := controlplane.StartProcess(spec.Name+" proxy", logPrefix+"-proxy.log", filepath.Join(f.binDir, proxyBinary), proxyArgs...)
 	if err != nil {
 		return nil, err
 	}
@@ -131,8 +132,8 @@ func (f *Fleet) StartPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 	args := append([]string{"--kubeconfig=" + operatorKubeconfig, "--pod-name=" + spec.Name, "--leader-election-namespace=" + spec.Namespace,
 		"--webhook-port=0", "--health-addr=0", "--metrics-addr=0"}, operatorLeaderElectionFlags...)
 	args = append(args, spec.OperatorArgs...)
-	start := func() (*process, error) {
-		return startProcess(spec.Name+" operator", logPrefix+"-operator.log", filepath.Join(f.binDir, operatorBinary), args...)
+	start := func() (*controlplane.Process, error) {
+		return controlplane.StartProcess(spec.Name+" operator", logPrefix+"-operator.log", filepath.Join(f.binDir, operatorBinary), args...)
 	}
 	operator, err := start()
 	if err != nil {
@@ -147,10 +148,10 @@ func (f *Fleet) StartPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 // own — an operator exits when it loses its leader election, as when its
 // proxy stops serving — as the kubelet would, until the pod is killed or
 // the fleet stops. Its log goes on in the same file.
-func (f *Fleet) restartOperator(p *Pod, operator *process, start func() (*process, error)) {
+func (f *Fleet) restartOperator(p *Pod, operator *controlplane.Process, start func() (*controlplane.Process, error)) {
 	for {
-		<-operator.done
-		if p.gone.Load() || operator.killed.Load() || f.ctx.Err() != nil {
+		<-operator.Done()
+		if p.gone.Load() || operator.Killed() || f.ctx.Err() != nil {
 			return
 		}
 		time.Sleep(operatorRestartDelay)
@@ -182,14 +183,14 @@ func (p *Pod) OperatorRestarts() int { return int(p.restarts.Load()) }
 
 // OperatorPID is the process ID of the pod's demo operator, for reading its
 // memory use.
-func (p *Pod) OperatorPID() int { return p.operator.cmd.Process.Pid }
+func (p *Pod) OperatorPID() int { return p.operator.PID() }
 
 // ProxyPID is the process ID of the pod's ctrlmesh-proxy, for reading its
 // memory use.
-func (p *Pod) ProxyPID() int { return p.proxy.cmd.Process.Pid }
+func (p *Pod) ProxyPID() int { return p.proxy.PID() }
 
 // setProcesses records the pod's processes, which Err reads.
-func (f *Fleet) setProcesses(p *Pod, proxy, operator *process) {
+func (f *Fleet) setProcesses(p *Pod, proxy, operator *controlplane.Process) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	p.proxy, p.operator = proxy, operator
@@ -211,9 +212,9 @@ func (p *Pod) kill() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.gone.Store(true)
-	for _, proc := range []*process{p.proxy, p.operator} {
+	for _, proc := range []*controlplane.Process{p.proxy, p.operator} {
 		if proc != nil {
-			proc.kill()
+			proc.Kill()
 		}
 	}
 }
@@ -222,9 +223,9 @@ func (p *Pod) kill() {
 // operator that exited is reported only while it is not started again.
 func (p *Pod) err() error {
 	var errs []error
-	for _, proc := range []*process{p.proxy, p.operator} {
+	for _, proc := range []*controlplane.Process{p.proxy, p.operator} {
 		if proc != nil {
-			errs = append(errs, proc.exitError())
+			errs = append(errs, proc.ExitError())
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

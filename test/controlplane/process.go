@@ -1,4 +1,4 @@
-package localfleet
+package controlplane
 
 import (
 	"fmt"
@@ -8,8 +8,10 @@ import (
 	"sync/atomic"
 )
 
-// process is a local process whose output goes to a log file.
-type process struct {
+// Process is a local process whose output goes to a log file: a component
+// of a control plane (Karmada's) or of the local fleet (a proxy, an
+// operator).
+type Process struct {
 	name, logPath string
 	cmd           *exec.Cmd
 	// done closes when the process has exited; err is then its exit error.
@@ -18,11 +20,13 @@ type process struct {
 	killed atomic.Bool
 }
 
-func startProcess(name, logPath, binary string, args ...string) (*process, error) {
+// StartProcess starts binary with args, named name in errors, its output
+// appended to logPath.
+func StartProcess(name, logPath, binary string, args ...string) (*Process, error) {
 	// Appended to: a container started again logs on in its file.
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("localfleet: log of %s: %w", name, err)
+		return nil, fmt.Errorf("log of %s: %w", name, err)
 	}
 	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -31,9 +35,9 @@ func startProcess(name, logPath, binary string, args ...string) (*process, error
 	cmd.SysProcAttr = ownProcessGroup()
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
-		return nil, fmt.Errorf("localfleet: starting %s: %w", name, err)
+		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	p := &process{name: name, logPath: logPath, cmd: cmd, done: make(chan struct{})}
+	p := &Process{name: name, logPath: logPath, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		logFile.Close()
@@ -42,9 +46,9 @@ func startProcess(name, logPath, binary string, args ...string) (*process, error
 	return p, nil
 }
 
-// kill kills the process and its process group with SIGKILL, as a crash
+// Kill kills the process and its process group with SIGKILL, as a crash
 // would, and waits until it has exited.
-func (p *process) kill() {
+func (p *Process) Kill() {
 	p.killed.Store(true)
 	select {
 	case <-p.done:
@@ -55,8 +59,17 @@ func (p *process) kill() {
 	<-p.done
 }
 
-// exitError reports the process's end when it ended without being killed.
-func (p *process) exitError() error {
+// Killed tells whether Kill was called.
+func (p *Process) Killed() bool { return p.killed.Load() }
+
+// Done closes when the process has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// PID is the process ID.
+func (p *Process) PID() int { return p.cmd.Process.Pid }
+
+// ExitError reports the process's end when it ended without being killed.
+func (p *Process) ExitError() error {
 	select {
 	case <-p.done:
 		if !p.killed.Load() {
