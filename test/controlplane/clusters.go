@@ -131,7 +131,7 @@ func Start(ctx context.Context, opts Options) (*Group, error) {
 		if len(opts.KarmadaCRDDirs) == 0 {
 			return nil, errors.New("clusters: a Karmada control plane needs Options.KarmadaCRDDirs (see KarmadaCRDDirs)")
 		}
-		binaries = append(binaries, KarmadaAggregatedAPIServerBinary, KarmadaControllerManagerBinary)
+		binaries = append(binaries, KarmadaAggregatedAPIServerBinary, KarmadaControllerManagerBinary, KarmadaAgentBinary)
 	}
 	if err := CheckBinaries(opts.AssetsDir, "run 'make tools' to build them from source", binaries...); err != nil {
 		return nil, err

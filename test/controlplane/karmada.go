@@ -9,8 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	clusterv1alpha1 "github.com/karmada-io/karmada/pkg/apis/cluster/v1alpha1"
@@ -70,6 +72,12 @@ type Karmada struct {
 	Dir string
 
 	aggregatedAPIServer, controllerManager *Process
+	// assets holds the Karmada binaries.
+	assets string
+
+	mu sync.Mutex
+	// agents are the karmada-agents of the members joined in pull mode.
+	agents []*Process
 }
 
 // karmadaPaths are the files the kube-apiserver of a Karmada control plane
@@ -141,7 +149,7 @@ func prepareKarmada(workDir, name string) (karmadaPaths, map[string]string, erro
 // cluster.karmada.io APIService, waits until that is Available, then starts
 // karmada-controller-manager. On error, what started is killed.
 func startKarmada(ctx context.Context, c *Cluster, p karmadaPaths, assets string) (k *Karmada, err error) {
-	k = &Karmada{Dir: p.dir}
+	k = &Karmada{Dir: p.dir, assets: assets}
 	defer func() {
 		if err != nil {
 			k.stop()
@@ -271,10 +279,10 @@ func APIServiceAvailable(ctx context.Context, c client.Client, name string) (ava
 	return false, "no Available condition yet", nil
 }
 
-// Err reports a Karmada component that exited on its own.
+// Err reports a Karmada component (agents included) that exited on its own.
 func (k *Karmada) Err() error {
 	var errs []error
-	for _, p := range []*Process{k.aggregatedAPIServer, k.controllerManager} {
+	for _, p := range k.processes() {
 		if p != nil {
 			errs = append(errs, p.ExitError())
 		}
@@ -282,10 +290,18 @@ func (k *Karmada) Err() error {
 	return errors.Join(errs...)
 }
 
-// stop kills the Karmada components, the controller manager first so that
-// it does not act on an API server going away.
+// processes are the Karmada components in the order stop kills them: the
+// agents and the controller manager first, so that they do not act on an
+// API server going away.
+func (k *Karmada) processes() []*Process {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return append(slices.Clone(k.agents), k.controllerManager, k.aggregatedAPIServer)
+}
+
+// stop kills the Karmada components.
 func (k *Karmada) stop() {
-	for _, p := range []*Process{k.controllerManager, k.aggregatedAPIServer} {
+	for _, p := range k.processes() {
 		if p != nil {
 			p.Kill()
 		}
@@ -368,5 +384,48 @@ func JoinPush(ctx context.Context, karmada, member *Cluster) error {
 			return fmt.Errorf("clusters: joining %q: creating %T %s in Karmada: %w", member.Name, obj, obj.GetName(), err)
 		}
 	}
+	return nil
+}
+
+// JoinPull registers member with the Karmada control plane k runs on in
+// pull mode: it starts karmada-agent for member (its log beside the other
+// Karmada logs), which creates the Cluster <member> of sync mode Pull,
+// reports its status and lease, and applies the Works of
+// karmada-es-<member> itself. Stop kills the agent with the other Karmada
+// components.
+//
+// The agent talks to Karmada as its admin: 'karmadactl register' gets the
+// agent a client certificate through a bootstrap token and a
+// CertificateSigningRequest, which needs kube-controller-manager's signer,
+// and the test clusters run none. It reports no member credentials to
+// Karmada (--report-secrets=None): those would come from legacy
+// ServiceAccount token Secrets, which need its token controller.
+func JoinPull(ctx context.Context, karmada, member *Cluster) error {
+	k := karmada.Karmada
+	if k == nil {
+		return fmt.Errorf("clusters: joining %q: cluster %q is not a Karmada control plane", member.Name, karmada.Name)
+	}
+	// The agent's leader election lock lives in the member's karmada-system.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: KarmadaSystemNamespace}}
+	if err := member.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("clusters: joining %q: creating namespace %s in the member: %w", member.Name, ns.Name, err)
+	}
+	agent, err := StartProcess(KarmadaAgentBinary+" of "+member.Name, filepath.Join(k.Dir, "agent-"+member.Name+".log"),
+		filepath.Join(k.assets, KarmadaAgentBinary),
+		"--karmada-kubeconfig="+karmada.KubeconfigPath,
+		"--kubeconfig="+member.KubeconfigPath,
+		"--cluster-name="+member.Name,
+		"--cluster-api-endpoint="+member.Config.Host,
+		"--report-secrets=None",
+		"--metrics-bind-address=0",
+		"--health-probe-bind-address=0",
+		"--cluster-status-update-frequency="+KarmadaClusterStatusUpdateFrequency.String(),
+	)
+	if err != nil {
+		return fmt.Errorf("clusters: joining %q: %w", member.Name, err)
+	}
+	k.mu.Lock()
+	k.agents = append(k.agents, agent)
+	k.mu.Unlock()
 	return nil
 }

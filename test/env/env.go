@@ -93,7 +93,7 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	remedy := fmt.Sprintf("run 'make tools' to build them from source (make test does this for you), or set %s to a directory that has them", AssetsEnv)
 	binaries := []string{"kube-apiserver", "etcd"}
 	if karmada {
-		binaries = append(binaries, controlplane.KarmadaAggregatedAPIServerBinary, controlplane.KarmadaControllerManagerBinary)
+		binaries = append(binaries, controlplane.KarmadaAggregatedAPIServerBinary, controlplane.KarmadaControllerManagerBinary, controlplane.KarmadaAgentBinary)
 	}
 	if err := controlplane.CheckBinaries(assets, remedy, binaries...); err != nil {
 		return nil, fmt.Errorf("env: %w", err)
