@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -170,7 +169,7 @@ func startKarmada(ctx context.Context, c *Cluster, p karmadaPaths, assets string
 	if err := servingCA.WriteServing(serving, serviceHost, "localhost", "127.0.0.1"); err != nil {
 		return k, err
 	}
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return k, err
 	}
@@ -306,17 +305,6 @@ func (k *Karmada) stop() {
 			p.Kill()
 		}
 	}
-}
-
-// freePort returns a TCP port free on 127.0.0.1 now; a process started soon
-// after may still lose it to another, and then fails to listen.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // KarmadaClusterNamespace is where 'karmadactl join' keeps a member's

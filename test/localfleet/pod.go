@@ -104,7 +104,7 @@ func (f *Fleet) StartPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 	f.mu.Lock()
 	f.pods = append(f.pods, p)
 	f.mu.Unlock()
-	port, err := freePort()
+	port, err := controlplane.FreePort()
 	if err != nil {
 		return nil, err
 	}
