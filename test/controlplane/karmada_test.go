@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -277,7 +278,24 @@ func eventually(ctx context.Context, t *testing.T, karmada *controlplane.Cluster
 		return ok, nil
 	})
 	if err != nil {
-		t.Fatalf("waiting for %s: %v (last: %s; Karmada logs in %s)", what, err, last, karmada.Karmada.Dir)
+		logKarmadaTails(t, karmada)
+		t.Fatalf("waiting for %s: %v (last: %s)", what, err, last)
+	}
+}
+
+// logKarmadaTails logs the end of each Karmada component's log, which Stop
+// removes with the work directory.
+func logKarmadaTails(t *testing.T, karmada *controlplane.Cluster) {
+	t.Helper()
+	logs, _ := filepath.Glob(filepath.Join(karmada.Karmada.Dir, "*.log"))
+	for _, path := range logs {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Log(err)
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		t.Logf("last lines of %s:\n%s", filepath.Base(path), strings.Join(lines[max(0, len(lines)-30):], "\n"))
 	}
 }
 
