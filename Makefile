@@ -25,6 +25,20 @@ COMMANDS := ctrlmesh-hub ctrlmesh-agent ctrlmesh-proxy ctrlmeshctl
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X github.com/ctrlmesh/ctrlmesh/pkg/version.Version=$(VERSION)
 
+# Karmada's own components, built from source by the tools module in
+# test/tools/karmada (Karmada's Kubernetes libraries, v0.34, differ from
+# kube-apiserver's): the Karmada control plane of the test environment and
+# the local fleet is kube-apiserver with Karmada's CRDs plus these. The
+# version must be the one the main module requires (its CRDs are read from
+# there); the stamp file names it, so a version change rebuilds them.
+KARMADA_VERSION    := v1.16.0
+KARMADA_COMPONENTS := aggregated-apiserver controller-manager agent
+KARMADA_STAMP      := $(BIN)/.karmada-$(KARMADA_VERSION)
+KARMADA_LDFLAGS    := -s -w \
+	-X github.com/karmada-io/karmada/pkg/version.gitVersion=$(KARMADA_VERSION) \
+	-X github.com/karmada-io/karmada/pkg/version.gitTreeState=clean \
+	-X github.com/karmada-io/karmada/pkg/version.buildDate=2026-01-01T00:00:00Z
+
 # helm, built from source by go install (only the Go module proxy is needed),
 # for rendering the charts in deploy/charts. The stamp file names the
 # version, so changing HELM_VERSION rebuilds it.
@@ -65,7 +79,7 @@ generate: ## Generate deepcopy code and CRDs; copy third-party CRDs.
 	install -m 0644 $(OCM_DIR)/cluster/v1/0000_00_clusters.open-cluster-management.io_managedclusters.crd.yaml deploy/crds/third-party/
 
 .PHONY: tools
-tools: $(KUBE_APISERVER) $(ETCD) $(HELM_STAMP) ## Build kube-apiserver, etcd and helm from source (once).
+tools: $(KUBE_APISERVER) $(ETCD) $(HELM_STAMP) $(KARMADA_STAMP) ## Build kube-apiserver, etcd, helm and Karmada's components from source (once).
 
 $(KUBE_APISERVER): test/tools/go.mod test/tools/go.sum
 	@mkdir -p $(BIN)
@@ -76,6 +90,17 @@ $(ETCD): test/tools/go.mod test/tools/go.sum test/tools/etcd/main.go
 	@mkdir -p $(BIN)
 	@echo "building etcd from source"
 	cd test/tools && $(GO) build -trimpath -ldflags '-s -w' -o $@ ./etcd
+
+$(KARMADA_STAMP): test/tools/karmada/go.mod test/tools/karmada/go.sum
+	@mkdir -p $(BIN)
+	@echo "building karmada $(KARMADA_VERSION) components from source (several minutes the first time)"
+	@test "$$($(GO) list -m -f '{{.Version}}' github.com/karmada-io/karmada)" = $(KARMADA_VERSION) || \
+		{ echo "KARMADA_VERSION $(KARMADA_VERSION) is not the karmada version go.mod requires"; exit 1; }
+	cd test/tools/karmada && for c in $(KARMADA_COMPONENTS); do \
+		$(GO) build -trimpath -ldflags '$(KARMADA_LDFLAGS)' -o $(BIN)/karmada-$$c github.com/karmada-io/karmada/cmd/$$c || exit 1; \
+	done
+	@rm -f $(BIN)/.karmada-*
+	@touch $@
 
 $(HELM_STAMP):
 	@mkdir -p $(BIN)

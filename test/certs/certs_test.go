@@ -126,3 +126,57 @@ func TestWriteServingNeedsHosts(t *testing.T) {
 		t.Fatalf("WriteServing with no hosts = %v, want an error about hosts", err)
 	}
 }
+
+// TestCAWriteClient proves a client certificate is what an API server's
+// --client-ca-file or --requestheader-client-ca-file accepts: it verifies
+// for client auth against its CA only, and names the user and groups.
+func TestCAWriteClient(t *testing.T) {
+	ca, err := certs.NewCA("test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := ca.WriteClient(dir, "front-proxy-client", "group-a", "group-b"); err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, certs.CertFile), filepath.Join(dir, certs.KeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leaf.Subject.CommonName != "front-proxy-client" || strings.Join(leaf.Subject.Organization, ",") != "group-a,group-b" {
+		t.Errorf("subject = %v, want CN front-proxy-client in group-a and group-b", leaf.Subject)
+	}
+	other, err := certs.NewCA("other CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		ca     *certs.CA
+		usage  x509.ExtKeyUsage
+		wantOK bool
+	}{
+		{name: "client auth, its CA", ca: ca, usage: x509.ExtKeyUsageClientAuth, wantOK: true},
+		{name: "server auth, its CA", ca: ca, usage: x509.ExtKeyUsageServerAuth, wantOK: false},
+		{name: "client auth, another CA", ca: other, usage: x509.ExtKeyUsageClientAuth, wantOK: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(tt.ca.PEM) {
+				t.Fatalf("CA PEM does not parse: %q", tt.ca.PEM)
+			}
+			_, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{tt.usage}})
+			if (err == nil) != tt.wantOK {
+				t.Fatalf("Verify = %v, want ok=%v", err, tt.wantOK)
+			}
+		})
+	}
+	if err := ca.WriteClient(t.TempDir(), ""); err == nil {
+		t.Error("WriteClient with no common name succeeded")
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	clusterv1alpha1 "github.com/karmada-io/karmada/pkg/apis/cluster/v1alpha1"
+	configv1alpha1 "github.com/karmada-io/karmada/pkg/apis/config/v1alpha1"
 	"golang.org/x/mod/modfile"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -46,6 +49,12 @@ type Spec struct {
 	// APIServerFlags are extra kube-apiserver flags, name (without dashes) to
 	// value.
 	APIServerFlags map[string]string
+	// Karmada makes the cluster a Karmada control plane: its kube-apiserver
+	// is the Karmada API server, with Karmada's CRDs (Options.KarmadaCRDDirs)
+	// and the aggregation layer's front-proxy certificates, and
+	// karmada-aggregated-apiserver (serving cluster.karmada.io) and
+	// karmada-controller-manager run against it, built by 'make tools'.
+	Karmada bool
 }
 
 // Options for Start.
@@ -56,6 +65,10 @@ type Options struct {
 	AssetsDir string
 	// CRDDirs are installed into every cluster.
 	CRDDirs []string
+	// KarmadaCRDDirs are installed, beside CRDDirs, into the clusters of
+	// Spec.Karmada: Karmada's chart CRDs (KarmadaCRDDirs). Required when a
+	// cluster is one.
+	KarmadaCRDDirs []string
 	// WorkDir receives one kubeconfig file per cluster. Default: a new
 	// temporary directory, removed by Stop.
 	WorkDir string
@@ -71,8 +84,12 @@ type Cluster struct {
 	Config *rest.Config
 	// KubeconfigPath is a kubeconfig file for Config.
 	KubeconfigPath string
-	// Client is an admin client with ctrlmesh's scheme.
+	// Client is an admin client with ctrlmesh's scheme and Karmada's
+	// cluster.karmada.io and config.karmada.io.
 	Client client.Client
+	// Karmada runs the Karmada components of a cluster of Spec.Karmada; nil
+	// for the others.
+	Karmada *Karmada
 
 	env *envtest.Environment
 }
@@ -110,14 +127,21 @@ func Start(ctx context.Context, opts Options) (*Group, error) {
 	if err := checkNames(opts.Clusters); err != nil {
 		return nil, err
 	}
-	if err := CheckBinaries(opts.AssetsDir, "run 'make tools' to build them from source", "kube-apiserver", "etcd"); err != nil {
+	binaries := []string{"kube-apiserver", "etcd"}
+	if slices.ContainsFunc(opts.Clusters, func(s Spec) bool { return s.Karmada }) {
+		if len(opts.KarmadaCRDDirs) == 0 {
+			return nil, errors.New("clusters: a Karmada control plane needs Options.KarmadaCRDDirs (see KarmadaCRDDirs)")
+		}
+		binaries = append(binaries, KarmadaAggregatedAPIServerBinary, KarmadaControllerManagerBinary, KarmadaAgentBinary)
+	}
+	if err := CheckBinaries(opts.AssetsDir, "run 'make tools' to build them from source", binaries...); err != nil {
 		return nil, err
 	}
 	timeout := opts.StartTimeout
 	if timeout == 0 {
 		timeout = 2 * time.Minute
 	}
-	scheme, err := ctrlmeshscheme.New()
+	scheme, err := newScheme()
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +161,7 @@ func Start(ctx context.Context, opts Options) (*Group, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			g.Clusters[i], errs[i] = startCluster(spec, opts.AssetsDir, opts.CRDDirs, timeout, scheme, g.workDir)
+			g.Clusters[i], errs[i] = startCluster(ctx, spec, opts, timeout, scheme, g.workDir)
 		}()
 	}
 	wg.Wait()
@@ -150,10 +174,25 @@ func Start(ctx context.Context, opts Options) (*Group, error) {
 	return g, nil
 }
 
-func startCluster(spec Spec, assets string, crdDirs []string, timeout time.Duration, scheme *runtime.Scheme, workDir string) (*Cluster, error) {
+func startCluster(ctx context.Context, spec Spec, opts Options, timeout time.Duration, scheme *runtime.Scheme, workDir string) (*Cluster, error) {
+	crdDirs := opts.CRDDirs
+	var karmadaFiles karmadaPaths
+	if spec.Karmada {
+		crdDirs = append(slices.Clone(crdDirs), opts.KarmadaCRDDirs...)
+		var flags map[string]string
+		var err error
+		if karmadaFiles, flags, err = prepareKarmada(workDir, spec.Name); err != nil {
+			return nil, fmt.Errorf("clusters: preparing Karmada on cluster %q: %w", spec.Name, err)
+		}
+		spec.APIServerFlags = maps.Clone(spec.APIServerFlags)
+		if spec.APIServerFlags == nil {
+			spec.APIServerFlags = map[string]string{}
+		}
+		maps.Copy(spec.APIServerFlags, flags)
+	}
 	useExisting := false
 	te := &envtest.Environment{
-		BinaryAssetsDirectory:    assets,
+		BinaryAssetsDirectory:    opts.AssetsDir,
 		CRDDirectoryPaths:        crdDirs,
 		ErrorIfCRDPathMissing:    true,
 		CRDInstallOptions:        envtest.CRDInstallOptions{Scheme: scheme},
@@ -194,6 +233,11 @@ func startCluster(spec Spec, assets string, crdDirs []string, timeout time.Durat
 	}
 	if c.Client, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		return nil, errors.Join(fmt.Errorf("clusters: client for cluster %q: %w", spec.Name, err), te.Stop())
+	}
+	if spec.Karmada {
+		if c.Karmada, err = startKarmada(ctx, c, karmadaFiles, opts.AssetsDir); err != nil {
+			return nil, errors.Join(fmt.Errorf("clusters: %w", err), te.Stop())
+		}
 	}
 	return c, nil
 }
@@ -249,6 +293,23 @@ func processWithArg(arg string) (int, error) {
 	return 0, fmt.Errorf("no process with %s", arg)
 }
 
+// newScheme is ctrlmesh's scheme and the Karmada APIs the test machinery
+// writes: cluster.karmada.io (Cluster, served by the aggregated API server)
+// and config.karmada.io (ResourceInterpreterCustomization).
+func newScheme() (*runtime.Scheme, error) {
+	scheme, err := ctrlmeshscheme.New()
+	if err != nil {
+		return nil, err
+	}
+	if err := clusterv1alpha1.Install(scheme); err != nil {
+		return nil, fmt.Errorf("adding the cluster.karmada.io APIs to the scheme: %w", err)
+	}
+	if err := configv1alpha1.Install(scheme); err != nil {
+		return nil, fmt.Errorf("adding the config.karmada.io APIs to the scheme: %w", err)
+	}
+	return scheme, nil
+}
+
 // AddUser returns a client config for a new user of the cluster, with
 // exactly the rights RBAC gives that name and those groups: a component
 // runs with its shipped RBAC and nothing more.
@@ -274,6 +335,9 @@ func (g *Group) Stop() error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				if c.Karmada != nil {
+					c.Karmada.stop()
+				}
 				if err := c.env.Stop(); err != nil {
 					mu.Lock()
 					errs = append(errs, fmt.Errorf("clusters: stopping cluster %q: %w", c.Name, err))

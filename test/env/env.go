@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/ctrlmesh/ctrlmesh/test/controlplane"
@@ -43,7 +44,9 @@ type (
 type Options struct {
 	// Clusters to start, all at once.
 	Clusters []ClusterSpec
-	// AssetsDir holds kube-apiserver and etcd. Default: $CTRLMESH_TEST_ASSETS,
+	// AssetsDir holds kube-apiserver and etcd, and Karmada's components for a
+	// cluster of ClusterSpec.Karmada (whose CRDs come from the karmada module
+	// go.mod requires). Default: $CTRLMESH_TEST_ASSETS,
 	// else <repo>/bin.
 	AssetsDir string
 	// CRDDirs are installed into every cluster. Default: <repo>/deploy/crds
@@ -66,7 +69,9 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		assets = os.Getenv(AssetsEnv)
 	}
 	crdDirs := opts.CRDDirs
-	if assets == "" || crdDirs == nil {
+	karmada := slices.ContainsFunc(opts.Clusters, func(s ClusterSpec) bool { return s.Karmada })
+	var karmadaCRDDirs []string
+	if assets == "" || crdDirs == nil || karmada {
 		root, err := controlplane.RepoRoot()
 		if err != nil {
 			return nil, fmt.Errorf("env: %w; set Options.AssetsDir and Options.CRDDirs", err)
@@ -77,15 +82,24 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		if crdDirs == nil {
 			crdDirs = controlplane.CRDDirs(root)
 		}
+		if karmada {
+			if karmadaCRDDirs, err = controlplane.KarmadaCRDDirs(root); err != nil {
+				return nil, fmt.Errorf("env: %w", err)
+			}
+		}
 	}
 	// A missing binary is a broken test setup: fail with an instruction,
 	// never a skip.
 	remedy := fmt.Sprintf("run 'make tools' to build them from source (make test does this for you), or set %s to a directory that has them", AssetsEnv)
-	if err := controlplane.CheckBinaries(assets, remedy, "kube-apiserver", "etcd"); err != nil {
+	binaries := []string{"kube-apiserver", "etcd"}
+	if karmada {
+		binaries = append(binaries, controlplane.KarmadaAggregatedAPIServerBinary, controlplane.KarmadaControllerManagerBinary, controlplane.KarmadaAgentBinary)
+	}
+	if err := controlplane.CheckBinaries(assets, remedy, binaries...); err != nil {
 		return nil, fmt.Errorf("env: %w", err)
 	}
 	return controlplane.Start(ctx, controlplane.Options{
-		Clusters: opts.Clusters, AssetsDir: assets, CRDDirs: crdDirs,
+		Clusters: opts.Clusters, AssetsDir: assets, CRDDirs: crdDirs, KarmadaCRDDirs: karmadaCRDDirs,
 		WorkDir: opts.WorkDir, StartTimeout: opts.StartTimeout,
 	})
 }

@@ -310,7 +310,7 @@ func (f *Fleet) agentWebhook(member string) (agent.WebhookOptions, error) {
 	if err := errors.Join(os.WriteFile(filepath.Join(dir, "tls.crt"), certPEM, 0o600), os.WriteFile(filepath.Join(dir, "tls.key"), keyPEM, 0o600)); err != nil {
 		return agent.WebhookOptions{}, fmt.Errorf("localfleet: writing the agent certificate: %w", err)
 	}
-	port, err := freePort()
+	port, err := controlplane.FreePort()
 	if err != nil {
 		return agent.WebhookOptions{}, err
 	}
@@ -494,16 +494,4 @@ func create(ctx context.Context, c client.Client, objs ...client.Object) error {
 		}
 	}
 	return nil
-}
-
-// freePort asks the kernel for a free port on the loopback address. Another
-// process may take it before it is used; that then fails with an error
-// naming the address.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("localfleet: finding a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

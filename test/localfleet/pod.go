@@ -14,6 +14,7 @@ import (
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/scenarios/demo-operator/operator"
+	"github.com/ctrlmesh/ctrlmesh/test/controlplane"
 )
 
 // The binaries of a pod's two containers, in Options.BinDir.
@@ -65,7 +66,7 @@ type PodSpec struct {
 // and demo operator running as local processes with its name.
 type Pod struct {
 	PodSpec
-	proxy, operator *process
+	proxy, operator *controlplane.Process
 	// upstreamRelay carries the proxy's link to its upstream API server,
 	// with Options.Relays.
 	upstreamRelay *Relay
@@ -103,10 +104,6 @@ func (f *Fleet) StartPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 	f.mu.Lock()
 	f.pods = append(f.pods, p)
 	f.mu.Unlock()
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
 	logPrefix := filepath.Join(f.WorkDir, "logs", spec.Cluster+"-"+spec.Name)
 	operatorKubeconfig := logPrefix + "-operator.kubeconfig"
 	upstream, rulesFrom := m.KubeconfigPath, ""
@@ -134,9 +131,9 @@ func (f *Fleet) StartPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 		upstream = relayed
 	}
 	proxyArgs := []string{"--pod-name=" + spec.Name, "--pod-namespace=" + spec.Namespace, "--rules-name=" + spec.RulesName,
-		"--upstream-kubeconfig=" + upstream, "--rules-kubeconfig=" + rulesFrom, fmt.Sprintf("--listen-address=127.0.0.1:%d", port),
+		"--upstream-kubeconfig=" + upstream, "--rules-kubeconfig=" + rulesFrom, "--listen-address=127.0.0.1:0",
 		"--health-address=", "--operator-kubeconfig=" + operatorKubeconfig}
-	proxy, err := startProcess(spec.Name+" proxy", logPrefix+"-proxy.log", false, filepath.Join(f.binDir, proxyBinary), proxyArgs...)
+	proxy, err := controlplane.StartProcess(spec.Name+" proxy", logPrefix+"-proxy.log", false, filepath.Join(f.binDir, proxyBinary), proxyArgs...)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +148,7 @@ func (f *Fleet) StartPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 	args := append([]string{"--kubeconfig=" + operatorKubeconfig, "--pod-name=" + spec.Name, "--leader-election-namespace=" + spec.Namespace,
 		"--webhook-port=0", "--health-addr=0", "--metrics-addr=0"}, operatorLeaderElectionFlags...)
 	args = append(args, spec.OperatorArgs...)
-	operator, err := startProcess(spec.Name+" operator", logPrefix+"-operator.log", spec.RestartOperator, filepath.Join(f.binDir, operatorBinary), args...)
+	operator, err := controlplane.StartProcess(spec.Name+" operator", logPrefix+"-operator.log", spec.RestartOperator, filepath.Join(f.binDir, operatorBinary), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -161,18 +158,18 @@ func (f *Fleet) StartPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 
 // OperatorPID is the process ID of the pod's demo operator, for reading its
 // memory use.
-func (p *Pod) OperatorPID() int { return p.operator.pid() }
+func (p *Pod) OperatorPID() int { return p.operator.PID() }
 
 // ProxyPID is the process ID of the pod's ctrlmesh-proxy, for reading its
 // memory use.
-func (p *Pod) ProxyPID() int { return p.proxy.pid() }
+func (p *Pod) ProxyPID() int { return p.proxy.PID() }
 
 // OperatorRestarts counts how often the demo operator ran again after
 // exiting (PodSpec.RestartOperator).
-func (p *Pod) OperatorRestarts() int { return p.operator.restarts() }
+func (p *Pod) OperatorRestarts() int { return p.operator.Restarts() }
 
 // setProcesses records the pod's processes, which Err reads.
-func (f *Fleet) setProcesses(p *Pod, proxy, operator *process) {
+func (f *Fleet) setProcesses(p *Pod, proxy, operator *controlplane.Process) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	p.proxy, p.operator = proxy, operator
@@ -191,9 +188,9 @@ func (f *Fleet) KillPod(ctx context.Context, p *Pod) error {
 }
 
 func (p *Pod) kill() {
-	for _, proc := range []*process{p.proxy, p.operator} {
+	for _, proc := range []*controlplane.Process{p.proxy, p.operator} {
 		if proc != nil {
-			proc.kill()
+			proc.Kill()
 		}
 	}
 	if p.upstreamRelay != nil {
@@ -204,9 +201,9 @@ func (p *Pod) kill() {
 // err reports a process of the pod that ended without being killed.
 func (p *Pod) err() error {
 	var errs []error
-	for _, proc := range []*process{p.proxy, p.operator} {
+	for _, proc := range []*controlplane.Process{p.proxy, p.operator} {
 		if proc != nil {
-			errs = append(errs, proc.exitError())
+			errs = append(errs, proc.ExitError())
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package localfleet
+package controlplane
 
 import (
 	"os"

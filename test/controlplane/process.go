@@ -1,8 +1,9 @@
-package localfleet
+package controlplane
 
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -18,10 +19,11 @@ var errKilled = errors.New("killed")
 // exited, as a kubelet's first back-off (shorter: tests wait for it).
 const restartDelay = time.Second
 
-// process is a local process whose output goes to a log file. With restart,
-// it runs again whenever it exits on its own, as a kubelet runs a container
-// of restartPolicy Always again.
-type process struct {
+// Process is a local process whose output goes to a log file: a component
+// of a control plane (Karmada's) or of the local fleet (a proxy, an
+// operator). With restart, it runs again whenever it exits on its own, as a
+// kubelet runs a container of restartPolicy Always again.
+type Process struct {
 	name, logPath, binary string
 	args                  []string
 	restart               bool
@@ -40,8 +42,11 @@ type process struct {
 	stop chan struct{}
 }
 
-func startProcess(name, logPath string, restart bool, binary string, args ...string) (*process, error) {
-	p := &process{name: name, logPath: logPath, binary: binary, args: args, restart: restart,
+// StartProcess starts binary with args, named name in errors, its output
+// appended to logPath; with restart it runs again whenever it exits on its
+// own.
+func StartProcess(name, logPath string, restart bool, binary string, args ...string) (*Process, error) {
+	p := &Process{name: name, logPath: logPath, binary: binary, args: args, restart: restart,
 		done: make(chan struct{}), stop: make(chan struct{})}
 	cmd, logFile, err := p.start()
 	if err != nil {
@@ -52,10 +57,10 @@ func startProcess(name, logPath string, restart bool, binary string, args ...str
 }
 
 // start runs the process once, appending to its log.
-func (p *process) start() (*exec.Cmd, *os.File, error) {
+func (p *Process) start() (*exec.Cmd, *os.File, error) {
 	logFile, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, nil, fmt.Errorf("localfleet: log of %s: %w", p.name, err)
+		return nil, nil, fmt.Errorf("log of %s: %w", p.name, err)
 	}
 	cmd := exec.Command(p.binary, p.args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -72,7 +77,7 @@ func (p *process) start() (*exec.Cmd, *os.File, error) {
 	}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
-		return nil, nil, fmt.Errorf("localfleet: starting %s: %w", p.name, err)
+		return nil, nil, fmt.Errorf("starting %s: %w", p.name, err)
 	}
 	p.cmd = cmd
 	return cmd, logFile, nil
@@ -80,7 +85,7 @@ func (p *process) start() (*exec.Cmd, *os.File, error) {
 
 // supervise waits for each run to end and, with restart, starts the next
 // unless the process was killed.
-func (p *process) supervise(cmd *exec.Cmd, logFile *os.File) {
+func (p *Process) supervise(cmd *exec.Cmd, logFile *os.File) {
 	defer close(p.done)
 	for {
 		err := cmd.Wait()
@@ -111,23 +116,23 @@ func (p *process) supervise(cmd *exec.Cmd, logFile *os.File) {
 	}
 }
 
-// pid is the process ID of the current run.
-func (p *process) pid() int {
+// PID is the process ID of the current run.
+func (p *Process) PID() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.cmd.Process.Pid
 }
 
-// restarts counts how often the process ran again after exiting.
-func (p *process) restarts() int {
+// Restarts counts how often the process ran again after exiting.
+func (p *Process) Restarts() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.restarted
 }
 
-// kill kills the process and its process group with SIGKILL, as a crash
+// Kill kills the process and its process group with SIGKILL, as a crash
 // would, and waits until it has exited; it is not restarted.
-func (p *process) kill() {
+func (p *Process) Kill() {
 	p.mu.Lock()
 	if !p.killed.Swap(true) {
 		close(p.stop)
@@ -143,8 +148,8 @@ func (p *process) kill() {
 	<-p.done
 }
 
-// exitError reports the process's end when it ended without being killed.
-func (p *process) exitError() error {
+// ExitError reports the process's end when it ended without being killed.
+func (p *Process) ExitError() error {
 	select {
 	case <-p.done:
 		if !p.killed.Load() {
@@ -164,4 +169,15 @@ func lastLine(path string) string {
 	}
 	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
 	return lines[len(lines)-1]
+}
+
+// FreePort returns a TCP port free on 127.0.0.1 now; a process started soon
+// after may still lose it to another, and then fails to listen.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("finding a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
