@@ -130,7 +130,7 @@ FUZZ_TARGETS := \
 	./proxy/watchstream:FuzzCopyProtobuf ./agent/labeler:FuzzHandler \
 	./agent/inject:FuzzPodPatch ./proxy:FuzzFence ./proxy:FuzzCheckedBody \
 	./pkg/route:FuzzCompile ./pkg/routework:FuzzReadStatus \
-	./proxy/webhook:FuzzRouteReview
+	./proxy/webhook:FuzzRouteReview ./proxy:FuzzRenameProtobufBody
 FUZZTIME ?= 30s
 
 .PHONY: fuzz

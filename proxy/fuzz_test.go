@@ -8,11 +8,18 @@ import (
 	"strings"
 	"testing"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/utils/ptr"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	ctrlmeshscheme "github.com/ctrlmesh/ctrlmesh/pkg/scheme"
@@ -269,4 +276,58 @@ func mustSet(t *testing.T, s sharding.Space, buckets []int) sharding.Set {
 		t.Fatal(err)
 	}
 	return set
+}
+
+// FuzzRenameProtobufBody: a Kubernetes protobuf body renamed decodes to the
+// object it was with metadata.name the new name, and nothing else changed;
+// a body that does not decode is refused, never passed on.
+func FuzzRenameProtobufBody(f *testing.F) {
+	scheme, err := ctrlmeshscheme.New()
+	if err != nil {
+		f.Fatal(err)
+	}
+	b := bodyRenamer{codecs: serializer.NewCodecFactory(scheme)}
+	const protobuf = "application/vnd.kubernetes.protobuf"
+	_, encoder, err := b.decoder(protobuf)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, obj := range []runtime.Object{
+		&coordinationv1.Lease{TypeMeta: metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"},
+			ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "demo"}, Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("a")}},
+		&corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+			ObjectMeta: metav1.ObjectMeta{Name: "demo", Labels: map[string]string{"name": "demo"}}, Data: map[string]string{"k": "v"}},
+	} {
+		var sb strings.Builder
+		if err := encoder.Encode(obj, &sb); err != nil {
+			f.Fatal(err)
+		}
+		f.Add([]byte(sb.String()))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		out, err := b.rename(protobuf, body, "demo---2")
+		if err != nil {
+			return
+		}
+		if name, err := b.name(protobuf, out); err != nil || name != "demo---2" {
+			t.Fatalf("renamed body has name %q (%v)", name, err)
+		}
+		dec, _, _ := b.decoder(protobuf)
+		before, _, err := dec.Decode(body, nil, nil)
+		if err != nil {
+			t.Fatalf("a body rename accepted does not decode: %v", err)
+		}
+		after, _, err := dec.Decode(out, nil, nil)
+		if err != nil {
+			t.Fatalf("the renamed body does not decode: %v", err)
+		}
+		acc, err := meta.Accessor(before)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acc.SetName("demo---2")
+		if !apiequality.Semantic.DeepEqual(before, after) {
+			t.Fatalf("more than the name changed:\n%#v\n%#v", before, after)
+		}
+	})
 }
