@@ -15,6 +15,7 @@ import (
 	"time"
 
 	clusterv1alpha1 "github.com/karmada-io/karmada/pkg/apis/cluster/v1alpha1"
+	configv1alpha1 "github.com/karmada-io/karmada/pkg/apis/config/v1alpha1"
 	"github.com/karmada-io/karmada/pkg/util/names"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/ctrlmesh/ctrlmesh/test/certs"
 )
@@ -415,5 +417,29 @@ func JoinPull(ctx context.Context, karmada, member *Cluster) error {
 	k.mu.Lock()
 	k.agents = append(k.agents, agent)
 	k.mu.Unlock()
+	return nil
+}
+
+// ShardRouteInterpreterFile is the ResourceInterpreterCustomization ctrlmesh
+// ships for ShardRoute, relative to the checkout: Karmada reflects a member
+// ShardRoute's status into its Work and judges its health by it.
+const ShardRouteInterpreterFile = "deploy/karmada/shardroute-interpreter.yaml"
+
+// InstallShardRouteInterpreter creates the shipped ShardRoute
+// ResourceInterpreterCustomization (ShardRouteInterpreterFile of the
+// checkout at root) on the Karmada control plane c, as a user installing
+// ctrlmesh on Karmada applies it.
+func InstallShardRouteInterpreter(ctx context.Context, c *Cluster, root string) error {
+	data, err := os.ReadFile(filepath.Join(root, ShardRouteInterpreterFile))
+	if err != nil {
+		return fmt.Errorf("clusters: reading the ShardRoute interpreter: %w", err)
+	}
+	interpreter := &configv1alpha1.ResourceInterpreterCustomization{}
+	if err := yaml.UnmarshalStrict(data, interpreter); err != nil {
+		return fmt.Errorf("clusters: decoding %s: %w", ShardRouteInterpreterFile, err)
+	}
+	if err := c.Client.Create(ctx, interpreter); err != nil {
+		return fmt.Errorf("clusters: creating the ShardRoute interpreter on %q: %w", c.Name, err)
+	}
 	return nil
 }

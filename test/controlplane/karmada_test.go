@@ -11,7 +11,6 @@ import (
 	"time"
 
 	clusterv1alpha1 "github.com/karmada-io/karmada/pkg/apis/cluster/v1alpha1"
-	configv1alpha1 "github.com/karmada-io/karmada/pkg/apis/config/v1alpha1"
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
 	workv1alpha2 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha2"
 	"github.com/karmada-io/karmada/pkg/util"
@@ -23,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
@@ -64,15 +62,7 @@ func TestKarmadaJoin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(filepath.Join(root, "deploy", "karmada", "shardroute-interpreter.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	interpreter := &configv1alpha1.ResourceInterpreterCustomization{}
-	if err := yaml.UnmarshalStrict(data, interpreter); err != nil {
-		t.Fatal(err)
-	}
-	if err := karmada.Client.Create(ctx, interpreter); err != nil {
+	if err := controlplane.InstallShardRouteInterpreter(ctx, karmada, root); err != nil {
 		t.Fatal(err)
 	}
 

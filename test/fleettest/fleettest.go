@@ -95,7 +95,8 @@ func Main(m *testing.M) {
 }
 
 // buildBinaries builds ctrlmesh-proxy and demo-operator into dir, next to
-// links to kube-apiserver and etcd, as cmd/ctrlmeshctl's demo test does.
+// links to kube-apiserver, etcd and Karmada's components, as
+// cmd/ctrlmeshctl's demo test does.
 func buildBinaries(dir string) error {
 	root, err := controlplane.RepoRoot()
 	if err != nil {
@@ -105,10 +106,12 @@ func buildBinaries(dir string) error {
 	if assets == "" {
 		assets = filepath.Join(root, "bin")
 	}
-	if err := controlplane.CheckBinaries(assets, "run 'make tools'", "kube-apiserver", "etcd"); err != nil {
+	// Karmada's components too, for the fleets with Options.Karmada.
+	tools := []string{"kube-apiserver", "etcd", controlplane.KarmadaAggregatedAPIServerBinary, controlplane.KarmadaControllerManagerBinary, controlplane.KarmadaAgentBinary}
+	if err := controlplane.CheckBinaries(assets, "run 'make tools'", tools...); err != nil {
 		return err
 	}
-	for _, name := range []string{"kube-apiserver", "etcd"} {
+	for _, name := range tools {
 		if err := os.Symlink(filepath.Join(assets, name), filepath.Join(dir, name)); err != nil {
 			return err
 		}

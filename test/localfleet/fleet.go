@@ -1,9 +1,10 @@
 // Package localfleet runs a ctrlmesh fleet on one machine, with no Docker and
 // no existing cluster: a hub and member clusters, each a real etcd and
-// kube-apiserver; the hub and one agent per member (standalone mode), in
-// this process, each with only its shipped RBAC; and operator "pods": a Pod
-// object in a member plus ctrlmesh-proxy and the demo operator as local
-// processes with the pod's identity.
+// kube-apiserver; the hub and one agent per member (standalone mode, or
+// Karmada mode with Options.Karmada), in this process, each with only its
+// shipped RBAC; and operator "pods": a Pod object in a member plus
+// ctrlmesh-proxy and the demo operator as local processes with the pod's
+// identity.
 //
 // The localfleet command (make demo, make local-up) uses it, and so can tests.
 package localfleet
@@ -19,10 +20,12 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	clusterv1alpha1 "github.com/karmada-io/karmada/pkg/apis/cluster/v1alpha1"
 	"github.com/karmada-io/karmada/pkg/util/names"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
@@ -76,6 +79,15 @@ type Options struct {
 	// the hub and each pod proxy's link to its upstream API server, for
 	// AgentHubRelay and Pod.UpstreamRelay to cut, heal or drop.
 	Relays bool
+	// Karmada, when set, makes the hub cluster a Karmada control plane
+	// (controlplane.Spec.Karmada; BinDir must hold Karmada's components)
+	// and gives each member's sync mode there, Push or Pull; every member
+	// needs one. Join then joins the member to Karmada that way before its
+	// ctrlmesh agent joins the hub, the agent runs in Karmada mode
+	// (applying nothing: Karmada applies the Works and reports their
+	// status through the shipped ShardRoute interpreter), and the hub puts
+	// Karmada's execution finalizer on its Works.
+	Karmada map[string]clusterv1alpha1.ClusterSyncMode
 }
 
 // Fleet is a running local fleet. StartHub, Join and StartPod bring up its
@@ -89,8 +101,11 @@ type Fleet struct {
 	// (logs/).
 	WorkDir string
 
-	binDir   string
-	relays   bool
+	binDir string
+	relays bool
+	// karmada are the members' sync modes with Options.Karmada; nil in
+	// standalone mode.
+	karmada  map[string]clusterv1alpha1.ClusterSyncMode
 	clusters *controlplane.Group
 	// ctx ends the in-process components; Stop cancels it.
 	ctx    context.Context
@@ -122,19 +137,40 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	if err := os.MkdirAll(filepath.Join(opts.WorkDir, "logs"), 0o755); err != nil {
 		return nil, fmt.Errorf("localfleet: %w", err)
 	}
-	specs := []controlplane.Spec{{Name: HubName, FeatureGates: opts.HubFeatureGates}}
+	specs := []controlplane.Spec{{Name: HubName, FeatureGates: opts.HubFeatureGates, Karmada: opts.Karmada != nil}}
 	for _, m := range opts.Members {
 		specs = append(specs, controlplane.Spec{Name: m, FeatureGates: opts.MemberFeatureGates})
 	}
-	group, err := controlplane.Start(ctx, controlplane.Options{Clusters: specs, AssetsDir: opts.BinDir, CRDDirs: opts.CRDDirs, WorkDir: opts.WorkDir})
+	cpOpts := controlplane.Options{Clusters: specs, AssetsDir: opts.BinDir, CRDDirs: opts.CRDDirs, WorkDir: opts.WorkDir}
+	var root string
+	if opts.Karmada != nil {
+		for _, m := range opts.Members {
+			if mode := opts.Karmada[m]; mode != clusterv1alpha1.Push && mode != clusterv1alpha1.Pull {
+				return nil, fmt.Errorf("localfleet: member %q has Karmada sync mode %q; give it %s or %s", m, mode, clusterv1alpha1.Push, clusterv1alpha1.Pull)
+			}
+		}
+		var err error
+		if root, err = controlplane.RepoRoot(); err != nil {
+			return nil, fmt.Errorf("localfleet: %w", err)
+		}
+		if cpOpts.KarmadaCRDDirs, err = controlplane.KarmadaCRDDirs(root); err != nil {
+			return nil, fmt.Errorf("localfleet: %w", err)
+		}
+	}
+	group, err := controlplane.Start(ctx, cpOpts)
 	if err != nil {
 		return nil, err
 	}
 	f := &Fleet{Hub: group.Cluster(HubName), Members: map[string]*controlplane.Cluster{}, WorkDir: opts.WorkDir, binDir: opts.BinDir,
-		relays: opts.Relays, clusters: group, components: map[string]*component{},
+		relays: opts.Relays, karmada: opts.Karmada, clusters: group, components: map[string]*component{},
 		agentRelays: map[string]*Relay{}, agentClocks: map[string]*skewedClock{}}
 	for _, m := range opts.Members {
 		f.Members[m] = group.Cluster(m)
+	}
+	if opts.Karmada != nil {
+		if err := controlplane.InstallShardRouteInterpreter(ctx, f.Hub, root); err != nil {
+			return nil, errors.Join(fmt.Errorf("localfleet: %w", err), group.Stop())
+		}
 	}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	return f, nil
@@ -156,7 +192,8 @@ func (f *Fleet) StartHub(ctx context.Context) error {
 		return err
 	}
 	f.run(hubComponent, func(ctx context.Context) error {
-		return hub.Run(ctx, hub.Options{Config: identity, AutoAccept: true, RulesValidity: RulesValidity, MetricsAddress: "0", HealthAddress: "0", Log: log})
+		return hub.Run(ctx, hub.Options{Config: identity, AutoAccept: true, RulesValidity: RulesValidity, KarmadaFinalizer: f.karmada != nil,
+			MetricsAddress: "0", HealthAddress: "0", Log: log})
 	})
 	return nil
 }
@@ -203,12 +240,19 @@ const hubComponent = "hub"
 func agentComponent(member string) string { return "agent " + member }
 
 // Join prepares the member and the hub for the member's agent, runs the
-// agent in standalone mode with its shipped RBAC on both, and waits until
-// the hub has accepted the member.
+// agent with its shipped RBAC on both, and waits until the hub has
+// accepted the member. With Options.Karmada it first joins the member to
+// Karmada in its sync mode (joinKarmada), and the agent runs in Karmada
+// mode; otherwise in standalone mode.
 func (f *Fleet) Join(ctx context.Context, member string) error {
 	m := f.Members[member]
 	if m == nil {
 		return fmt.Errorf("localfleet: no member %q", member)
+	}
+	if f.karmada != nil {
+		if err := f.joinKarmada(ctx, m); err != nil {
+			return err
+		}
 	}
 	hubIdentity, memberIdentity, err := PrepareAgent(ctx, f.Hub, m, member, namespace)
 	if err != nil {
@@ -244,7 +288,7 @@ func (f *Fleet) Join(ctx context.Context, member string) error {
 		return agent.Run(ctx, agent.Options{
 			Member: rest.CopyConfig(memberIdentity), Hub: rest.CopyConfig(hubIdentity), ClusterName: member, Identity: "agent-0",
 			LeaseDuration: heartbeatDuration, RenewInterval: heartbeatInterval, Clock: clock,
-			ApplyWorks: true, Namespace: namespace, MetricsAddress: "0", HealthAddress: "0",
+			ApplyWorks: f.karmada == nil, Namespace: namespace, MetricsAddress: "0", HealthAddress: "0",
 			Webhook: webhook,
 			// The injected container is only written into Pod objects: the
 			// pods' proxies run as local processes.
@@ -259,6 +303,46 @@ func (f *Fleet) Join(ctx context.Context, member string) error {
 		}
 		return accepted, err
 	})
+}
+
+// joinKarmada joins member to the Karmada control plane the hub cluster is,
+// in its sync mode (controlplane.JoinPush or JoinPull), and waits until
+// Karmada's Cluster for it is Ready and Karmada made its execution
+// namespace, which the hub writes the member's Works into: that namespace
+// is Karmada's, and PrepareAgent leaves it as it is.
+func (f *Fleet) joinKarmada(ctx context.Context, member *controlplane.Cluster) error {
+	join := controlplane.JoinPush
+	if f.karmada[member.Name] == clusterv1alpha1.Pull {
+		join = controlplane.JoinPull
+	}
+	if err := join(ctx, f.Hub, member); err != nil {
+		return fmt.Errorf("localfleet: %w", err)
+	}
+	executionSpace := names.GenerateExecutionSpaceName(member.Name)
+	return f.waitFor(ctx, time.Minute, "Karmada's Cluster "+member.Name+" Ready and namespace "+executionSpace, func() (bool, error) {
+		cluster := &clusterv1alpha1.Cluster{}
+		if err := f.Hub.Client.Get(ctx, client.ObjectKey{Name: member.Name}, cluster); err != nil {
+			return false, err
+		}
+		if !meta.IsStatusConditionTrue(cluster.Status.Conditions, clusterv1alpha1.ClusterConditionReady) {
+			return false, fmt.Errorf("conditions %v", cluster.Status.Conditions)
+		}
+		err := f.Hub.Client.Get(ctx, client.ObjectKey{Name: executionSpace}, &corev1.Namespace{})
+		return err == nil, err
+	})
+}
+
+// KarmadaSyncMode is the sync mode of Karmada's Cluster for member, as
+// Karmada has it; an error in standalone mode or before Join.
+func (f *Fleet) KarmadaSyncMode(ctx context.Context, member string) (clusterv1alpha1.ClusterSyncMode, error) {
+	if f.karmada == nil {
+		return "", errors.New("localfleet: the fleet runs without Karmada")
+	}
+	cluster := &clusterv1alpha1.Cluster{}
+	if err := f.Hub.Client.Get(ctx, client.ObjectKey{Name: member}, cluster); err != nil {
+		return "", fmt.Errorf("localfleet: reading Karmada's Cluster %s: %w", member, err)
+	}
+	return cluster.Spec.SyncMode, nil
 }
 
 // AgentHubRelay is the relay between a member's agent and the hub; nil
@@ -319,8 +403,14 @@ func (f *Fleet) agentWebhook(member string) (agent.WebhookOptions, error) {
 		ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To(fmt.Sprintf("https://127.0.0.1:%d", port)), CABundle: certPEM}}, nil
 }
 
-// Err reports a component or pod process that ended on its own.
+// Err reports a component, pod process or Karmada component that ended on
+// its own.
 func (f *Fleet) Err() error {
+	if f.Hub.Karmada != nil {
+		if err := f.Hub.Karmada.Err(); err != nil {
+			return fmt.Errorf("localfleet: %w (logs in %s)", err, f.Hub.Karmada.Dir)
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, c := range f.components {
