@@ -257,6 +257,9 @@ func (m *member) left() bool {
 		return false
 	}
 	if m.report == nil {
+		// What its proxies enforce is unknown: pruning now would let the
+		// buckets they may still serve go elsewhere. Its agent reports, or
+		// its heartbeat lapses.
 		return false
 	}
 	for _, p := range m.report.Pods {
