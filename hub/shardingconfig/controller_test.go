@@ -271,3 +271,46 @@ func TestCanaryStepBadBuckets(t *testing.T) {
 		t.Errorf("canary step %+v with the error, want none", got)
 	}
 }
+
+// TestLeft: a cluster leaving a Fleet-scope config is done — its Work may
+// go — once the rules published to it give its pods no shard and every
+// proxy of it enforces them, or once its heartbeat lapsed; never while what
+// its proxies enforce is unknown.
+func TestLeft(t *testing.T) {
+	published := func(generation int64, podsInShard bool) *state.Published {
+		r := &ctrlmeshv1alpha1.ShardRoute{Spec: ctrlmeshv1alpha1.ShardRouteSpec{RoutingGeneration: generation, RulesHash: "h" + string(rune('0'+generation)),
+			Shards: []ctrlmeshv1alpha1.RouteShard{{ID: "0", Buckets: "0-7"}}}}
+		if podsInShard {
+			r.Spec.Shards[0].Pods = []ctrlmeshv1alpha1.RoutePod{{Name: "op-0"}}
+		}
+		return &state.Published{Revision: state.Revision{Generation: generation, RulesHash: r.Spec.RulesHash},
+			History: []state.Revision{{Generation: generation, RulesHash: r.Spec.RulesHash}, {Generation: generation - 1, RulesHash: "h" + string(rune('0'+generation-1))}},
+			Route:   r}
+	}
+	report := func(hashes ...string) *state.Report {
+		out := &state.Report{}
+		for i, h := range hashes {
+			out.Pods = append(out.Pods, state.Pod{Name: "op-" + string(rune('0'+i)), AppliedRulesHash: h})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name   string
+		member member
+		want   bool
+	}{
+		{"its pods still in a shard", member{published: published(3, true), report: report("h3")}, false},
+		{"no shard, its proxy enforces that", member{published: published(3, false), report: report("h3")}, true},
+		{"no shard, its proxy still on the rules before", member{published: published(3, false), report: report("h2")}, false},
+		{"no shard, a pod without a proxy", member{published: published(3, false), report: report("h3", "")}, true},
+		{"no shard, no report", member{published: published(3, false)}, false},
+		{"heartbeat lapsed", member{cluster: state.Cluster{HeartbeatLapsed: true}, published: published(3, true)}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.member.leaving = true
+			if got := tc.member.left(); got != tc.want {
+				t.Errorf("left() = %t, want %t", got, tc.want)
+			}
+		})
+	}
+}
