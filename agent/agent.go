@@ -198,12 +198,12 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	}
 	// The proxies' rule renewals are granted in step with the heartbeat.
-	renewals := &routestatus.Renewals{
+	grants := &routestatus.ValidityGrants{
 		Member: mgr.GetClient(), MemberReader: mgr.GetAPIReader(), Hub: hub, Cluster: opts.ClusterName, Log: opts.Log.WithName("renewals"),
 	}
 	heartbeat := &membership.Heartbeat{
 		Hub: hub, ClusterName: opts.ClusterName, Identity: opts.Identity,
-		LeaseDuration: opts.LeaseDuration, RenewInterval: opts.RenewInterval, Witness: renewals.Collect, Clock: opts.Clock,
+		LeaseDuration: opts.LeaseDuration, RenewInterval: opts.RenewInterval, Witness: grants.Collect, Clock: opts.Clock,
 		Log: opts.Log.WithName("heartbeat"),
 	}
 	if err := mgr.Add(&hubMembership{

@@ -43,7 +43,7 @@ func podStatuses(route *ctrlmeshv1alpha1.ShardRoute, pods []corev1.Pod) (candida
 		}
 	}
 	// What others wrote into the entries is kept as read: each proxy's
-	// hash and renewal request, and the grants (see Renewals).
+	// hash and renewal request, and the grants (see ValidityGrants).
 	reported := map[string]ctrlmeshv1alpha1.PodRouteStatus{}
 	for _, p := range route.Status.Pods {
 		reported[p.Name] = p

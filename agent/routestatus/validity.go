@@ -14,7 +14,7 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
 )
 
-// Renewals grants the proxies' requests to renew the validity of rules that
+// ValidityGrants grants the proxies' requests to renew the validity of rules that
 // expire (spec.validitySeconds, Fleet scope), in step with the heartbeat:
 // Collect, called before the agent renews its heartbeat lease on the hub,
 // reads the requests the ShardRoutes' status shows; the function it returns,
@@ -31,7 +31,7 @@ import (
 // no longer carries). A member that was cut off from the hub comes back with
 // rules whose buckets the hub may have given away meanwhile; its proxies
 // stay lapsed until the rules the hub publishes now arrive.
-type Renewals struct {
+type ValidityGrants struct {
 	// Member lists the ShardRoutes (a cached client is fine: a request in
 	// the cache was written before it got there) and writes their status.
 	Member client.Client
@@ -58,7 +58,7 @@ type requested struct {
 // Collect reads the requests not granted yet; the function it returns grants
 // them, and is to be called only after a heartbeat renewal that followed
 // Collect succeeded.
-func (g *Renewals) Collect(ctx context.Context) func(context.Context) {
+func (g *ValidityGrants) Collect(ctx context.Context) func(context.Context) {
 	var list ctrlmeshv1alpha1.ShardRouteList
 	if err := g.Member.List(ctx, &list); err != nil {
 		g.Log.Error(err, "Listing the ShardRoutes for their renewal requests failed; granting none this heartbeat")
@@ -89,7 +89,7 @@ func (g *Renewals) Collect(ctx context.Context) func(context.Context) {
 }
 
 // grant grants r's requests if the hub still publishes r's rules.
-func (g *Renewals) grant(ctx context.Context, r requested) error {
+func (g *ValidityGrants) grant(ctx context.Context, r requested) error {
 	var work workv1alpha1.Work
 	if err := g.Hub.Get(ctx, routework.WorkKey(g.Cluster, r.route.Namespace, r.route.Name), &work); err != nil {
 		if apierrors.IsNotFound(err) {

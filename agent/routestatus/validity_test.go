@@ -17,20 +17,20 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
 )
 
-// TestRenewals: the agent grants the renewal requests it read before a
+// TestValidityGrants: the agent grants the renewal requests it read before a
 // heartbeat renewal, and only while the member holds the rules the hub's
 // Work publishes: not for a route its Work moved past (a member back from a
 // partition, whose buckets the hub may have given away), not for one whose
 // Work is gone, and not a request written after the requests were read.
 // The API server plays both the member and the hub.
-func TestRenewals(t *testing.T) {
+func TestValidityGrants(t *testing.T) {
 	ctx := t.Context()
 	const cluster = "renewals"
 	hubNamespace := routework.WorkKey(cluster, "x", "y").Namespace
 	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: hubNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	renewals := &routestatus.Renewals{Member: admin, MemberReader: admin, Hub: admin, Cluster: cluster, Log: testr.New(t)}
+	renewals := &routestatus.ValidityGrants{Member: admin, MemberReader: admin, Hub: admin, Cluster: cluster, Log: testr.New(t)}
 
 	// A Fleet route in the member, with requests of two pods, and the
 	// hub's Work carrying it at generation.
@@ -48,7 +48,7 @@ func TestRenewals(t *testing.T) {
 		route := newRoute(ns, "h3", 3)
 		route.Spec.Scope, route.Spec.ValiditySeconds = ctrlmeshv1alpha1.ScopeFleet, 30
 		create(t, route)
-		setRenewals(t, route, map[string][2]int64{"op-0": {11, 0}, "op-1": {21, 20}})
+		setValidityRequests(t, route, map[string][2]int64{"op-0": {11, 0}, "op-1": {21, 20}})
 		published := route.DeepCopy()
 		published.Spec.RoutingGeneration = workGeneration
 		if workGeneration != 3 {
@@ -83,7 +83,7 @@ func TestRenewals(t *testing.T) {
 		renewed := renewals.Collect(ctx)
 		// A request written after the collection waits for the next
 		// heartbeat: the hub's observation may precede it.
-		setRenewals(t, route, map[string][2]int64{"op-0": {12, 0}, "op-1": {21, 20}})
+		setValidityRequests(t, route, map[string][2]int64{"op-0": {12, 0}, "op-1": {21, 20}})
 		renewed(ctx)
 		if got := granted(t, route); got["op-0"] != 11 || got["op-1"] != 21 {
 			t.Errorf("granted %v, want op-0 11 (read before the heartbeat, not 12) and op-1 21", got)
@@ -105,10 +105,10 @@ func TestRenewals(t *testing.T) {
 	})
 }
 
-// setRenewals sets the renewal request and grant of pods in route's status,
+// setValidityRequests sets the renewal request and grant of pods in route's status,
 // as the proxies and an earlier grant would have, retrying while the status
 // controller writes it too.
-func setRenewals(t *testing.T, route *ctrlmeshv1alpha1.ShardRoute, byPod map[string][2]int64) {
+func setValidityRequests(t *testing.T, route *ctrlmeshv1alpha1.ShardRoute, byPod map[string][2]int64) {
 	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var current ctrlmeshv1alpha1.ShardRoute
