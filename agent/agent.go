@@ -199,7 +199,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	// The proxies' rule renewals are granted in step with the heartbeat.
 	grants := &routestatus.ValidityGrants{
-		Member: mgr.GetClient(), MemberReader: mgr.GetAPIReader(), Hub: hub, Cluster: opts.ClusterName, Log: opts.Log.WithName("renewals"),
+		Member: mgr.GetClient(), MemberReader: mgr.GetAPIReader(), Hub: hub, Cluster: opts.ClusterName, Log: opts.Log.WithName("validity-grants"),
 	}
 	heartbeat := &membership.Heartbeat{
 		Hub: hub, ClusterName: opts.ClusterName, Identity: opts.Identity,
