@@ -29,11 +29,7 @@ import (
 type EventReconciler struct {
 	client   client.Reader
 	recorder record.EventRecorder
-
-	mu sync.Mutex
-	// recorded holds the UID of the pod of each name that has its Event; a
-	// pod recreated under the same name has another UID and gets its own.
-	recorded map[types.NamespacedName]types.UID
+	told     podsTold
 }
 
 // SetupWithManager registers the reconciler with mgr, reading pods from its
@@ -41,7 +37,6 @@ type EventReconciler struct {
 func (r *EventReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.client = mgr.GetClient()
 	r.recorder = mgr.GetEventRecorderFor(ctrlmeshv1alpha1.AgentComponent)
-	r.recorded = map[types.NamespacedName]types.UID{}
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("proxy-injection-events").
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(isSkipped))).
@@ -65,9 +60,7 @@ func (r *EventReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	var pod corev1.Pod
 	if err := r.client.Get(ctx, req.NamespacedName, &pod); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.mu.Lock()
-			delete(r.recorded, req.NamespacedName)
-			r.mu.Unlock()
+			r.told.forget(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("inject: reading pod %s: %w", req.NamespacedName, err)
@@ -75,14 +68,10 @@ func (r *EventReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if !isSkipped(&pod) {
 		return ctrl.Result{}, nil
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.recorded[req.NamespacedName] == pod.UID {
-		return ctrl.Result{}, nil
+	if r.told.tell(&pod) {
+		r.recorder.Event(&pod, corev1.EventTypeWarning, ctrlmeshv1alpha1.ReasonProxyNotInjected,
+			"ctrlmesh proxy not injected: "+pod.Annotations[ctrlmeshv1alpha1.ProxyInjectionReasonAnnotation])
 	}
-	r.recorder.Event(&pod, corev1.EventTypeWarning, ctrlmeshv1alpha1.ReasonProxyNotInjected,
-		"ctrlmesh proxy not injected: "+pod.Annotations[ctrlmeshv1alpha1.ProxyInjectionReasonAnnotation])
-	r.recorded[req.NamespacedName] = pod.UID
 	return ctrl.Result{}, nil
 }
 
@@ -101,11 +90,8 @@ type RouteDeletedReconciler struct {
 	cache    client.Reader
 	live     client.Reader
 	recorder record.EventRecorder
-
-	mu sync.Mutex
-	// recorded holds the UID of the pod of each name that has its Event for
-	// the current deletion.
-	recorded map[types.NamespacedName]types.UID
+	// told holds the pods that have their Event for the current deletion.
+	told podsTold
 }
 
 // SetupWithManager registers the reconciler with mgr, reading pods and
@@ -115,7 +101,6 @@ func (r *RouteDeletedReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.cache = mgr.GetClient()
 	r.live = mgr.GetAPIReader()
 	r.recorder = mgr.GetEventRecorderFor(ctrlmeshv1alpha1.AgentComponent)
-	r.recorded = map[types.NamespacedName]types.UID{}
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("shardroute-deleted-events").
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(obj client.Object) bool {
@@ -157,7 +142,7 @@ func (r *RouteDeletedReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	var pod corev1.Pod
 	if err := r.cache.Get(ctx, req.NamespacedName, &pod); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.forget(req.NamespacedName)
+			r.told.forget(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("inject: reading pod %s: %w", req.NamespacedName, err)
@@ -172,18 +157,14 @@ func (r *RouteDeletedReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{}, err
 	}
 	if exists {
-		r.forget(req.NamespacedName)
+		r.told.forget(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.recorded[req.NamespacedName] == pod.UID {
-		return ctrl.Result{}, nil
+	if r.told.tell(&pod) {
+		r.recorder.Eventf(&pod, corev1.EventTypeWarning, ctrlmeshv1alpha1.ReasonShardRouteDeleted,
+			"ShardRoute %s deleted: the proxy refuses the operator's sharded reads and writes; remove label %s from the pod template and restart, or re-create the ShardingConfig",
+			name, ctrlmeshv1alpha1.EnableProxyLabel)
 	}
-	r.recorder.Eventf(&pod, corev1.EventTypeWarning, ctrlmeshv1alpha1.ReasonShardRouteDeleted,
-		"ShardRoute %s deleted: the proxy refuses the operator's sharded reads and writes; remove label %s from the pod template and restart, or re-create the ShardingConfig",
-		name, ctrlmeshv1alpha1.EnableProxyLabel)
-	r.recorded[req.NamespacedName] = pod.UID
 	return ctrl.Result{}, nil
 }
 
@@ -202,8 +183,33 @@ func (r *RouteDeletedReconciler) routeExists(ctx context.Context, key types.Name
 	return false, nil
 }
 
-func (r *RouteDeletedReconciler) forget(key types.NamespacedName) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.recorded, key)
+// podsTold remembers, per pod name, the UID of the pod that has had its
+// Event, so that each pod gets one and a pod recreated under the name gets
+// its own. It is memory only: an agent restart records one more.
+type podsTold struct {
+	mu     sync.Mutex
+	byName map[types.NamespacedName]types.UID
+}
+
+// tell reports whether pod has not had its Event yet, and marks it as
+// having had it.
+func (t *podsTold) tell(pod *corev1.Pod) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	key := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
+	if t.byName[key] == pod.UID {
+		return false
+	}
+	if t.byName == nil {
+		t.byName = map[types.NamespacedName]types.UID{}
+	}
+	t.byName[key] = pod.UID
+	return true
+}
+
+// forget lets the pod of that name have its Event again.
+func (t *podsTold) forget(key types.NamespacedName) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.byName, key)
 }
