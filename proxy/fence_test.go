@@ -271,7 +271,7 @@ func FuzzFence(f *testing.F) {
 	f.Add(uint8(3), "/api/v1/namespaces/"+their+"?fieldManager=x", their, true)
 	upstream := newRecordingUpstream(f)
 	p := fenceProxy(f, upstream, rules.ModeLabel, logr.Discard())
-	snap := p.Rules()
+	snap, _ := p.RulesInForce()
 	own, err := snap.Ownership.LabelRequirements()
 	if err != nil {
 		f.Fatal(err)

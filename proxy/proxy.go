@@ -369,14 +369,6 @@ type readCloser struct {
 // Metrics returns the proxy's metrics.
 func (p *Proxy) Metrics() *Metrics { return p.metrics }
 
-// Rules returns the snapshot in force, or nil before the first SetRules.
-func (p *Proxy) Rules() *rules.Snapshot {
-	if st := p.state.Load(); st != nil {
-		return st.snap
-	}
-	return nil
-}
-
 // SetRules puts a snapshot in force. When the pod's selection of a resource
 // changes, every sharded watch of it opened under the old rules ends with
 // 410 Expired, so the operator's informers relist under the new selector;
@@ -501,14 +493,12 @@ func (p *Proxy) unassignLocked(snap *rules.Snapshot, message string, lapsed bool
 	old := p.state.Load()
 	unassigned := *snap
 	unassigned.Shard = ""
-	epoch := uint64(1)
-	next := &state{snap: &unassigned, expiries: newExpiries(), withdrawn: message, lapsed: lapsed}
+	next := &state{snap: &unassigned, epoch: 1, expiries: newExpiries(), withdrawn: message, lapsed: lapsed}
 	never := func(schema.GroupResource) bool { return false }
 	if old != nil {
-		epoch = old.epoch + 1
+		next.epoch = old.epoch + 1
 		old.expiries.handOver(next.expiries, never)
 	}
-	next.epoch = epoch
 	p.selections.beginChange(next.epoch, never)
 	p.state.Store(next)
 }
@@ -571,23 +561,14 @@ func (p *Proxy) lapseLocked(snap *rules.Snapshot) {
 	p.setApplied(snap)
 }
 
-// RulesInForce returns the rules in force, nil before the first, and what
-// Withdrawn returns: why the pod must not act on them although it has them.
+// RulesInForce returns the rules in force, nil before the first, and, when
+// the pod serves no shard although it has them — they were withdrawn, or
+// their validity lapsed — why and what to do; "" while it serves them.
 func (p *Proxy) RulesInForce() (*rules.Snapshot, string) {
 	if st := p.state.Load(); st != nil {
 		return st.snap, st.withdrawn
 	}
 	return nil, ""
-}
-
-// Withdrawn tells why the pod serves no shard although it had rules — they
-// were withdrawn, or their validity lapsed — and what to do; "" while it
-// serves them.
-func (p *Proxy) Withdrawn() string {
-	if st := p.state.Load(); st != nil {
-		return st.withdrawn
-	}
-	return ""
 }
 
 // withdrawnText tells the operator its proxy serves nothing, and how to run

@@ -179,11 +179,11 @@ func healthMux(p *Proxy) http.Handler {
 		_, _ = w.Write([]byte("ok"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if message := p.Withdrawn(); message != "" {
-			http.Error(w, "serving no shard: "+message, http.StatusServiceUnavailable)
+		snap, refusal := p.RulesInForce()
+		if refusal != "" {
+			http.Error(w, "serving no shard: "+refusal, http.StatusServiceUnavailable)
 			return
 		}
-		snap := p.Rules()
 		if snap == nil {
 			http.Error(w, "rules not loaded", http.StatusServiceUnavailable)
 			return
