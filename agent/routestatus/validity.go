@@ -8,6 +8,7 @@ import (
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
@@ -109,7 +110,7 @@ func (g *ValidityGrants) grant(ctx context.Context, r requested) error {
 	}
 	// The requests were read before the renewal; the route read now may
 	// show newer ones, which wait for the next heartbeat.
-	for range 3 {
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var route ctrlmeshv1alpha1.ShardRoute
 		if err := g.MemberReader.Get(ctx, r.route, &route); err != nil {
 			return client.IgnoreNotFound(err)
@@ -124,10 +125,10 @@ func (g *ValidityGrants) grant(ctx context.Context, r requested) error {
 		if !changed {
 			return nil
 		}
-		err := g.Member.Status().Update(ctx, &route)
-		if !apierrors.IsConflict(err) {
-			return err
-		}
+		return g.Member.Status().Update(ctx, &route)
+	})
+	if err != nil {
+		return fmt.Errorf("writing the grants into the status of ShardRoute %s: %w", r.route, err)
 	}
-	return fmt.Errorf("the status of ShardRoute %s kept changing while granting renewals", r.route)
+	return nil
 }

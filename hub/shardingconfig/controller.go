@@ -396,11 +396,11 @@ func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingCon
 			delete(leaving, name)
 		}
 	}
-	keep := slices.Sorted(maps.Keys(out.members))
-	for name := range leaving {
-		keep = append(keep, name)
-	}
-	slices.Sort(keep)
+	// Fleet scope places the leaving clusters with the selected ones: their
+	// pods are in the rules until they let go.
+	all := maps.Clone(out.members)
+	maps.Copy(all, leaving)
+	keep := slices.Sorted(maps.Keys(all))
 	if pruned, err := r.Writer.Prune(ctx, sc, keep); err != nil {
 		return nil, err
 	} else if len(pruned) > 0 {
@@ -437,10 +437,6 @@ func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingCon
 			out.domains = append(out.domains, domainOutcome{clusters: []string{name}, published: published, step: placement.Step{Table: published}})
 		}
 	}
-	// Fleet scope places the leaving clusters with the selected ones: their
-	// pods are in the rules until they let go.
-	all := maps.Clone(out.members)
-	maps.Copy(all, leaving)
 	for _, domain := range domains(sc, out.members) {
 		d, err := r.placeDomain(ctx, sc, space, canary, domain, all, excluded)
 		if err != nil {
