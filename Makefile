@@ -21,6 +21,16 @@ KUBE_LDFLAGS  := -s -w \
 	-X k8s.io/component-base/version.buildDate=2026-01-01T00:00:00Z \
 	-X k8s.io/client-go/pkg/version.gitVersion=$(KUBE_VERSION)
 
+# The node components of member clusters with real nodes, built from the
+# same k8s.io/kubernetes version as kube-apiserver. The stamp names the
+# version, so a version change rebuilds them.
+KUBE_NODE_COMPONENTS := kubelet kube-controller-manager kube-scheduler kube-proxy
+KUBE_NODE_STAMP      := $(BIN)/.kube-node-$(KUBE_VERSION)
+
+# The Debian packages a real node runs on (containerd, runc, the CNI plugins
+# in /usr/lib/cni, iptables and conntrack for the kubelet and kube-proxy).
+NODE_PACKAGES := containerd runc containernetworking-plugins iptables conntrack
+
 COMMANDS := ctrlmesh-hub ctrlmesh-agent ctrlmesh-proxy ctrlmeshctl
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X github.com/ctrlmesh/ctrlmesh/pkg/version.Version=$(VERSION)
@@ -79,12 +89,28 @@ generate: ## Generate deepcopy code and CRDs; copy third-party CRDs.
 	install -m 0644 $(OCM_DIR)/cluster/v1/0000_00_clusters.open-cluster-management.io_managedclusters.crd.yaml deploy/crds/third-party/
 
 .PHONY: tools
-tools: $(KUBE_APISERVER) $(ETCD) $(HELM_STAMP) $(KARMADA_STAMP) ## Build kube-apiserver, etcd, helm and Karmada's components from source (once).
+tools: $(KUBE_APISERVER) $(ETCD) $(KUBE_NODE_STAMP) $(HELM_STAMP) $(KARMADA_STAMP) ## Build kube-apiserver, etcd, the node components, helm and Karmada's components from source (once).
 
 $(KUBE_APISERVER): test/tools/go.mod test/tools/go.sum
 	@mkdir -p $(BIN)
 	@echo "building kube-apiserver $(KUBE_VERSION) from source (a few minutes the first time)"
 	cd test/tools && $(GO) build -trimpath -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/kube-apiserver
+
+$(KUBE_NODE_STAMP): test/tools/go.mod test/tools/go.sum
+	@mkdir -p $(BIN)
+	@echo "building $(KUBE_NODE_COMPONENTS) $(KUBE_VERSION) from source (several minutes the first time)"
+	cd test/tools && for c in $(KUBE_NODE_COMPONENTS); do \
+		$(GO) build -trimpath -ldflags '$(KUBE_LDFLAGS)' -o $(BIN)/$$c k8s.io/kubernetes/cmd/$$c || exit 1; \
+	done
+	@rm -f $(BIN)/.kube-node-*
+	@touch $@
+
+.PHONY: node-packages
+node-packages: ## Install the Debian packages real nodes run on (needs root; quick when installed).
+	@if [ "$$(id -u)" != 0 ]; then echo "make node-packages: installing $(NODE_PACKAGES) needs root (real nodes need root anyway)"; exit 1; fi
+	@if [ "$$(dpkg-query -W -f '$${Status}\n' $(NODE_PACKAGES) 2>/dev/null | grep -c '^install ok installed$$')" != $(words $(NODE_PACKAGES)) ]; then \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $(NODE_PACKAGES); \
+	else echo "node packages installed: $(NODE_PACKAGES)"; fi
 
 $(ETCD): test/tools/go.mod test/tools/go.sum test/tools/etcd/main.go
 	@mkdir -p $(BIN)
