@@ -136,7 +136,7 @@ $(HELM_STAMP):
 	@touch $@
 
 .PHONY: test
-test: tools ## Unit, fuzz-seed and envtest suites against real API servers, with -race.
+test: tools node-packages ## Unit, fuzz-seed and envtest suites against real API servers, with -race.
 	CTRLMESH_TEST_ASSETS=$(BIN) $(GO) test -race -count=1 -timeout 20m ./...
 
 # The chaos suite (test/chaos) in full; make test runs its short part (with

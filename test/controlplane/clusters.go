@@ -55,6 +55,11 @@ type Spec struct {
 	// karmada-aggregated-apiserver (serving cluster.karmada.io) and
 	// karmada-controller-manager run against it, built by 'make tools'.
 	Karmada bool
+	// Node gives the cluster a real node (Cluster.Node): its own containerd
+	// and kubelet, with kube-controller-manager and kube-scheduler, so that
+	// its pods run. It needs root, the packages of 'make node-packages' and
+	// the binaries of 'make tools'.
+	Node bool
 }
 
 // Options for Start.
@@ -90,6 +95,8 @@ type Cluster struct {
 	// Karmada runs the Karmada components of a cluster of Spec.Karmada; nil
 	// for the others.
 	Karmada *Karmada
+	// Node is the real node of a cluster of Spec.Node; nil for the others.
+	Node *Node
 
 	env *envtest.Environment
 }
@@ -136,6 +143,11 @@ func Start(ctx context.Context, opts Options) (*Group, error) {
 	}
 	if err := CheckBinaries(opts.AssetsDir, "run 'make tools' to build them from source", binaries...); err != nil {
 		return nil, err
+	}
+	if slices.ContainsFunc(opts.Clusters, func(s Spec) bool { return s.Node }) {
+		if err := checkNodeMachine(opts.AssetsDir); err != nil {
+			return nil, fmt.Errorf("clusters: %w", err)
+		}
 	}
 	timeout := opts.StartTimeout
 	if timeout == 0 {
@@ -217,6 +229,9 @@ func startCluster(ctx context.Context, spec Spec, opts Options, timeout time.Dur
 		}
 		args.Set("feature-gates", strings.Join(gates, ","))
 	}
+	if spec.Node {
+		nodeAPIServerFlags(args)
+	}
 	for flag, value := range spec.APIServerFlags {
 		args.Set(flag, value)
 	}
@@ -236,6 +251,14 @@ func startCluster(ctx context.Context, spec Spec, opts Options, timeout time.Dur
 	}
 	if spec.Karmada {
 		if c.Karmada, err = startKarmada(ctx, c, karmadaFiles, opts.AssetsDir); err != nil {
+			return nil, errors.Join(fmt.Errorf("clusters: %w", err), te.Stop())
+		}
+	}
+	if spec.Node {
+		if c.Node, err = startNode(ctx, c, opts.AssetsDir, workDir, timeout); err != nil {
+			if c.Karmada != nil {
+				c.Karmada.stop()
+			}
 			return nil, errors.Join(fmt.Errorf("clusters: %w", err), te.Stop())
 		}
 	}
@@ -337,6 +360,13 @@ func (g *Group) Stop() error {
 				defer wg.Done()
 				if c.Karmada != nil {
 					c.Karmada.stop()
+				}
+				if c.Node != nil {
+					if err := c.Node.stop(); err != nil {
+						mu.Lock()
+						errs = append(errs, fmt.Errorf("clusters: %w", err))
+						mu.Unlock()
+					}
 				}
 				if err := c.env.Stop(); err != nil {
 					mu.Lock()
