@@ -121,7 +121,11 @@ func nodeAPIServerFlags(args *envtest.Arguments) {
 // error, what started is stopped.
 func startNode(ctx context.Context, c *Cluster, assets, workDir string, timeout time.Duration) (n *Node, err error) {
 	apiServing := time.Now()
-	n = &Node{Name: c.Name + "-node", Dir: filepath.Join(workDir, c.Name+"-node")}
+	dir, err := filepath.Abs(filepath.Join(workDir, c.Name+"-node"))
+	if err != nil {
+		return nil, fmt.Errorf("starting the node of %q: %w", c.Name, err)
+	}
+	n = &Node{Name: c.Name + "-node", Dir: dir}
 	defer func() {
 		if err != nil {
 			err = errors.Join(fmt.Errorf("starting the node of %q (logs in %s): %w", c.Name, n.Dir, err), n.stop())

@@ -37,6 +37,9 @@ func TestRealNode(t *testing.T) {
 	member := fleet.Cluster("member1")
 	node := member.Node
 	defer func() {
+		if t.Failed() {
+			logTails(t, node.Dir)
+		}
 		if err := fleet.Stop(); err != nil {
 			t.Error(err)
 		}
@@ -204,5 +207,20 @@ func TestNodeFailsClearlyWithoutBinaries(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %q", err, want)
 		}
+	}
+}
+
+// logTails logs the last lines of the node's component logs, which Stop
+// removes with the node's directory.
+func logTails(t *testing.T, dir string) {
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	for _, path := range logs {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Log(err)
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		t.Logf("%s, last lines:\n%s", filepath.Base(path), strings.Join(lines[max(0, len(lines)-15):], "\n"))
 	}
 }
