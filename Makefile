@@ -28,8 +28,9 @@ KUBE_NODE_COMPONENTS := kubelet kube-controller-manager kube-scheduler kube-prox
 KUBE_NODE_STAMP      := $(BIN)/.kube-node-$(KUBE_VERSION)
 
 # The Debian packages a real node runs on (containerd, runc, the CNI plugins
-# in /usr/lib/cni, iptables and conntrack for the kubelet and kube-proxy).
-NODE_PACKAGES := containerd runc containernetworking-plugins iptables conntrack
+# in /usr/lib/cni, iptables and conntrack for the kubelet and kube-proxy, ip
+# for the node's bridge).
+NODE_PACKAGES := containerd runc containernetworking-plugins iptables conntrack iproute2
 
 COMMANDS := ctrlmesh-hub ctrlmesh-agent ctrlmesh-proxy ctrlmeshctl
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)

@@ -42,7 +42,7 @@ const PauseImage = "ctrlmesh.test/pause:1"
 // node-packages' installs that a node runs, found in PATH; cniPlugins are
 // the CNI plugins of its network, in cniBinDir.
 var (
-	nodeExecutables = []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "iptables"}
+	nodeExecutables = []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "iptables", "ip"}
 	cniPlugins      = []string{"bridge", "host-local", "loopback"}
 )
 
@@ -146,7 +146,11 @@ func startNode(ctx context.Context, c *Cluster, assets, workDir string, timeout 
 	if err := n.startContainerd(ctx, subnet); err != nil {
 		return n, err
 	}
-	if err := n.ImportImages(ctx, images.Image{Name: PauseImage, Files: map[string]string{"/pause": ""}, Entrypoint: []string{"/pause"}}); err != nil {
+	pause, err := n.buildPause(ctx)
+	if err != nil {
+		return n, err
+	}
+	if err := n.ImportImages(ctx, images.Image{Name: PauseImage, Files: map[string]string{"/pause": pause}, Entrypoint: []string{"/pause"}}); err != nil {
 		return n, err
 	}
 	if err := n.startKubelet(c, assets); err != nil {
@@ -268,20 +272,8 @@ state = %q
 
 // ImportImages imports imgs into the node's containerd, where its kubelet
 // finds them (pods name them with imagePullPolicy Never or IfNotPresent).
-// An image file "" is the pause program, built here.
 func (n *Node) ImportImages(ctx context.Context, imgs ...images.Image) error {
 	for _, img := range imgs {
-		files := map[string]string{}
-		for dest, src := range img.Files {
-			if src == "" {
-				var err error
-				if src, err = n.pauseBinary(ctx); err != nil {
-					return err
-				}
-			}
-			files[dest] = src
-		}
-		img.Files = files
 		dir, err := os.MkdirTemp(filepath.Join(n.Dir, "images"), "")
 		if err != nil {
 			return err
@@ -300,12 +292,9 @@ func (n *Node) ImportImages(ctx context.Context, imgs ...images.Image) error {
 	return nil
 }
 
-// pauseBinary builds test/images/pause into the node's directory, once.
-func (n *Node) pauseBinary(ctx context.Context) (string, error) {
+// buildPause builds test/images/pause into the node's directory.
+func (n *Node) buildPause(ctx context.Context) (string, error) {
 	bin := filepath.Join(n.Dir, "images", "pause")
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
