@@ -236,18 +236,20 @@ func TestInstallOnKarmada(t *testing.T) {
 		}
 	}
 	install(ctx, t, karmada, api, apiObjs)
-	var crd apiextensionsv1.CustomResourceDefinition
 	for _, name := range []string{"shardingconfigs.ctrlmesh.io", "managedclusters.cluster.open-cluster-management.io"} {
 		env.Eventually(t, time.Minute, "CRD "+name+" established in Karmada", func() error {
-			if err := karmada.Client.Get(ctx, client.ObjectKey{Name: name}, &crd); err != nil {
+			crd := &unstructured.Unstructured{}
+			crd.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
+			if err := karmada.Client.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
 				return err
 			}
-			for _, c := range crd.Status.Conditions {
-				if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+			conditions, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+			for _, c := range conditions {
+				if c, _ := c.(map[string]any); c["type"] == string(apiextensionsv1.Established) && c["status"] == string(apiextensionsv1.ConditionTrue) {
 					return nil
 				}
 			}
-			return fmt.Errorf("conditions %+v", crd.Status.Conditions)
+			return fmt.Errorf("conditions %v", conditions)
 		})
 	}
 	for _, u := range apiObjs {
