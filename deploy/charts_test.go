@@ -831,3 +831,34 @@ func mapValues(m map[string]string) []string {
 	}
 	return out
 }
+
+// TestHubNotes renders the hub chart's NOTES.txt for each target (helm
+// install --dry-run=client against the test API server): each tells where
+// the other half of the hub is, or, standalone, what is installed. Without
+// the CRD, which other tests created without Helm's ownership, and for a
+// member of its own: helm refuses to adopt existing objects even in a dry
+// run.
+func TestHubNotes(t *testing.T) {
+	for target, want := range map[string]string{
+		"standalone": "ctrlmesh-hub is installed in namespace ctrlmesh (2 replicas",
+		"host":       "manages the Karmada control plane of the kubeconfig in Secret ctrlmesh/ctrlmesh-hub-karmada-kubeconfig",
+		"karmada":    "The hub's identity here: ServiceAccount ctrlmesh/ctrlmesh-hub, token in Secret ctrlmesh-hub-token.",
+	} {
+		t.Run(target, func(t *testing.T) {
+			cmd := exec.Command(helmBin, "install", "ctrlmesh-hub", hubChart, "--dry-run=client", "--namespace", "ctrlmesh",
+				"--kubeconfig", apiserver.KubeconfigPath, "--set", "target="+target, "--set", "members[0].name=notes1", "--set", "crds.shardingConfig=false")
+			cmd.Env = helmEnv(t)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("helm install --dry-run: %v\n%s", err, out)
+			}
+			_, notes, ok := strings.Cut(string(out), "\nNOTES:\n")
+			if !ok || !strings.Contains(notes, want) {
+				t.Errorf("NOTES of target=%s lack %q:\n%s", target, want, notes)
+			}
+			if target != "host" && !strings.Contains(notes, "notes1: ServiceAccount ctrlmesh/agent-notes1") {
+				t.Errorf("NOTES of target=%s do not list the member:\n%s", target, notes)
+			}
+		})
+	}
+}
