@@ -177,7 +177,11 @@ func TestRBACMatchesCode(t *testing.T) {
 				t.Run("hub.RBAC/"+ns+"/"+target+"/autoAccept="+strconv.FormatBool(autoAccept), func(t *testing.T) {
 					sets := []string{"target=" + target, "autoAccept=" + strconv.FormatBool(autoAccept)}
 					objs := render(t, hubChart, ns, sets, "--show-only", "templates/rbac.yaml")
-					compareObjects(t, objs, hub.RBAC(ns, autoAccept))
+					want := hub.RBAC(ns, autoAccept)
+					if target == "karmada" {
+						want = hub.KarmadaRBAC(ns, autoAccept)
+					}
+					compareObjects(t, objs, want)
 				})
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/karmada-io/karmada/pkg/util/names"
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -23,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -441,6 +443,18 @@ func runHubOfDeployment(ctx context.Context, t *testing.T, host, karmada *env.Cl
 		t.Fatal(err)
 	}
 	opts.Config = cfg
+	// The hub creates no namespace on Karmada, and may not.
+	review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "create", Resource: "namespaces"}}}
+	clientset, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if review, err = clientset.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	} else if review.Status.Allowed {
+		t.Error("the hub may create namespaces on Karmada; they are Karmada's")
+	}
 
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
