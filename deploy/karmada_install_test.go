@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/testr"
+	policyv1alpha1 "github.com/karmada-io/karmada/pkg/apis/policy/v1alpha1"
 	"github.com/karmada-io/karmada/pkg/util/names"
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -226,8 +227,17 @@ func TestInstallOnKarmada(t *testing.T) {
 		})
 	}
 
-	// 2. The hub's API objects on Karmada.
+	// 2. The hub's API objects on Karmada, in a namespace Karmada does
+	// not propagate to the members, as the README's kubectl lines make it.
 	api := byTarget["karmada"]
+	labelLine := fmt.Sprintf("kubectl --context karmada label namespace %s %s=true", api.namespace, policyv1alpha1.NamespaceSkipAutoPropagationLabel)
+	if data, err := os.ReadFile(filepath.Join("..", "README.md")); err != nil || !strings.Contains(string(data), labelLine) {
+		t.Fatalf("README.md lacks %q (%v)", labelLine, err)
+	}
+	if err := karmada.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: api.namespace,
+		Labels: map[string]string{policyv1alpha1.NamespaceSkipAutoPropagationLabel: "true"}}}); err != nil {
+		t.Fatal(err)
+	}
 	apiObjs := render(t, api.chart, api.namespace, api.sets)
 	for _, u := range apiObjs {
 		if u.GetKind() == "Namespace" && strings.HasPrefix(u.GetName(), names.ExecutionSpacePrefix) {
@@ -315,6 +325,21 @@ func TestInstallOnKarmada(t *testing.T) {
 	var d appsv1.Deployment
 	decode(t, mustFind(t, hostObjs, "Deployment", "ctrlmesh-hub"), &d)
 	runHubOfDeployment(ctx, t, host, karmada, &d)
+
+	// Karmada propagates a namespace without the label to the members,
+	// the hub's namespace, made before, it did not.
+	probe := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "propagation-probe"}}
+	if err := karmada.Client.Create(ctx, probe); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range members {
+		env.Eventually(t, 2*time.Minute, "namespace "+probe.Name+" propagated to "+m.Name, func() error {
+			return m.Client.Get(ctx, client.ObjectKeyFromObject(probe), &corev1.Namespace{})
+		})
+		if err := m.Client.Get(ctx, client.ObjectKey{Name: api.namespace}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
+			t.Errorf("namespace %s in %s: %v; want NotFound, Karmada must not propagate the hub's namespace", api.namespace, m.Name, err)
+		}
+	}
 
 	// 5. The agents, in Karmada mode.
 	for _, m := range members {
