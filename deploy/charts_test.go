@@ -58,7 +58,7 @@ func TestChartsServerSideDryRun(t *testing.T) {
 	}, {
 		name: "hub on a plain API server with members, admin acceptance", chart: hubChart, namespace: "ctrlmesh-system",
 		sets: []string{
-			"crds.thirdParty=true", "autoAccept=false", "createNamespace=true",
+			"crds.work=true", "crds.managedCluster=true", "autoAccept=false", "createNamespace=true",
 			"members[0].name=member1", "members[1].name=member2", "members[1].tokenSecret=false",
 		},
 		want: []string{
@@ -70,10 +70,38 @@ func TestChartsServerSideDryRun(t *testing.T) {
 			"Namespace/karmada-es-member2", "ServiceAccount/agent-member2", "ClusterRole/ctrlmesh-agent-hub:member2",
 			"RoleBinding/ctrlmesh-agent",
 		},
-		notWant: []string{"ClusterRole/ctrlmesh-hub-auto-accept", "ClusterRoleBinding/ctrlmesh-hub-auto-accept", "Secret/agent-member2-token"},
+		notWant: []string{
+			"ClusterRole/ctrlmesh-hub-auto-accept", "ClusterRoleBinding/ctrlmesh-hub-auto-accept", "Secret/agent-member2-token",
+			"Secret/ctrlmesh-hub-token", "ResourceInterpreterCustomization/ctrlmesh-shardroute",
+		},
+	}, {
+		name: "hub's API objects for a Karmada API server", chart: hubChart, namespace: "ctrlmesh",
+		sets: []string{"target=karmada", "crds.managedCluster=true", "members[0].name=member1"},
+		want: []string{
+			"CustomResourceDefinition/shardingconfigs.ctrlmesh.io", "CustomResourceDefinition/managedclusters.cluster.open-cluster-management.io",
+			"ServiceAccount/ctrlmesh-hub", "Secret/ctrlmesh-hub-token",
+			"ClusterRole/ctrlmesh-hub", "ClusterRoleBinding/ctrlmesh-hub", "ClusterRole/ctrlmesh-hub-auto-accept", "Role/ctrlmesh-hub-leader-election",
+			"ClusterRole/ctrlmesh-agent-execution", "ValidatingAdmissionPolicy/ctrlmesh-managedcluster-accept",
+			"ServiceAccount/agent-member1", "Secret/agent-member1-token", "ClusterRole/ctrlmesh-agent-hub:member1", "RoleBinding/ctrlmesh-agent",
+			"ResourceInterpreterCustomization/ctrlmesh-shardroute",
+		},
+		notWant: []string{
+			"CustomResourceDefinition/works.work.karmada.io", "Namespace/karmada-es-member1",
+			"Deployment/ctrlmesh-hub", "PodDisruptionBudget/ctrlmesh-hub", "Service/ctrlmesh-hub-metrics",
+		},
+	}, {
+		name: "hub's workload in a Karmada host cluster", chart: hubChart, namespace: "ctrlmesh",
+		sets: []string{"target=host", "members[0].name=member1", "crds.managedCluster=true"},
+		want: []string{"Deployment/ctrlmesh-hub", "ServiceAccount/ctrlmesh-hub", "PodDisruptionBudget/ctrlmesh-hub", "Service/ctrlmesh-hub-metrics"},
+		notWant: []string{
+			"CustomResourceDefinition/shardingconfigs.ctrlmesh.io", "CustomResourceDefinition/managedclusters.cluster.open-cluster-management.io",
+			"ClusterRole/ctrlmesh-hub", "Role/ctrlmesh-hub-leader-election", "ClusterRole/ctrlmesh-agent-execution",
+			"ValidatingAdmissionPolicy/ctrlmesh-managedcluster-accept", "ServiceAccount/agent-member1", "Namespace/karmada-es-member1",
+			"Secret/ctrlmesh-hub-token", "ResourceInterpreterCustomization/ctrlmesh-shardroute",
+		},
 	}, {
 		name: "hub without CRDs, policy or PDB", chart: hubChart, namespace: "ctrlmesh",
-		sets: []string{"crds.install=false", "acceptPolicy.enabled=false", "replicas=1", "metrics.service.enabled=false"},
+		sets: []string{"crds.shardingConfig=false", "acceptPolicy.enabled=false", "replicas=1", "metrics.service.enabled=false"},
 		want: []string{"Deployment/ctrlmesh-hub", "ClusterRole/ctrlmesh-hub"},
 		notWant: []string{
 			"CustomResourceDefinition/shardingconfigs.ctrlmesh.io", "ValidatingAdmissionPolicy/ctrlmesh-managedcluster-accept",
@@ -144,12 +172,18 @@ func TestChartsServerSideDryRun(t *testing.T) {
 // labels), and the chart's RBAC templates may render nothing more.
 func TestRBACMatchesCode(t *testing.T) {
 	for _, ns := range []string{"ctrlmesh", "ctrlmesh-system"} {
-		for _, autoAccept := range []bool{true, false} {
-			t.Run("hub.RBAC/"+ns+"/autoAccept="+strconv.FormatBool(autoAccept), func(t *testing.T) {
-				sets := []string{"autoAccept=" + strconv.FormatBool(autoAccept)}
-				objs := render(t, hubChart, ns, sets, "--show-only", "templates/rbac.yaml")
-				compareObjects(t, objs, hub.RBAC(ns, autoAccept))
-			})
+		for _, target := range []string{"standalone", "karmada"} {
+			for _, autoAccept := range []bool{true, false} {
+				t.Run("hub.RBAC/"+ns+"/"+target+"/autoAccept="+strconv.FormatBool(autoAccept), func(t *testing.T) {
+					sets := []string{"target=" + target, "autoAccept=" + strconv.FormatBool(autoAccept)}
+					objs := render(t, hubChart, ns, sets, "--show-only", "templates/rbac.yaml")
+					want := hub.RBAC(ns, autoAccept)
+					if target == "karmada" {
+						want = hub.KarmadaRBAC(ns, autoAccept)
+					}
+					compareObjects(t, objs, want)
+				})
+			}
 		}
 		t.Run("agent.MemberRBAC/"+ns, func(t *testing.T) {
 			objs := render(t, agentChart, ns, []string{"clusterName=member1"}, "--show-only", "templates/rbac.yaml")
@@ -158,26 +192,38 @@ func TestRBACMatchesCode(t *testing.T) {
 	}
 	// membership.AgentHubRBAC binds the agents' ServiceAccounts in
 	// membership.AgentNamespace; the chart in its release namespace.
-	t.Run("join.AgentHubRBAC", func(t *testing.T) {
-		objs := render(t, hubChart, membership.AgentNamespace, []string{"members[0].name=member1", "members[1].name=member2"},
-			"--show-only", "templates/agents.yaml")
-		var want []client.Object
-		for _, m := range []string{"member1", "member2"} {
-			for _, o := range membership.AgentHubRBAC(m) {
-				// The shared objects come once.
-				if !slices.ContainsFunc(want, func(w client.Object) bool {
-					return w.GetObjectKind().GroupVersionKind() == o.GetObjectKind().GroupVersionKind() &&
-						w.GetNamespace() == o.GetNamespace() && w.GetName() == o.GetName()
-				}) {
-					want = append(want, o)
+	for target, extraKinds := range map[string][]string{
+		// Besides the function's objects, the template renders what the
+		// function leaves to the hub admin: the ServiceAccount, with its
+		// token Secret, and, on a standalone hub, the execution namespace
+		// (Karmada's on Karmada).
+		"standalone": {"Namespace", "ServiceAccount", "Secret"},
+		"karmada":    {"ServiceAccount", "Secret"},
+	} {
+		t.Run("membership.AgentHubRBAC/"+target, func(t *testing.T) {
+			objs := render(t, hubChart, membership.AgentNamespace, []string{"target=" + target, "members[0].name=member1", "members[1].name=member2"},
+				"--show-only", "templates/agents.yaml")
+			var want []client.Object
+			for _, m := range []string{"member1", "member2"} {
+				for _, o := range membership.AgentHubRBAC(m) {
+					// The shared objects come once.
+					if !slices.ContainsFunc(want, func(w client.Object) bool {
+						return w.GetObjectKind().GroupVersionKind() == o.GetObjectKind().GroupVersionKind() &&
+							w.GetNamespace() == o.GetNamespace() && w.GetName() == o.GetName()
+					}) {
+						want = append(want, o)
+					}
 				}
 			}
+			compareObjects(t, objs, want, extraKinds...)
+		})
+	}
+	// With target=host the release renders none of it.
+	for _, u := range render(t, hubChart, "ctrlmesh", []string{"target=host", "members[0].name=member1"}) {
+		if slices.Contains([]string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ValidatingAdmissionPolicy"}, u.GetKind()) {
+			t.Errorf("target=host renders %s", describe(u))
 		}
-		// Besides the function's objects, the template renders what the
-		// function leaves to the hub admin: the execution namespace and the
-		// ServiceAccount, with its token Secret.
-		compareObjects(t, objs, want, "Namespace", "ServiceAccount", "Secret")
-	})
+	}
 }
 
 // TestNoWildcardRBAC: no rule of any ctrlmesh RBAC has a "*" — the code's
@@ -195,8 +241,8 @@ func TestNoWildcardRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) < 4 || len(manifests) != 2 {
-		t.Fatalf("found %v and %v, want the four RBAC renderings and the two manifests", files, manifests)
+	if len(files) < 4 || len(manifests) != 4 {
+		t.Fatalf("found %v and %v, want the four RBAC renderings and the four manifests", files, manifests)
 	}
 	for _, f := range append(files, manifests...) {
 		data, err := os.ReadFile(f)
@@ -209,8 +255,10 @@ func TestNoWildcardRBAC(t *testing.T) {
 		}
 		objs = append(objs, parsed...)
 	}
-	for _, autoAccept := range []string{"true", "false"} {
-		objs = append(objs, render(t, hubChart, "ctrlmesh", []string{"autoAccept=" + autoAccept, "members[0].name=member1"})...)
+	for _, target := range []string{"standalone", "karmada"} {
+		for _, autoAccept := range []string{"true", "false"} {
+			objs = append(objs, render(t, hubChart, "ctrlmesh", []string{"target=" + target, "autoAccept=" + autoAccept, "members[0].name=member1"})...)
+		}
 	}
 	objs = append(objs, render(t, agentChart, "ctrlmesh-system", []string{"clusterName=member1"})...)
 
@@ -302,9 +350,10 @@ func TestDeploymentsHardened(t *testing.T) {
 		sets                   []string
 	}{
 		{hubChart, "ctrlmesh-hub", "hub", nil},
+		{hubChart, "ctrlmesh-hub", "hub", []string{"target=host"}},
 		{agentChart, "ctrlmesh-agent", "agent", []string{"clusterName=member1"}},
 	} {
-		t.Run(c.name, func(t *testing.T) {
+		t.Run(strings.Join(append([]string{c.name}, c.sets...), ","), func(t *testing.T) {
 			objs := render(t, c.chart, "ctrlmesh", c.sets)
 			var d appsv1.Deployment
 			decode(t, mustFind(t, objs, "Deployment", c.name), &d)
@@ -373,6 +422,51 @@ func TestDeploymentsHardened(t *testing.T) {
 			checkServiceSelects(t, &svc, pod.Labels)
 			if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.String() != "metrics" {
 				t.Errorf("metrics Service ports %+v, want one targeting the metrics port", svc.Spec.Ports)
+			}
+		})
+	}
+}
+
+// TestHubKubeconfigWiring: with target=host the hub reaches Karmada with
+// --kubeconfig, the key of the Secret karmada.kubeconfigSecret mounted
+// read-only, puts Karmada's finalizer on its Works, and mounts no API token
+// of the host (neither its ServiceAccount nor its pods); standalone it uses
+// its in-cluster credentials and no finalizer.
+func TestHubKubeconfigWiring(t *testing.T) {
+	for _, c := range []struct {
+		sets        []string
+		secret, key string
+		finalizer   bool
+		noHostAuth  bool
+	}{
+		{nil, "", "", false, false},
+		{[]string{"target=host"}, "ctrlmesh-hub-karmada-kubeconfig", "kubeconfig", true, true},
+		{[]string{"target=host", "karmada.kubeconfigSecret.name=karmada-kubeconfig", "karmada.kubeconfigSecret.key=config"}, "karmada-kubeconfig", "config", true, true},
+	} {
+		t.Run(strings.Join(c.sets, ","), func(t *testing.T) {
+			objs := render(t, hubChart, "ctrlmesh", c.sets)
+			var d appsv1.Deployment
+			decode(t, mustFind(t, objs, "Deployment", "ctrlmesh-hub"), &d)
+			args := parseArgs(d.Spec.Template.Spec.Containers[0].Args)
+			if _, ok := args["--karmada-finalizer"]; ok != c.finalizer {
+				t.Errorf("--karmada-finalizer rendered %v, want %v", ok, c.finalizer)
+			}
+			path, ok := args["--kubeconfig"]
+			switch {
+			case c.secret == "" && ok:
+				t.Errorf("--kubeconfig=%s on a standalone hub, which uses its in-cluster credentials", path)
+			case c.secret != "":
+				v := mountedSecret(t, &d, filepath.Dir(path))
+				if v == nil || v.SecretName != c.secret || len(v.Items) != 1 || v.Items[0].Key != c.key || v.Items[0].Path != filepath.Base(path) {
+					t.Errorf("--kubeconfig=%q is not the key %s of Secret %s mounted: %+v", path, c.key, c.secret, v)
+				}
+			}
+			var sa corev1.ServiceAccount
+			decode(t, mustFind(t, objs, "ServiceAccount", "ctrlmesh-hub"), &sa)
+			noToken := func(b *bool) bool { return b != nil && !*b }
+			if noToken(sa.AutomountServiceAccountToken) != c.noHostAuth || noToken(d.Spec.Template.Spec.AutomountServiceAccountToken) != c.noHostAuth {
+				t.Errorf("automountServiceAccountToken of the ServiceAccount %v and the pods %v; want them false: %v",
+					sa.AutomountServiceAccountToken, d.Spec.Template.Spec.AutomountServiceAccountToken, c.noHostAuth)
 			}
 		})
 	}
@@ -495,7 +589,7 @@ func TestAgentCertificateReusedOnUpgrade(t *testing.T) {
 	decode(t, mustFind(t, first, "Secret", "ctrlmesh-agent-webhook-cert"), &generated)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ensureNamespace(ctx, t, ns)
+	ensureNamespace(ctx, t, apiserver, ns)
 	existing := generated.DeepCopy()
 	existing.TypeMeta = metav1.TypeMeta{}
 	existing.Labels = nil
@@ -535,6 +629,9 @@ func TestChartCRDs(t *testing.T) {
 	for _, f := range thirdParty {
 		copies[f] = hubChart + "/files/crds/third-party/" + filepath.Base(f)
 	}
+	// Not a CRD, but copied the same way: the ShardRoute interpreter the
+	// hub chart installs on Karmada.
+	copies["karmada/shardroute-interpreter.yaml"] = hubChart + "/files/karmada/shardroute-interpreter.yaml"
 	ours, _ := filepath.Glob("crds/*.yaml")
 	for _, f := range ours {
 		if _, ok := copies[f]; !ok {
@@ -543,7 +640,8 @@ func TestChartCRDs(t *testing.T) {
 	}
 	chartFiles, _ := filepath.Glob("charts/*/files/crds/*.yaml")
 	more, _ := filepath.Glob("charts/*/files/crds/*/*.yaml")
-	for _, f := range append(chartFiles, more...) {
+	interpreters, _ := filepath.Glob("charts/*/files/karmada/*.yaml")
+	for _, f := range append(append(chartFiles, more...), interpreters...) {
 		if !slices.Contains(mapValues(copies), f) {
 			t.Errorf("%s is not a copy of a file in deploy/crds: remove it", f)
 		}
@@ -562,10 +660,12 @@ func TestChartCRDs(t *testing.T) {
 		if err != nil || len(objs) != 1 {
 			t.Fatalf("%s: %d objects, %v", src, len(objs), err)
 		}
-		byName[objs[0].GetName()] = objs[0].Object
+		if objs[0].GetKind() == "CustomResourceDefinition" {
+			byName[objs[0].GetName()] = objs[0].Object
+		}
 	}
 
-	rendered := append(render(t, hubChart, "ctrlmesh", []string{"crds.thirdParty=true"}),
+	rendered := append(render(t, hubChart, "ctrlmesh", []string{"crds.work=true", "crds.managedCluster=true"}),
 		render(t, agentChart, "ctrlmesh", []string{"clusterName=member1"})...)
 	seen := 0
 	for _, u := range rendered {
@@ -602,8 +702,8 @@ func TestManifestsUpToDate(t *testing.T) {
 	}
 	fresh, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	checkedIn, _ := filepath.Glob("manifests/*.yaml")
-	if len(fresh) != 2 {
-		t.Fatalf("render.sh wrote %v, want two manifests", fresh)
+	if len(fresh) != 4 {
+		t.Fatalf("render.sh wrote %v, want four manifests (hub standalone, on Karmada and its host, agent)", fresh)
 	}
 	for _, f := range checkedIn {
 		if !slices.Contains(fresh, filepath.Join(dir, filepath.Base(f))) {
@@ -647,6 +747,9 @@ func TestRenderRefusesBadValues(t *testing.T) {
 		{agentChart, []string{"clusterName=member1", "hub.kubeconfigSecret.name="}, "hub.kubeconfigSecret.name is required"},
 		{hubChart, []string{"members[0].name=m1", "members[1].name=m1"}, `"m1" listed twice`},
 		{hubChart, []string{"members[0].name=M1"}, "want a DNS label"},
+		{hubChart, []string{"target=karmada-apiserver"}, "want standalone, host or karmada"},
+		{hubChart, []string{"target=karmada", "crds.work=true"}, "Karmada serves works.work.karmada.io itself"},
+		{hubChart, []string{"target=host", "karmada.kubeconfigSecret.name="}, "karmada.kubeconfigSecret.name is required"},
 	} {
 		_, err := helmTemplate(t, c.chart, "ctrlmesh", c.sets)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -731,4 +834,35 @@ func mapValues(m map[string]string) []string {
 		out = append(out, v)
 	}
 	return out
+}
+
+// TestHubNotes renders the hub chart's NOTES.txt for each target (helm
+// install --dry-run=client against the test API server): each tells where
+// the other half of the hub is, or, standalone, what is installed. Without
+// the CRD, which other tests created without Helm's ownership, and for a
+// member of its own: helm refuses to adopt existing objects even in a dry
+// run.
+func TestHubNotes(t *testing.T) {
+	for target, want := range map[string]string{
+		"standalone": "ctrlmesh-hub is installed in namespace ctrlmesh (2 replicas",
+		"host":       "manages the Karmada control plane of the kubeconfig in Secret ctrlmesh/ctrlmesh-hub-karmada-kubeconfig",
+		"karmada":    "The hub's identity here: ServiceAccount ctrlmesh/ctrlmesh-hub, token in Secret ctrlmesh-hub-token.",
+	} {
+		t.Run(target, func(t *testing.T) {
+			cmd := exec.Command(helmBin, "install", "ctrlmesh-hub", hubChart, "--dry-run=client", "--namespace", "ctrlmesh",
+				"--kubeconfig", apiserver.KubeconfigPath, "--set", "target="+target, "--set", "members[0].name=notes1", "--set", "crds.shardingConfig=false")
+			cmd.Env = helmEnv(t)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("helm install --dry-run: %v\n%s", err, out)
+			}
+			_, notes, ok := strings.Cut(string(out), "\nNOTES:\n")
+			if !ok || !strings.Contains(notes, want) {
+				t.Errorf("NOTES of target=%s lack %q:\n%s", target, want, notes)
+			}
+			if target != "host" && !strings.Contains(notes, "notes1: ServiceAccount ctrlmesh/agent-notes1") {
+				t.Errorf("NOTES of target=%s do not list the member:\n%s", target, notes)
+			}
+		})
+	}
 }

@@ -27,6 +27,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ctrlmesh/ctrlmesh/test/controlplane"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
@@ -42,7 +43,8 @@ var (
 	// helmBin is bin/helm, built from source by make tools.
 	helmBin string
 	// apiserver is one real API server with deploy/crds,
-	// deploy/crds/third-party and minimal cert-manager CRDs
+	// deploy/crds/third-party, Karmada's config.karmada.io CRDs (the
+	// ShardRoute interpreter) and minimal cert-manager CRDs
 	// (testdata/cert-manager): every rendered object is dry-run against it.
 	apiserver *env.Cluster
 	// dyn applies objects of any kind; warnings collects the API server's
@@ -65,10 +67,15 @@ func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	start := time.Now()
+	karmadaConfigCRDs, err := karmadaCRDDir("config")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	fleet, err := env.Start(ctx, env.Options{
 		Clusters: []env.ClusterSpec{{Name: "apiserver"}},
 		// Setting CRDDirs replaces env's defaults, so they are listed too.
-		CRDDirs: []string{"crds", filepath.Join("crds", "third-party"), filepath.Join("testdata", "cert-manager")},
+		CRDDirs: []string{"crds", filepath.Join("crds", "third-party"), filepath.Join("testdata", "cert-manager"), karmadaConfigCRDs},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -87,7 +94,27 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	defer stopKarmadaFleet()
 	return m.Run()
+}
+
+// karmadaCRDDir is the directory of Karmada's CRDs of one group (config,
+// work, ...) in the karmada module go.mod requires.
+func karmadaCRDDir(group string) (string, error) {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	dirs, err := controlplane.KarmadaCRDDirs(root)
+	if err != nil {
+		return "", err
+	}
+	for _, d := range dirs {
+		if filepath.Base(d) == group {
+			return d, nil
+		}
+	}
+	return "", fmt.Errorf("no directory %q among Karmada's CRD directories %v", group, dirs)
 }
 
 // findHelm returns bin/helm ($CTRLMESH_TEST_ASSETS/helm when that is set,
@@ -212,14 +239,22 @@ func dryRunApply(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	mapper := apiserver.Client.RESTMapper()
 	for _, u := range objs {
 		if u.GetKind() == "Namespace" {
-			ensureNamespace(ctx, t, u.GetName())
+			ensureNamespace(ctx, t, apiserver, u.GetName())
 		} else if u.GetNamespace() != "" {
-			ensureNamespace(ctx, t, u.GetNamespace())
+			ensureNamespace(ctx, t, apiserver, u.GetNamespace())
 		}
 	}
+	serverSideApply(ctx, t, apiserver, dyn, objs, []string{metav1.DryRunAll})
+}
+
+// serverSideApply applies every object to cluster through dyn (whose
+// warnings go to warnings), with forced ownership and strict field
+// validation, dry-run as dryRun says; see dryRunApply.
+func serverSideApply(ctx context.Context, t *testing.T, cluster *env.Cluster, dyn dynamic.Interface, objs []*unstructured.Unstructured, dryRun []string) {
+	t.Helper()
+	mapper := cluster.Client.RESTMapper()
 	for _, u := range objs {
 		gvk := u.GroupVersionKind()
 		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
@@ -243,13 +278,13 @@ func dryRunApply(t *testing.T, objs []*unstructured.Unstructured) {
 		}
 		warnings.reset()
 		_, err = ri.Patch(ctx, u.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{
-			DryRun:          []string{metav1.DryRunAll},
+			DryRun:          dryRun,
 			Force:           ptr.To(true),
 			FieldManager:    "ctrlmesh-chart-test",
 			FieldValidation: metav1.FieldValidationStrict,
 		})
 		if err != nil {
-			t.Errorf("%s: server-side dry-run apply refused: %v", describe(u), err)
+			t.Errorf("%s: server-side apply (dry-run %v) refused: %v", describe(u), dryRun, err)
 		}
 		if w := warnings.reset(); len(w) > 0 {
 			t.Errorf("%s: the API server warned: %s", describe(u), strings.Join(w, "; "))
@@ -257,9 +292,9 @@ func dryRunApply(t *testing.T, objs []*unstructured.Unstructured) {
 	}
 }
 
-func ensureNamespace(ctx context.Context, t *testing.T, name string) {
+func ensureNamespace(ctx context.Context, t *testing.T, cluster *env.Cluster, name string) {
 	t.Helper()
-	err := apiserver.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	err := cluster.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("creating namespace %s: %v", name, err)
 	}

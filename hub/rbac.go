@@ -29,9 +29,17 @@ const (
 // RBACRules are the hub's rights without --auto-accept: those of the
 // clusters controller and the Work writer, plus ShardingConfigs (read,
 // finalizer, status) and Events.
-func RBACRules() []rbacv1.PolicyRule {
+func RBACRules() []rbacv1.PolicyRule { return rbacRules(clusters.RBACRules(clusters.Options{})) }
+
+// KarmadaRBACRules are RBACRules for a hub on Karmada: without the right to
+// create namespaces (clusters.KarmadaRBACRules), which there are Karmada's.
+func KarmadaRBACRules() []rbacv1.PolicyRule {
+	return rbacRules(clusters.KarmadaRBACRules(clusters.Options{}))
+}
+
+func rbacRules(clusterRules []rbacv1.PolicyRule) []rbacv1.PolicyRule {
 	group := ctrlmeshv1alpha1.GroupVersion.Group
-	return rbacutil.Merge(clusters.RBACRules(clusters.Options{}), propagation.RBACRules(), []rbacv1.PolicyRule{
+	return rbacutil.Merge(clusterRules, propagation.RBACRules(), []rbacv1.PolicyRule{
 		{APIGroups: []string{group}, Resources: []string{"shardingconfigs"}, Verbs: []string{"get", "list", "watch", "update"}},
 		{APIGroups: []string{group}, Resources: []string{"shardingconfigs/status"}, Verbs: []string{"patch"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
@@ -55,9 +63,19 @@ func AutoAcceptRBACRules() []rbacv1.PolicyRule {
 // ClusterRoles ClusterRole and, with autoAccept, AutoAcceptClusterRole, their
 // bindings, and the leader-election Role and binding in namespace.
 func RBAC(namespace string, autoAccept bool) []client.Object {
+	return rbac(namespace, autoAccept, RBACRules())
+}
+
+// KarmadaRBAC is RBAC for a hub on Karmada, with KarmadaRBACRules: what the
+// ctrlmesh-hub chart installs on the Karmada API server (target=karmada).
+func KarmadaRBAC(namespace string, autoAccept bool) []client.Object {
+	return rbac(namespace, autoAccept, KarmadaRBACRules())
+}
+
+func rbac(namespace string, autoAccept bool, rules []rbacv1.PolicyRule) []client.Object {
 	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: ServiceAccount}}
 	labels := map[string]string{"app.kubernetes.io/part-of": "ctrlmesh"}
-	out := rbacutil.BoundClusterRole(ClusterRole, labels, RBACRules(), subjects)
+	out := rbacutil.BoundClusterRole(ClusterRole, labels, rules, subjects)
 	if autoAccept {
 		out = append(out, rbacutil.BoundClusterRole(AutoAcceptClusterRole, labels, AutoAcceptRBACRules(), subjects)...)
 	}

@@ -23,7 +23,9 @@ func main() {
 	cmd := &cobra.Command{
 		Use:   "ctrlmesh-hub",
 		Short: "ctrlmesh hub: shard placement and rule propagation for a fleet",
-		Long: `ctrlmesh-hub runs on the control cluster (for example a Karmada control plane).
+		Long: `ctrlmesh-hub manages the control cluster, for example a Karmada control
+plane: it runs in that cluster, or, for Karmada's API server (which runs no
+pods), in a host cluster with --kubeconfig, as Karmada's own components do.
 
 It keeps the member clusters (OCM ManagedClusters: acceptance, with
 --auto-accept; availability from the agents' heartbeat Leases and, where
@@ -49,12 +51,12 @@ ShardingConfig.status (see "ctrlmeshctl status").`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the hub cluster; empty uses $KUBECONFIG, ~/.kube/config or in-cluster credentials")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the hub cluster — on Karmada, of the Karmada API server, the hub running in a host cluster (the chart's target=host mounts it from a Secret); empty uses $KUBECONFIG, ~/.kube/config or in-cluster credentials")
 	f.BoolVar(&opts.AutoAccept, "auto-accept", false, "accept every member cluster that joins; otherwise an admin sets spec.hubAcceptsClient of its ManagedCluster")
 	f.BoolVar(&opts.KarmadaFinalizer, "karmada-finalizer", false, "put Karmada's execution finalizer on Works, as Karmada does; only where Karmada's controllers run (Karmada mode)")
 	f.DurationVar(&opts.RulesValidity, "rules-validity", route.FleetValidity, "how long proxies serve Fleet-scope rules without a renewal, which their agent grants in step with its heartbeat; a lost member's buckets go elsewhere only after 1.1× this plus 2 s past its last heartbeat (whole seconds, 5s to 1h)")
 	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect a leader among the hub's replicas")
-	f.StringVar(&opts.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the hub, holding its leader-election Lease (default $POD_NAMESPACE)")
+	f.StringVar(&opts.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the hub, holding its leader-election Lease on the hub cluster (the Karmada API server on Karmada) (default $POD_NAMESPACE)")
 	f.StringVar(&opts.MetricsAddress, "metrics-bind-address", ":8080", "address serving Prometheus metrics; 0 disables")
 	f.StringVar(&opts.HealthAddress, "health-probe-bind-address", ":8081", "address serving /healthz and /readyz; 0 disables")
 	logFlags := flag.NewFlagSet("log", flag.ContinueOnError)

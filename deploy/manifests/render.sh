@@ -7,6 +7,11 @@
 # The values are the charts' defaults except where a plain manifest needs a
 # choice Helm would make at install time:
 #   - createNamespace=true: the manifests create the namespace ctrlmesh;
+#   - hub on Karmada, two manifests: ctrlmesh-hub-karmada.yaml for the
+#     Karmada API server (target=karmada, with the ManagedCluster CRD, which
+#     Karmada lacks) and ctrlmesh-hub-host.yaml for the host cluster
+#     (target=host); the per-member objects are the hub chart's members
+#     value (or deploy/rbac/agent-hub.yaml);
 #   - agent: clusterName=member1, a placeholder (replace it with the
 #     member's name on the hub), and webhook.certificate.mode=certManager:
 #     the default, helm mode, generates a new CA and certificate on every
@@ -41,4 +46,6 @@ render() { # <file> <chart> <values...>
 
 mkdir -p "$out"
 render ctrlmesh-hub.yaml ctrlmesh-hub createNamespace=true
+render ctrlmesh-hub-karmada.yaml ctrlmesh-hub createNamespace=true target=karmada crds.managedCluster=true
+render ctrlmesh-hub-host.yaml ctrlmesh-hub createNamespace=true target=host
 render ctrlmesh-agent.yaml ctrlmesh-agent createNamespace=true clusterName=member1 webhook.certificate.mode=certManager

@@ -1,5 +1,6 @@
 // Package clusters is the hub's cluster controller: it accepts member
-// clusters (when told to), creates their execution namespaces, decides from
+// clusters (when told to), creates their execution namespaces (where Karmada
+// does not run: where it does, Karmada makes them), decides from
 // their heartbeat Leases (and Karmada's Cluster objects, where Karmada runs)
 // whether they are available, reports that in the ManagedClusters' status
 // conditions, and keeps the clusters table of the hub's state.Store, from
@@ -24,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -80,6 +82,8 @@ type Reconciler struct {
 	// karmadaClusters reads Karmada's Clusters; nil where the hub does not
 	// serve them.
 	karmadaClusters client.Reader
+	// recorder records the Events on ManagedClusters.
+	recorder record.EventRecorder
 	// renewals is when the hub saw each cluster's heartbeat renewed.
 	renewals renewals
 }
@@ -91,6 +95,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return errors.New("clusters: no state store")
 	}
 	r.client, r.apiReader = mgr.GetClient(), mgr.GetAPIReader()
+	r.recorder = mgr.GetEventRecorderFor(ctrlmeshv1alpha1.HubComponent)
 
 	// Only Leases of the one name: the hub has many others (nodes, leader
 	// elections), and RBAC can then grant that name alone.
@@ -173,16 +178,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	// An agent's Lease lives in the execution namespace: while there is one,
-	// so is the namespace.
-	if mc.Spec.HubAcceptsClient && lease == nil {
-		if err := r.ensureExecutionNamespace(ctx, name); err != nil {
-			return reconcile.Result{}, err
-		}
-	}
 	karmadaCluster, err := r.karmadaCluster(ctx, name)
 	if err != nil {
 		return reconcile.Result{}, err
+	}
+	// An agent's Lease lives in the execution namespace: while there is one,
+	// so is the namespace.
+	if mc.Spec.HubAcceptsClient && lease == nil {
+		if err := r.ensureExecutionNamespace(ctx, &mc, karmadaCluster); err != nil {
+			return reconcile.Result{}, err
+		}
 	}
 
 	now := time.Now()
@@ -236,10 +241,31 @@ func (r *Reconciler) karmadaCluster(ctx context.Context, name string) (*clusterv
 	return &kc, nil
 }
 
-// ensureExecutionNamespace creates karmada-es-<cluster> unless it exists.
-// Creating and ignoring AlreadyExists needs no right to read namespaces.
-func (r *Reconciler) ensureExecutionNamespace(ctx context.Context, cluster string) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: names.GenerateExecutionSpaceName(cluster)}}
+// ensureExecutionNamespace sees to the execution namespace
+// karmada-es-<cluster> of mc, which holds the member's Works and its agent's
+// heartbeat Lease.
+//
+// Where Karmada runs (the hub serves its Clusters), the namespace is
+// Karmada's: its cluster controller creates it when the member joins Karmada
+// and deletes it, with every Work in it, when the member leaves. The hub
+// creates none there — a namespace made ahead of Karmada would outlive the
+// member's unjoin or hold Works for a cluster Karmada never applies to — so
+// while Karmada has no Cluster of the member's name (karmadaCluster nil) it
+// waits, with a Warning Event on the ManagedCluster saying what is missing;
+// Karmada's Cluster appearing reconciles the member again.
+//
+// Elsewhere the hub creates the namespace unless it exists. Creating and
+// ignoring AlreadyExists needs no right to read namespaces.
+func (r *Reconciler) ensureExecutionNamespace(ctx context.Context, mc *clusterv1.ManagedCluster, karmadaCluster *clusterv1alpha1.Cluster) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: names.GenerateExecutionSpaceName(mc.Name)}}
+	if r.karmadaClusters != nil {
+		if karmadaCluster == nil {
+			r.recorder.Eventf(mc, corev1.EventTypeWarning, ctrlmeshv1alpha1.ReasonNotJoinedToKarmada,
+				"Karmada has no Cluster %q, so no execution namespace %s for the member's Works and heartbeat: join the member to Karmada under this name (karmadactl join or karmadactl register)",
+				mc.Name, ns.Name)
+		}
+		return nil
+	}
 	err := r.client.Create(ctx, ns)
 	switch {
 	case apierrors.IsAlreadyExists(err):

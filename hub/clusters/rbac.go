@@ -1,6 +1,8 @@
 package clusters
 
 import (
+	"slices"
+
 	rbacv1 "k8s.io/api/rbac/v1"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
@@ -17,7 +19,8 @@ import (
 //     spec.hubAcceptsClient;
 //   - the heartbeat Leases: get, list and watch of ctrlmeshv1alpha1.HeartbeatLeaseName only, which
 //     the controller lists and watches by that name in every namespace;
-//   - namespaces: create, for the execution namespaces;
+//   - namespaces: create, for the execution namespaces (only where Karmada
+//     does not run: where it does, they are Karmada's);
 //   - Karmada Clusters: get, list and watch, used only where the API is
 //     served.
 func RBACRules(opts Options) []rbacv1.PolicyRule {
@@ -36,4 +39,13 @@ func RBACRules(opts Options) []rbacv1.PolicyRule {
 		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{"cluster.open-cluster-management.io"}, Resources: []string{"managedclusters/accept"}, Verbs: []string{"update"}})
 	}
 	return rules
+}
+
+// KarmadaRBACRules are RBACRules(opts) for a hub on Karmada, without the
+// right to create namespaces: there the execution namespaces are Karmada's
+// and the controller creates none.
+func KarmadaRBACRules(opts Options) []rbacv1.PolicyRule {
+	return slices.DeleteFunc(RBACRules(opts), func(r rbacv1.PolicyRule) bool {
+		return slices.Equal(r.APIGroups, []string{""}) && slices.Equal(r.Resources, []string{"namespaces"})
+	})
 }

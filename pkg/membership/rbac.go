@@ -79,7 +79,8 @@ func HubClusterRole(cluster string) string { return "ctrlmesh-agent-hub:" + clus
 //
 // All bind the ServiceAccount AgentNamespace/AgentServiceAccount(cluster).
 // The namespaces (AgentNamespace and karmada-es-<cluster>) and the
-// ServiceAccount are the hub's to create.
+// ServiceAccount are the hub admin's to create — but on Karmada,
+// karmada-es-<cluster> is Karmada's, made when the member joins it.
 //
 // RBAC cannot restrict create to resource names, so AcceptPolicy limits the
 // create grant on managedclusters to the agent's own cluster name, not
@@ -166,7 +167,8 @@ const agentHubRBACHeader = `# The hub RBAC for the ctrlmesh agent of one member 
 #
 # For a new member <cluster>, the hub admin:
 #   1. creates the namespace karmada-es-<cluster> (the member's execution
-#      namespace) and, once, the namespace ctrlmesh;
+#      namespace; on Karmada do not: it is Karmada's, made when the member
+#      joins Karmada, so join it first) and, once, the namespace ctrlmesh;
 #   2. creates the ServiceAccount ctrlmesh/agent-<cluster> and gives the
 #      member's agent a token of it in its hub kubeconfig;
 #   3. applies this file with "%[1]s" replaced by <cluster>: the ClusterRole

@@ -156,4 +156,10 @@ const (
 	// ReasonShardRouteDeleted (Warning, on a Pod): the ShardRoute the pod's
 	// proxy enforces was deleted; the proxy refuses sharded requests.
 	ReasonShardRouteDeleted = "ShardRouteDeleted"
+	// ReasonNotJoinedToKarmada (Warning, on a ManagedCluster): the hub runs
+	// on Karmada, which has no Cluster of the member's name and so no
+	// execution namespace karmada-es-<cluster> for its Works and heartbeat;
+	// the hub creates none of Karmada's namespaces and waits until the
+	// member is joined to Karmada under that name.
+	ReasonNotJoinedToKarmada = "NotJoinedToKarmada"
 )

@@ -43,3 +43,26 @@ uninstall never deletes the custom resources. Argument: (list $ path).
 {{- $_ := set $crd.metadata "labels" $labels -}}
 {{ toYaml $crd }}
 {{- end }}
+
+{{/*
+Checks the values that select what the release renders; every template
+includes it, so a bad value fails the render whatever is shown.
+*/}}
+{{- define "ctrlmesh-hub.validate" -}}
+{{- if not (has .Values.target (list "standalone" "host" "karmada")) }}
+{{- fail (printf "target %q: want standalone, host or karmada" .Values.target) }}
+{{- end }}
+{{- if and (eq .Values.target "karmada") .Values.crds.work }}
+{{- fail "crds.work=true with target=karmada: Karmada serves works.work.karmada.io itself; leave crds.work false" }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when the release renders the hub's API objects (CRDs, RBAC, members). */}}
+{{- define "ctrlmesh-hub.api" -}}
+{{- include "ctrlmesh-hub.validate" . }}{{ if ne .Values.target "host" }}true{{ end }}
+{{- end }}
+
+{{/* "true" when the release renders the hub's workload (Deployment, PDB, metrics Service). */}}
+{{- define "ctrlmesh-hub.workload" -}}
+{{- include "ctrlmesh-hub.validate" . }}{{ if ne .Values.target "karmada" }}true{{ end }}
+{{- end }}
