@@ -132,8 +132,10 @@ func (b *bench) latency(ctx context.Context, res *results) (_ []*editResult, _ *
 	wctx, stopWatches := context.WithCancel(ctx)
 	defer stopWatches()
 	standalone, err := b.startLatencyFleet(ctx, wctx, modeStandalone, res)
+	// Each fleet stops after the watches on it: a kube-apiserver with
+	// watches open is slow to stop.
 	if standalone != nil {
-		defer func() { err = errors.Join(err, b.stopFleet(standalone.f)) }()
+		defer func() { stopWatches(); err = errors.Join(err, b.stopFleet(standalone.f)) }()
 	}
 	if err != nil {
 		return nil, nil, err
@@ -154,7 +156,7 @@ func (b *bench) latency(ctx context.Context, res *results) (_ []*editResult, _ *
 		var kf *latencyFleet
 		kf, err = b.startLatencyFleet(ctx, wctx, modeKarmada, res)
 		if kf != nil {
-			defer func() { err = errors.Join(err, b.stopFleet(kf.f)) }()
+			defer func() { stopWatches(); err = errors.Join(err, b.stopFleet(kf.f)) }()
 		}
 		if err != nil {
 			return nil, nil, err
