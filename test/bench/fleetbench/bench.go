@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 	clusterv1alpha1 "github.com/karmada-io/karmada/pkg/apis/cluster/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -165,7 +166,9 @@ func (b *bench) startFleet(ctx context.Context, dir string, members []string, ka
 		return nil, fmt.Errorf("creating namespace %s on the hub: %w", opNamespace, err)
 	}
 	for _, m := range members {
-		if err := f.Members[m].Client.Create(ctx, ns.DeepCopy()); err != nil {
+		// With Karmada, its namespace controller may have made it already:
+		// it propagates the Karmada API server's namespaces to every member.
+		if err := f.Members[m].Client.Create(ctx, ns.DeepCopy()); err != nil && !(karmada != nil && apierrors.IsAlreadyExists(err)) {
 			return nil, fmt.Errorf("creating namespace %s in %s: %w", opNamespace, m, err)
 		}
 	}
