@@ -148,7 +148,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.DurationVar(&o.timeout, "timeout", 20*time.Minute, "bound on the whole run")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (kubeconfigs, logs, reconcile records) even on success")
 	fs.Usage = func() {
-		_, _ = fmt.Fprintf(output, "usage: fleetbench [flags]\n\nMeasures ctrlmesh on a local fleet: operator memory 1 pod vs N pods, ShardingConfig edit to enforcement, failover after a pod kill.\n\n")
+		_, _ = fmt.Fprintf(output, "usage: fleetbench [flags]\n\nMeasures ctrlmesh on a local fleet: operator memory 1 pod vs N pods, ShardingConfig edit to enforcement (standalone and with Karmada applying the Works), failover after a pod kill.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
