@@ -66,6 +66,11 @@ type editSample struct {
 // so (reported: what the hub reads).
 type editStages struct {
 	work, route, enforced, reported time.Duration
+	// versions is how many route versions (routing generations) the
+	// member received from the edit until the fleet settled again: one,
+	// for an edit that moves no bucket, unless the hub changed the
+	// placement after it.
+	versions int64
 }
 
 // totals are the samples' totals, in edit order.
@@ -264,17 +269,35 @@ func (b *bench) edits(ctx context.Context, fleets []*latencyFleet) ([]*editResul
 	}
 	for i := range b.opts.edits {
 		for j, lf := range fleets {
+			before := lf.routingGenerations()
 			s, err := b.edit(ctx, lf, i)
 			if err != nil {
 				return nil, fmt.Errorf("%s fleet: %w", lf.mode, err)
 			}
-			out[j].samples = append(out[j].samples, s)
 			if err := b.settle(ctx, lf); err != nil {
 				return nil, fmt.Errorf("%s fleet, after edit %d: %w", lf.mode, i+1, err)
 			}
+			for m, g := range lf.routingGenerations() {
+				st := s.members[m]
+				st.versions = g - before[m]
+				s.members[m] = st
+			}
+			out[j].samples = append(out[j].samples, s)
 		}
 	}
 	return out, nil
+}
+
+// routingGenerations are the routing generations of the members' routes
+// now.
+func (lf *latencyFleet) routingGenerations() map[string]int64 {
+	out := map[string]int64{}
+	for _, m := range latencyMembers {
+		if st := lf.watches[m].snapshot(); st.route != nil {
+			out[m] = st.route.Spec.RoutingGeneration
+		}
+	}
+	return out
 }
 
 // memberStages are a member's expectations of one edit, one per stage

@@ -92,7 +92,7 @@ func TestReportEdits(t *testing.T) {
 		s := editSample{members: map[string]editStages{}}
 		for i, st := range [][4]int{m1, m2} {
 			m := latencyMembers[i]
-			s.members[m] = editStages{work: ms(st[0]), route: ms(st[1]), enforced: ms(st[2]), reported: ms(st[3])}
+			s.members[m] = editStages{work: ms(st[0]), route: ms(st[1]), enforced: ms(st[2]), reported: ms(st[3]), versions: 1}
 			if e := ms(st[2]); e > s.total {
 				s.total, s.slowest = e, m
 			}
@@ -103,6 +103,12 @@ func TestReportEdits(t *testing.T) {
 		samples: []editSample{sample([4]int{10, 30, 100, 120}, [4]int{10, 40, 90, 130}), sample([4]int{20, 50, 200, 260}, [4]int{20, 60, 150, 170})}}
 	karmada := &editResult{mode: modeKarmada, podsPerMember: 2, appliers: map[string]string{"member1": "Karmada push", "member2": "Karmada pull"},
 		samples: []editSample{sample([4]int{10, 110, 200, 1200}, [4]int{10, 80, 150, 900}), sample([4]int{20, 400, 600, 2000}, [4]int{20, 300, 400, 1400})}}
+
+	// The second edit made the hub change member2's placement three times
+	// more.
+	st := karmada.samples[1].members["member2"]
+	st.versions = 4
+	karmada.samples[1].members["member2"] = st
 
 	tests := []struct {
 		name  string
@@ -117,8 +123,9 @@ func TestReportEdits(t *testing.T) {
 				"standalone, samples in edit order: 100 ms 200 ms",
 				"standalone 2 100 ms 100 ms 200 ms 200 ms 150 ms",
 				// member1: work 10/20, route-work 20/30, enforced-route 70/150, reported-enforced 20/60.
-				"standalone member1 ctrlmesh-agent 10 ms / 20 ms 20 ms / 30 ms 70 ms / 150 ms 20 ms / 60 ms 100 ms / 200 ms",
+				"standalone member1 ctrlmesh-agent 10 ms / 20 ms 20 ms / 30 ms 70 ms / 150 ms 20 ms / 60 ms 100 ms / 200 ms 1",
 				"edit -> every proxy enforcing, p99, standalone <= 1000 ms 200 ms PASS",
+				"route versions per edit and member, standalone 1 1 PASS",
 			},
 			never: []string{"same run", "p99, Karmada", "Karmada,"},
 		},
@@ -130,9 +137,11 @@ func TestReportEdits(t *testing.T) {
 				"Karmada, samples in edit order: 200 ms 600 ms",
 				"Karmada / standalone, same run: p50 2.00x, p99 3.00x",
 				// member2: work 10/20, route-work 70/280, enforced-route 70/100, reported-enforced 750/1000.
-				"Karmada member2 Karmada pull 10 ms / 20 ms 70 ms / 280 ms 70 ms / 100 ms 750 ms / 1000 ms 150 ms / 400 ms",
+				"Karmada member2 Karmada pull 10 ms / 20 ms 70 ms / 280 ms 70 ms / 100 ms 750 ms / 1000 ms 150 ms / 400 ms 4",
 				"edit -> every proxy enforcing, p99, standalone <= 1000 ms 200 ms PASS",
 				"edit -> every proxy enforcing, p99, Karmada <= 1500 ms 600 ms PASS",
+				"route versions per edit and member, standalone 1 1 PASS",
+				"route versions per edit and member, Karmada 1 4 MISS",
 			},
 		},
 	}

@@ -147,24 +147,36 @@ func reportEdits(p func(string, ...any), row func(...string), tw *tabwriter.Writ
 	p("stages of each member, p50 / p99 over the edits, each from the watch event of the one before: the hub's Work for the member carries the new")
 	p("route (EDIT -> WORK); the member's ShardRoute does (WORK -> ROUTE: the Work applied); every proxy of the member reports its rules hash in the")
 	p("ShardRoute's status (ROUTE -> ENFORCED); the Work's status reports that back to the hub (ENFORCED -> REPORTED: the agent's status writer in")
-	p("standalone mode, Karmada's work-status controller in Karmada mode; not part of EDIT -> ENFORCED)")
-	row("FLEET", "MEMBER", "WORK APPLIED BY", "EDIT -> WORK", "WORK -> ROUTE", "ROUTE -> ENFORCED", "ENFORCED -> REPORTED", "EDIT -> ENFORCED")
+	p("standalone mode, Karmada's work-status controller in Karmada mode; not part of EDIT -> ENFORCED). ROUTE VERSIONS: how many routing generations")
+	p("the member received from one edit until the fleet settled, most of any edit: 1, as these edits move no bucket, unless the hub changed the placement after it")
+	row("FLEET", "MEMBER", "WORK APPLIED BY", "EDIT -> WORK", "WORK -> ROUTE", "ROUTE -> ENFORCED", "ENFORCED -> REPORTED", "EDIT -> ENFORCED", "ROUTE VERSIONS")
 	for _, e := range edits {
 		for _, m := range latencyMembers {
 			var work, deliver, enforce, report, total []time.Duration
+			var versions int64
 			for _, s := range e.samples {
 				st := s.members[m]
+				versions = max(versions, st.versions)
 				work = append(work, st.work)
 				deliver = append(deliver, st.route-st.work)
 				enforce = append(enforce, st.enforced-st.route)
 				report = append(report, st.reported-st.enforced)
 				total = append(total, st.enforced)
 			}
-			row(e.mode, m, e.appliers[m], p50p99(work), p50p99(deliver), p50p99(enforce), p50p99(report), p50p99(total))
+			row(e.mode, m, e.appliers[m], p50p99(work), p50p99(deliver), p50p99(enforce), p50p99(report), p50p99(total), fmt.Sprint(versions))
 		}
 	}
 	_ = tw.Flush()
 
+	for _, e := range edits {
+		var versions int64
+		for _, s := range e.samples {
+			for _, st := range s.members {
+				versions = max(versions, st.versions)
+			}
+		}
+		goals = append(goals, []string{"route versions per edit and member, " + e.mode, "1", fmt.Sprint(versions), benchstat.Verdict(versions <= 1)})
+	}
 	for _, e := range edits {
 		goal := goalEditP99
 		if e.mode == modeKarmada {
