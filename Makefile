@@ -213,5 +213,5 @@ bench-proxy: tools ## Proxy overhead vs direct against a real API server (GET, L
 	CTRLMESH_TEST_ASSETS=$(BIN) $(GO) run ./test/bench/proxybench $(BENCH_ARGS)
 
 .PHONY: bench-fleet
-bench-fleet: tools build ## Local fleet: operator RSS 1 vs 4 pods (20k objects), ShardingConfig edit -> enforced p50/p99, failover after a pod kill.
+bench-fleet: tools build ## Local fleet: operator RSS 1 vs 4 pods (20k objects), ShardingConfig edit -> enforced p50/p99 standalone and on Karmada, failover after a pod kill.
 	CTRLMESH_TEST_ASSETS=$(BIN) $(GO) run ./test/bench/fleetbench $(BENCH_ARGS)

@@ -8,11 +8,14 @@ import (
 	"testing"
 
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
+	workv1alpha2 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha2"
 	"github.com/karmada-io/karmada/pkg/util/names"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/validation/path"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 )
@@ -205,5 +208,47 @@ func TestReadStatusWithLabelerRBAC(t *testing.T) {
 	}
 	if _, err := ReadStatus(work); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Only the route's manifest names its Work: Karmada's work-status
+// controller keeps the status of the last object it reflected as the
+// Work's only manifest status, so a named labeler ClusterRole would replace
+// the route's status in the Work (TestKarmadaJoin shows it on a real
+// Karmada). The RBAC keeps Karmada's labels, by which it applies and
+// deletes them, and the records of the keys it manages.
+func TestSetManifestsNamesTheWorkOnTheRouteOnly(t *testing.T) {
+	route := testRoute()
+	rbac, _ := NewLabelerRBAC(route.Namespace, route.Name, route.Spec.Limits, "ctrlmesh")
+	work := NewWork(WorkKey("m1", route.Namespace, route.Name))
+	if err := SetManifests(work, route, rbac); err != nil {
+		t.Fatal(err)
+	}
+	wantLabels := AppliedLabels(work)
+	for i, m := range work.Spec.Workload.Manifests {
+		var obj struct {
+			Kind     string
+			Metadata struct{ Labels, Annotations map[string]string }
+		}
+		if err := json.Unmarshal(m.Raw, &obj); err != nil {
+			t.Fatal(err)
+		}
+		from, managed := AppliedFrom(&metav1.ObjectMeta{Labels: obj.Metadata.Labels, Annotations: obj.Metadata.Annotations})
+		if !managed || !equality.Semantic.DeepEqual(obj.Metadata.Labels, merged(obj.Metadata.Labels, wantLabels)) {
+			t.Errorf("manifest %d (%s): labels %v, want Karmada's %v", i, obj.Kind, obj.Metadata.Labels, wantLabels)
+		}
+		managedKeys := obj.Metadata.Annotations[workv1alpha2.ManagedAnnotation]
+		if i == 0 {
+			if from != client.ObjectKeyFromObject(work) || !strings.Contains(managedKeys, workv1alpha2.WorkNameAnnotation) {
+				t.Errorf("the route's manifest names Work %v (managed annotations %q), want %s/%s", from, managedKeys, work.Namespace, work.Name)
+			}
+			continue
+		}
+		if from.Name != "" || from.Namespace != "" || strings.Contains(managedKeys, workv1alpha2.WorkNameAnnotation) {
+			t.Errorf("manifest %d (%s) names Work %v (managed annotations %q), want none", i, obj.Kind, from, managedKeys)
+		}
+		if obj.Metadata.Annotations[workv1alpha2.ManagedLabels] == "" || !strings.Contains(managedKeys, workv1alpha2.ManagedAnnotation) {
+			t.Errorf("manifest %d (%s): annotations %v, want the records of the managed keys", i, obj.Kind, obj.Metadata.Annotations)
+		}
 	}
 }

@@ -104,17 +104,26 @@ func AppliedFrom(obj metav1.Object) (work types.NamespacedName, managed bool) {
 // SetManifests makes route the first manifest of work and, when rbac is not
 // nil, its ClusterRole and ClusterRoleBinding the second and third, each
 // with the labels and annotations Karmada's CreateOrUpdateWork and Work
-// webhook put on a manifest: AppliedLabels, AppliedAnnotations and the
-// records of the keys it manages. Karmada's resource template UID
-// annotation is left out: they come from no resource template. Set work's
-// name, namespace and labels first.
+// webhook put on a manifest: AppliedLabels and the records of the keys it
+// manages, and, on the route only, AppliedAnnotations. Karmada's resource
+// template UID annotation is left out: they come from no resource
+// template. Set work's name, namespace and labels first.
+//
+// The RBAC manifests do not name the Work: Karmada's work-status
+// controller reflects a member object into the Work those annotations
+// name, and (v1.16) replaces the Work's whole manifestStatuses with that
+// one object's status, since Karmada itself writes one manifest per Work.
+// Named, the labeler's ClusterRole, updated whenever the limits change,
+// replaced the ShardRoute's status in the Work; the hub then read no pods
+// in the member and took every shard from them until the route's next
+// status came back. Karmada applies and deletes the RBAC all the same (it
+// goes by the managed label); what it does not do for them is what it does
+// by those annotations: report their status, which the hub does not read,
+// and restore them at once when someone changes them in the member (it
+// restores them at the Work's next change).
 func SetManifests(work *workv1alpha1.Work, route *ctrlmeshv1alpha1.ShardRoute, rbac *LabelerRBAC) error {
 	labels := AppliedLabels(work)
-	annotations := AppliedAnnotations(work)
-	annotations[workv1alpha2.ManagedLabels] = strings.Join(slices.Sorted(maps.Keys(labels)), ",")
-	managed := append(slices.Collect(maps.Keys(annotations)), workv1alpha2.ManagedAnnotation)
-	slices.Sort(managed)
-	annotations[workv1alpha2.ManagedAnnotation] = strings.Join(managed, ",")
+	annotations := managedRecords(labels, AppliedAnnotations(work))
 
 	objects := []runtime.Object{&ctrlmeshv1alpha1.ShardRoute{
 		TypeMeta: metav1.TypeMeta{APIVersion: shardRouteGVK.GroupVersion().String(), Kind: shardRouteGVK.Kind},
@@ -128,8 +137,8 @@ func SetManifests(work *workv1alpha1.Work, route *ctrlmeshv1alpha1.ShardRoute, r
 			return fmt.Errorf("the labeler RBAC of ShardRoute %s/%s: %w", route.Namespace, route.Name, err)
 		}
 		role, binding := rbac.Role.DeepCopy(), rbac.Binding.DeepCopy()
-		role.Labels, role.Annotations = merged(role.Labels, labels), maps.Clone(annotations)
-		binding.Labels, binding.Annotations = merged(binding.Labels, labels), maps.Clone(annotations)
+		role.Labels, role.Annotations = merged(role.Labels, labels), managedRecords(labels, nil)
+		binding.Labels, binding.Annotations = merged(binding.Labels, labels), managedRecords(labels, nil)
 		objects = append(objects, role, binding)
 	}
 	manifests := make([]workv1alpha1.Manifest, 0, len(objects))
@@ -150,6 +159,21 @@ func SetManifests(work *workv1alpha1.Work, route *ctrlmeshv1alpha1.ShardRoute, r
 	}
 	work.Spec.Workload.Manifests = manifests
 	return nil
+}
+
+// managedRecords returns annotations with the records Karmada keeps on a
+// manifest of the label and annotation keys it manages, so that it removes
+// from the member object the ones a later manifest drops.
+func managedRecords(labels, annotations map[string]string) map[string]string {
+	out := maps.Clone(annotations)
+	if out == nil {
+		out = map[string]string{}
+	}
+	out[workv1alpha2.ManagedLabels] = strings.Join(slices.Sorted(maps.Keys(labels)), ",")
+	managed := append(slices.Collect(maps.Keys(out)), workv1alpha2.ManagedAnnotation)
+	slices.Sort(managed)
+	out[workv1alpha2.ManagedAnnotation] = strings.Join(managed, ",")
+	return out
 }
 
 // merged returns the union of maps, later ones winning.

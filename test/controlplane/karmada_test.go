@@ -16,6 +16,8 @@ import (
 	"github.com/karmada-io/karmada/pkg/util"
 	"github.com/karmada-io/karmada/pkg/util/names"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -97,6 +99,7 @@ func TestKarmadaJoin(t *testing.T) {
 			})
 			checkConfigMapWork(ctx, t, karmada, member)
 			checkShardRouteWork(ctx, t, karmada, member)
+			checkShardRouteBesideLabelerRBAC(ctx, t, karmada, member)
 		})
 	}
 
@@ -251,6 +254,109 @@ func checkShardRouteWork(ctx context.Context, t *testing.T, karmada, member *con
 		err := karmada.Client.Get(ctx, client.ObjectKeyFromObject(work), &workv1alpha1.Work{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err), nil
 	})
+}
+
+// checkShardRouteBesideLabelerRBAC creates a Work carrying a ShardRoute and
+// the labeler's RBAC for member, as the hub writes it, plays the agent's
+// report, then changes the RBAC as a change of limits does, and checks that
+// Karmada's work-status controller keeps reporting the route in the Work:
+// it keeps one manifest status per Work, that of the last object it
+// reflected, so an RBAC manifest naming the Work replaced the route's
+// status (and the hub then read no pods in the member). Deleting the Work
+// removes all three objects from the member.
+func checkShardRouteBesideLabelerRBAC(ctx context.Context, t *testing.T, karmada, member *controlplane.Cluster) {
+	t.Helper()
+	configMaps := ctrlmeshv1alpha1.ResourceGroup{APIGroups: []string{""}, Resources: []string{"configmaps"}}
+	route := &ctrlmeshv1alpha1.ShardRoute{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "labeled"},
+		Spec: ctrlmeshv1alpha1.ShardRouteSpec{
+			Cluster: member.Name, RoutingGeneration: 1, RulesHash: "h1",
+			Scope: ctrlmeshv1alpha1.ScopePerCluster, Buckets: 32,
+			Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "op"}},
+			Limits:   ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{configMaps}}},
+			Shards:   []ctrlmeshv1alpha1.RouteShard{{ID: "0", Buckets: "0-31", Pods: []ctrlmeshv1alpha1.RoutePod{{Name: "op-0"}}}},
+		},
+	}
+	rbac, _ := routework.NewLabelerRBAC(route.Namespace, route.Name, route.Spec.Limits, "ctrlmesh")
+	work := routework.NewWork(routework.WorkKey(member.Name, route.Namespace, route.Name))
+	if err := routework.SetManifests(work, route, rbac); err != nil {
+		t.Fatal(err)
+	}
+	work.Finalizers = []string{util.ExecutionControllerFinalizer}
+	if err := karmada.Client.Create(ctx, work); err != nil {
+		t.Fatal(err)
+	}
+	applied := &ctrlmeshv1alpha1.ShardRoute{}
+	eventually(ctx, t, karmada, "the ShardRoute and the labeler's ClusterRole in the member", func() (bool, string, error) {
+		if err := member.Client.Get(ctx, client.ObjectKeyFromObject(route), applied); err != nil {
+			return false, err.Error(), nil
+		}
+		err := member.Client.Get(ctx, client.ObjectKeyFromObject(rbac.Role), &rbacv1.ClusterRole{})
+		return err == nil, fmt.Sprint(err), nil
+	})
+	now := metav1.Now()
+	applied.Status = ctrlmeshv1alpha1.ShardRouteStatus{
+		ObservedGeneration: applied.Generation, ObservedRoutingGeneration: 1,
+		Conditions: []metav1.Condition{
+			{Type: ctrlmeshv1alpha1.ConditionRulesApplied, Status: metav1.ConditionTrue, Reason: "Applied", LastTransitionTime: now, ObservedGeneration: applied.Generation},
+			{Type: ctrlmeshv1alpha1.ConditionProxiesReady, Status: metav1.ConditionTrue, Reason: "Ready", LastTransitionTime: now, ObservedGeneration: applied.Generation},
+		},
+	}
+	if err := member.Client.Status().Update(ctx, applied); err != nil {
+		t.Fatal(err)
+	}
+	routeReported := func() (bool, string, error) {
+		if err := karmada.Client.Get(ctx, client.ObjectKeyFromObject(work), work); err != nil {
+			return false, "", err
+		}
+		report, err := routework.ReadStatus(work)
+		if err != nil {
+			return false, "", err
+		}
+		return report.Health == workv1alpha1.ResourceHealthy && report.Route.ObservedRoutingGeneration == 1, statusString(work), nil
+	}
+	eventually(ctx, t, karmada, "the agent's report reflected into the Work", routeReported)
+
+	// A limit on secrets more: the labeler's ClusterRole changes, the
+	// route's spec does not.
+	secrets := ctrlmeshv1alpha1.ResourceGroup{APIGroups: []string{""}, Resources: []string{"secrets"}}
+	wider, _ := routework.NewLabelerRBAC(route.Namespace, route.Name, ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{configMaps, secrets}}}, "ctrlmesh")
+	if err := routework.SetManifests(work, route, wider); err != nil {
+		t.Fatal(err)
+	}
+	if err := karmada.Client.Update(ctx, work); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, karmada, "the wider ClusterRole in the member", func() (bool, string, error) {
+		role := &rbacv1.ClusterRole{}
+		if err := member.Client.Get(ctx, client.ObjectKeyFromObject(rbac.Role), role); err != nil {
+			return false, "", err
+		}
+		return equality.Semantic.DeepEqual(role.Rules, wider.Role.Rules), fmt.Sprintf("rules %v", role.Rules), nil
+	})
+	// The work-status controller reflects a member object within
+	// milliseconds of its change; the route's report must still be there
+	// well after.
+	for range 12 {
+		ok, desc, err := routeReported()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			t.Fatalf("after the labeler's ClusterRole changed, the Work no longer reports the ShardRoute: %s", desc)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+
+	if err := karmada.Client.Delete(ctx, work); err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range []client.Object{&ctrlmeshv1alpha1.ShardRoute{ObjectMeta: route.ObjectMeta}, wider.Role, wider.Binding} {
+		eventually(ctx, t, karmada, fmt.Sprintf("%T %s removed from the member", obj, obj.GetName()), func() (bool, string, error) {
+			err := member.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+			return apierrors.IsNotFound(err), fmt.Sprint(err), nil
+		})
+	}
 }
 
 // eventually polls cond until it holds, failing the test with cond's last

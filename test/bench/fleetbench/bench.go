@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	clusterv1alpha1 "github.com/karmada-io/karmada/pkg/apis/cluster/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -60,8 +62,10 @@ func (b *bench) step(format string, args ...any) {
 
 // results of the phases that ran; nil for those that did not.
 type results struct {
-	memory   *memoryResult
-	edit     *editResult
+	memory *memoryResult
+	// edits are the edit phase on each fleet: standalone, then, with
+	// -karmada, Karmada.
+	edits    []*editResult
 	failover *failoverResult
 	// apiserver is the members' kube-apiserver version.
 	apiserver string
@@ -109,7 +113,7 @@ func run(ctx context.Context, opts options, out, progress io.Writer) (err error)
 		}
 	}
 	if opts.runs("edit") || opts.runs("failover") {
-		if res.edit, res.failover, err = b.latency(ctx, res); err != nil {
+		if res.edits, res.failover, err = b.latency(ctx, res); err != nil {
 			return fmt.Errorf("edit/failover phase: %w", err)
 		}
 	}
@@ -120,15 +124,24 @@ func run(ctx context.Context, opts options, out, progress io.Writer) (err error)
 
 // startFleet starts a fleet of members in range mode under dir, runs the
 // hub, joins every member, and creates opNamespace on the hub and the
-// members. The caller stops it.
-func (b *bench) startFleet(ctx context.Context, dir string, members []string) (*localfleet.Fleet, error) {
+// members. With karmada (each member's sync mode) the hub cluster is a
+// Karmada control plane and the members join it in those modes
+// (localfleet.Options.Karmada); nil runs the fleet standalone. The caller
+// stops it.
+func (b *bench) startFleet(ctx context.Context, dir string, members []string, karmada map[string]clusterv1alpha1.ClusterSyncMode) (*localfleet.Fleet, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	b.step("starting %d API servers (kube-apiserver + etcd each): %s and %v, range mode (ShardedListAndWatch)", 1+len(members), localfleet.HubName, members)
+	hubKind, joining := "", "agents in standalone mode"
+	if karmada != nil {
+		hubKind = " (a Karmada control plane: karmada-aggregated-apiserver, karmada-controller-manager)"
+		joining = fmt.Sprintf("each to Karmada in its sync mode %v, then its agent in Karmada mode", karmada)
+	}
+	b.step("starting %d API servers (kube-apiserver + etcd each): %s%s and %v, range mode (ShardedListAndWatch)", 1+len(members), localfleet.HubName, hubKind, members)
 	f, err := localfleet.Start(ctx, localfleet.Options{
 		BinDir: b.binDir, CRDDirs: b.crdDirs, WorkDir: dir, Members: members,
 		MemberFeatureGates: []string{controlplane.FeatureShardedListAndWatch},
+		Karmada:            karmada,
 	})
 	if err != nil {
 		return nil, err
@@ -139,7 +152,7 @@ func (b *bench) startFleet(ctx context.Context, dir string, members []string) (*
 			_ = f.Stop()
 		}
 	}()
-	b.step("hub, and joining %v (agents in standalone mode)", members)
+	b.step("hub, and joining %v (%s)", members, joining)
 	if err := f.StartHub(ctx); err != nil {
 		return nil, err
 	}
@@ -153,7 +166,9 @@ func (b *bench) startFleet(ctx context.Context, dir string, members []string) (*
 		return nil, fmt.Errorf("creating namespace %s on the hub: %w", opNamespace, err)
 	}
 	for _, m := range members {
-		if err := f.Members[m].Client.Create(ctx, ns.DeepCopy()); err != nil {
+		// With Karmada, its namespace controller may have made it already:
+		// it propagates the Karmada API server's namespaces to every member.
+		if err := f.Members[m].Client.Create(ctx, ns.DeepCopy()); err != nil && !(karmada != nil && apierrors.IsAlreadyExists(err)) {
 			return nil, fmt.Errorf("creating namespace %s in %s: %w", opNamespace, m, err)
 		}
 	}

@@ -56,7 +56,7 @@ type memoryResult struct {
 func (b *bench) memory(ctx context.Context, res *results) (_ *memoryResult, err error) {
 	o := b.opts
 	mr := &memoryResult{objects: o.objects, namespaces: o.namespaces, payload: o.payload}
-	f, err := b.startFleet(ctx, filepath.Join(b.workDir, "memory"), []string{memoryMember})
+	f, err := b.startFleet(ctx, filepath.Join(b.workDir, "memory"), []string{memoryMember}, nil)
 	if err != nil {
 		return nil, err
 	}

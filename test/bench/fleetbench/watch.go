@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -14,21 +15,26 @@ import (
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/route"
+	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 	"github.com/ctrlmesh/ctrlmesh/test/controlplane"
 )
 
 // memberState is what a member shows of the ShardingConfig: its ShardRoute
-// and the holders of the Leases in opNamespace.
+// and the holders of the Leases in opNamespace, and, on the hub, the Work
+// the hub writes for it (carrying that route, reporting its status back).
 type memberState struct {
 	route *ctrlmeshv1alpha1.ShardRoute
 	// leases maps a Lease's name to its holder identity.
 	leases map[string]string
+	// work is the member's Work on the hub; nil until the hub writes it.
+	work *workv1alpha1.Work
 }
 
 // memberWatch follows a member's ShardRoute opName and the Leases of
-// opNamespace with informers. Conditions registered with expect are
-// evaluated on every event, in the informer's goroutine, so that the time
+// opNamespace with informers on the member, and the Work that carries the
+// route with an informer on the hub. Conditions registered with expect are
+// evaluated on every event, in the informers' goroutines, so that the time
 // they first hold is the time of the watch event that made them hold.
 type memberWatch struct {
 	name string
@@ -45,13 +51,22 @@ type expectation struct {
 	at   time.Time
 }
 
-// watchMember starts the informers on the member and waits for their
-// first list. They stop with ctx.
-func watchMember(ctx context.Context, c *controlplane.Cluster, s *runtime.Scheme) (*memberWatch, error) {
+// watchMember starts the informers on the member c and on the hub and
+// waits for their first list. They stop with ctx.
+func watchMember(ctx context.Context, hub, c *controlplane.Cluster, s *runtime.Scheme) (*memberWatch, error) {
 	w := &memberWatch{name: c.Name, state: memberState{leases: map[string]string{}}}
 	ca, err := cache.New(c.Config, cache.Options{Scheme: s, DefaultNamespaces: map[string]cache.Config{opNamespace: {}}})
 	if err != nil {
 		return nil, fmt.Errorf("watching %s: %w", c.Name, err)
+	}
+	workKey := routework.WorkKey(c.Name, opNamespace, opName)
+	hubCache, err := cache.New(hub.Config, cache.Options{Scheme: s, DefaultNamespaces: map[string]cache.Config{workKey.Namespace: {}}})
+	if err != nil {
+		return nil, fmt.Errorf("watching the Work of %s: %w", c.Name, err)
+	}
+	works, err := hubCache.GetInformer(ctx, &workv1alpha1.Work{})
+	if err != nil {
+		return nil, fmt.Errorf("watching the Works of %s: %w", c.Name, err)
 	}
 	routes, err := ca.GetInformer(ctx, &ctrlmeshv1alpha1.ShardRoute{})
 	if err != nil {
@@ -89,10 +104,24 @@ func watchMember(ctx context.Context, c *controlplane.Cluster, s *runtime.Scheme
 			}
 		})
 	}
+	onWork := func(obj any, deleted bool) {
+		now := time.Now()
+		wk, ok := obj.(*workv1alpha1.Work)
+		if !ok || wk.Name != workKey.Name {
+			return
+		}
+		w.update(now, func(st *memberState) {
+			if deleted {
+				st.work = nil
+			} else {
+				st.work = wk
+			}
+		})
+	}
 	for _, h := range []struct {
 		inf cache.Informer
 		fn  func(any, bool)
-	}{{routes, onRoute}, {leases, onLease}} {
+	}{{routes, onRoute}, {leases, onLease}, {works, onWork}} {
 		fn := h.fn
 		if _, err := h.inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { fn(obj, false) },
@@ -107,9 +136,11 @@ func watchMember(ctx context.Context, c *controlplane.Cluster, s *runtime.Scheme
 			return nil, fmt.Errorf("watching %s: %w", c.Name, err)
 		}
 	}
-	go func() { _ = ca.Start(ctx) }()
-	if !ca.WaitForCacheSync(ctx) {
-		return nil, fmt.Errorf("watching %s: the informers did not sync", c.Name)
+	for _, cc := range []cache.Cache{ca, hubCache} {
+		go func() { _ = cc.Start(ctx) }()
+		if !cc.WaitForCacheSync(ctx) {
+			return nil, fmt.Errorf("watching %s: the informers did not sync", c.Name)
+		}
 	}
 	return w, nil
 }
@@ -157,6 +188,9 @@ func (w *memberWatch) snapshot() memberState {
 	st := memberState{leases: map[string]string{}}
 	if w.state.route != nil {
 		st.route = w.state.route.DeepCopy()
+	}
+	if w.state.work != nil {
+		st.work = w.state.work.DeepCopy()
 	}
 	for k, v := range w.state.leases {
 		st.leases[k] = v
@@ -208,6 +242,42 @@ func enforcing(route *ctrlmeshv1alpha1.ShardRoute, pods []string) bool {
 	}
 	for _, p := range pods {
 		if appliedHash(route, p) != route.Spec.RulesHash {
+			return false
+		}
+	}
+	return true
+}
+
+// workRoute is the ShardRoute the member's Work carries; nil before the hub
+// writes it or if it does not decode.
+func workRoute(st *memberState) *ctrlmeshv1alpha1.ShardRoute {
+	if st.work == nil {
+		return nil
+	}
+	r, err := routework.Decode(st.work)
+	if err != nil {
+		return nil
+	}
+	return r
+}
+
+// reported tells whether the member's Work reports, in its status, that
+// every one of pods enforces the route the Work carries: the member's
+// enforcement as the hub reads it (routework.ReadStatus), written back by
+// the agent in standalone mode and by Karmada's work-status controller in
+// Karmada mode.
+func reported(st *memberState, pods []string) bool {
+	r := workRoute(st)
+	if r == nil {
+		return false
+	}
+	report, err := routework.ReadStatus(st.work)
+	if err != nil {
+		return false
+	}
+	for _, p := range pods {
+		i := slices.IndexFunc(report.Route.Pods, func(rp ctrlmeshv1alpha1.PodRouteStatus) bool { return rp.Name == p })
+		if i < 0 || report.Route.Pods[i].AppliedRulesHash != r.Spec.RulesHash {
 			return false
 		}
 	}
