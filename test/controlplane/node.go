@@ -129,8 +129,9 @@ func checkNodeMachine(assets string) error {
 // Service's names, written into its certificate directory (where envtest
 // then makes none; the service-account signer with it). Its flags are a
 // real cluster's: the Node authorizer and NodeRestriction for the kubelet's
-// credentials, and the ServiceAccount admission plugin (which envtest turns
-// off) so that pods get their service account's token.
+// credentials, the ServiceAccount admission plugin (which envtest turns
+// off) so that pods get their service account's token, and aggregator
+// routing.
 func prepareNodeAPIServer(apiServer *envtest.APIServer, net *nodeNetwork) error {
 	ca, err := certs.NewCA("ctrlmesh test API server CA")
 	if err != nil {
@@ -170,6 +171,10 @@ func prepareNodeAPIServer(apiServer *envtest.APIServer, net *nodeNetwork) error 
 	args.Set("authorization-mode", "Node,RBAC")
 	args.Set("enable-admission-plugins", "NodeRestriction")
 	args.Disable("disable-admission-plugins")
+	// The API server runs on the host, not in the node's namespace where
+	// kube-proxy routes ClusterIPs: it calls webhooks and aggregated API
+	// servers at their endpoints, pod addresses the host routes to the node.
+	args.Set("enable-aggregator-routing", "true")
 	return nil
 }
 
