@@ -31,8 +31,9 @@ const inClusterImage = "ctrlmesh.test/incluster:1"
 // the kubernetes Service's ClusterIP, with its token and the
 // kube-root-ca.crt CA, the pod reads what the ServiceAccount's Role allows
 // (its own cluster's ConfigMap) and is refused what it does not (the
-// Nodes, 403 naming the ServiceAccount). After Stop, no network namespace
-// or veth of the nodes remains.
+// Nodes, 403 naming the ServiceAccount). A node's namespace routes no
+// address outside this machine. After Stop, no network namespace or veth
+// of the nodes remains.
 func TestPodsReachTheirAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -66,6 +67,15 @@ func TestPodsReachTheirAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	image := images.Image{Name: inClusterImage, Files: map[string]string{"/bin/incluster": bin}, Entrypoint: []string{"/bin/incluster"}}
+
+	// Nothing a pod sends leaves this machine: its node's namespace routes
+	// only the nodes' addresses (a route lookup, nothing is sent).
+	for _, m := range members {
+		out, err := exec.Command("ip", "-n", m.Node.NetworkNamespace, "route", "get", "192.0.2.1").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "unreachable") {
+			t.Errorf("%s: node %s routes an outside address: %v: %s", m.Name, m.Node.Name, err, out)
+		}
+	}
 
 	var wg sync.WaitGroup
 	for _, m := range members {

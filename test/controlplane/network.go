@@ -15,8 +15,9 @@ import (
 // iptables chains of its own namespace (several kube-proxies in one would
 // fight over the same chains), and nothing leaves this machine: the host
 // routes the node's pod subnet to the namespace, the namespace routes
-// everything else to the host, where the cluster's API server listens on
-// HostIP.
+// the nodes' addresses (nodeNetworks) to the host, where the API servers of
+// node clusters listen (HostIP), and nothing else: a pod's connection to
+// any other address fails as unreachable instead of leaving the machine.
 type nodeNetwork struct {
 	// Name is the host end of the veth pair and the network namespace,
 	// ctrlmesh<i>; creating the veth pair claims i, so that the nodes of
@@ -30,6 +31,9 @@ type nodeNetwork struct {
 	// the namespace's bridge.
 	PodSubnet string
 }
+
+// nodeNetworks holds the addresses of every node's veth pair.
+const nodeNetworks = "10.245.0.0/16"
 
 // nodeBridge is the name of the CNI bridge of the node's pods, inside the
 // node's network namespace (so every node may use the same name).
@@ -75,7 +79,7 @@ func (net *nodeNetwork) setUp(peer string) error {
 		{"ip", "-n", ns, "addr", "add", net.NodeIP + "/30", "dev", "eth0"},
 		{"ip", "-n", ns, "link", "set", "eth0", "up"},
 		{"ip", "-n", ns, "link", "set", "lo", "up"},
-		{"ip", "-n", ns, "route", "add", "default", "via", net.HostIP},
+		{"ip", "-n", ns, "route", "add", nodeNetworks, "via", net.HostIP},
 		{"ip", "addr", "add", net.HostIP + "/30", "dev", net.Name},
 		{"ip", "link", "set", net.Name, "up"},
 		{"ip", "route", "add", net.PodSubnet, "via", net.NodeIP, "dev", net.Name},
