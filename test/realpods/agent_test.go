@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/karmada-io/karmada/pkg/util/names"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -43,7 +44,8 @@ const agentImage = "ctrlmesh.test/ctrlmesh-agent:test"
 // kubelet's probes reach them), with the member's in-cluster config and
 // the chart's RBAC only, and the agent joins the hub: its ManagedCluster
 // carries the agent's claims (not accepted: that is the hub's), and an
-// agent pod renews the member's heartbeat Lease on the hub.
+// agent pod renews the member's heartbeat Lease on the hub. The member's
+// API server calls the agent's injection webhook in its pods.
 func TestAgentChartOnRealNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -192,6 +194,32 @@ func TestAgentChartOnRealNode(t *testing.T) {
 		}
 		return nil
 	})
+
+	// The agent's injection webhook (failurePolicy Fail) is reachable from
+	// the member's API server, which calls it at the agent pods' addresses:
+	// a pod that asks for the proxy is admitted (a dry run: nothing runs).
+	env.Eventually(t, 2*time.Minute, "the agent's injection webhook configuration", func() error {
+		var configs admissionregistrationv1.MutatingWebhookConfigurationList
+		if err := member.Client.List(ctx, &configs); err != nil {
+			return err
+		}
+		for _, c := range configs.Items {
+			for _, w := range c.Webhooks {
+				if w.ObjectSelector != nil && w.ObjectSelector.MatchLabels[ctrlmeshv1alpha1.EnableProxyLabel] == "true" {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("none among %d MutatingWebhookConfigurations", len(configs.Items))
+	})
+	asking := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "asks-for-the-proxy", Labels: map[string]string{ctrlmeshv1alpha1.EnableProxyLabel: "true"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: agentImage}}},
+	}
+	if err := member.Client.Create(ctx, asking, client.DryRunAll); err != nil {
+		t.Errorf("a pod asking for the proxy was not admitted (the API server could not call the agent's webhook?): %v", err)
+	}
+
 	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
 	t.Logf("agent of %s joined the hub %s after helm install: ManagedCluster %s with its claims, Lease %s/%s held by %q renewed at %s and %s",
 		cluster, time.Since(installed).Round(time.Second), mc.Name, lease.Namespace, lease.Name, holder,
