@@ -169,3 +169,20 @@ func serial() (*big.Int, error) {
 	}
 	return n, nil
 }
+
+// WriteFiles writes the CA's own certificate to certFile and its key to
+// keyFile (mode 0600): a key pair for signing, such as the service-account
+// token signer a Kubernetes API server reads.
+func (ca *CA) WriteFiles(certFile, keyFile string) error {
+	keyDER, err := x509.MarshalPKCS8PrivateKey(ca.key)
+	if err != nil {
+		return fmt.Errorf("certs: encoding the CA key: %w", err)
+	}
+	if err := os.WriteFile(certFile, ca.PEM, 0o644); err != nil {
+		return fmt.Errorf("certs: %w", err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		return fmt.Errorf("certs: %w", err)
+	}
+	return nil
+}

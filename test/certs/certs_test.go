@@ -180,3 +180,35 @@ func TestCAWriteClient(t *testing.T) {
 		t.Error("WriteClient with no common name succeeded")
 	}
 }
+
+// TestCAWriteFiles: the CA's own files are a key pair (what an API server
+// reads as its service-account signer) whose certificate is the CA's.
+func TestCAWriteFiles(t *testing.T) {
+	ca, err := certs.NewCA("signer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "sa.crt"), filepath.Join(dir, "sa.key")
+	if err := ca.WriteFiles(certFile, keyFile); err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatalf("the files are not a key pair: %v", err)
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !leaf.IsCA || leaf.Subject.CommonName != "signer" {
+		t.Errorf("certificate: CA %v, subject %v; want the CA signer", leaf.IsCA, leaf.Subject)
+	}
+	info, err := os.Stat(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Mode().Perm() != 0o600 {
+		t.Errorf("key mode %v, want 0600", info.Mode().Perm())
+	}
+}

@@ -186,7 +186,7 @@ func Start(ctx context.Context, opts Options) (*Group, error) {
 	return g, nil
 }
 
-func startCluster(ctx context.Context, spec Spec, opts Options, timeout time.Duration, scheme *runtime.Scheme, workDir string) (*Cluster, error) {
+func startCluster(ctx context.Context, spec Spec, opts Options, timeout time.Duration, scheme *runtime.Scheme, workDir string) (_ *Cluster, err error) {
 	crdDirs := opts.CRDDirs
 	var karmadaFiles karmadaPaths
 	if spec.Karmada {
@@ -229,8 +229,22 @@ func startCluster(ctx context.Context, spec Spec, opts Options, timeout time.Dur
 		}
 		args.Set("feature-gates", strings.Join(gates, ","))
 	}
+	// A node's network comes first: its API server listens on it. It goes
+	// last, on error here or at Stop, once the API server stopped (whose
+	// own clients use that address while it shuts down).
+	var network *nodeNetwork
 	if spec.Node {
-		nodeAPIServerFlags(args)
+		if network, err = claimNodeNetwork(); err != nil {
+			return nil, fmt.Errorf("clusters: cluster %q: %w", spec.Name, err)
+		}
+		defer func() {
+			if err != nil && network != nil {
+				err = errors.Join(err, network.remove())
+			}
+		}()
+		if err := prepareNodeAPIServer(apiServer, network); err != nil {
+			return nil, fmt.Errorf("clusters: the API server of cluster %q for its node: %w", spec.Name, err)
+		}
 	}
 	for flag, value := range spec.APIServerFlags {
 		args.Set(flag, value)
@@ -255,7 +269,7 @@ func startCluster(ctx context.Context, spec Spec, opts Options, timeout time.Dur
 		}
 	}
 	if spec.Node {
-		if c.Node, err = startNode(ctx, c, opts.AssetsDir, workDir, timeout); err != nil {
+		if c.Node, err = startNode(ctx, c, network, opts.AssetsDir, workDir, timeout); err != nil {
 			if c.Karmada != nil {
 				c.Karmada.stop()
 			}
@@ -372,6 +386,13 @@ func (g *Group) Stop() error {
 					mu.Lock()
 					errs = append(errs, fmt.Errorf("clusters: stopping cluster %q: %w", c.Name, err))
 					mu.Unlock()
+				}
+				if c.Node != nil {
+					if err := c.Node.network.remove(); err != nil {
+						mu.Lock()
+						errs = append(errs, fmt.Errorf("clusters: %w", err))
+						mu.Unlock()
+					}
 				}
 			}()
 		}

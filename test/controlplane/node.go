@@ -32,6 +32,17 @@ const (
 	KubeletBinary               = "kubelet"
 	KubeControllerManagerBinary = "kube-controller-manager"
 	KubeSchedulerBinary         = "kube-scheduler"
+	KubeProxyBinary             = "kube-proxy"
+)
+
+// ServiceSubnet is the Service IP range of a cluster with a node, and
+// KubernetesServiceIP the ClusterIP of its kubernetes Service (the range's
+// first address), which pods reach their API server by
+// (KUBERNETES_SERVICE_HOST) and which the API server's serving certificate
+// covers.
+const (
+	ServiceSubnet       = "10.0.0.0/24"
+	KubernetesServiceIP = "10.0.0.1"
 )
 
 // PauseImage is the sandbox image of every node's containerd: the pause
@@ -42,7 +53,7 @@ const PauseImage = "ctrlmesh.test/pause:1"
 // node-packages' installs that a node runs, found in PATH; cniPlugins are
 // the CNI plugins of its network, in cniBinDir.
 var (
-	nodeExecutables = []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "iptables", "ip"}
+	nodeExecutables = []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "iptables", "ip", "nsenter"}
 	cniPlugins      = []string{"bridge", "host-local", "loopback"}
 )
 
@@ -61,9 +72,10 @@ var nodeControllers = []string{
 	"namespace-controller", "endpointslice-controller",
 }
 
-// Node is a real node of a cluster started with Spec.Node: its own
-// containerd (runc, a CNI bridge of its own), a kubelet registered as
-// Name, and the cluster's kube-controller-manager and kube-scheduler.
+// Node is a real node of a cluster started with Spec.Node: a network
+// namespace of its own where its containerd (runc, a CNI bridge) puts its
+// pods and its kube-proxy routes Services, a kubelet registered as Name,
+// and the cluster's kube-controller-manager and kube-scheduler.
 type Node struct {
 	// Name is the node's name, the cluster's name with "-node".
 	Name string
@@ -72,13 +84,15 @@ type Node struct {
 	// ContainerdAddress is the socket of the node's containerd, for ctr
 	// --address.
 	ContainerdAddress string
+	// NetworkNamespace is the node's network namespace (ip netns), where
+	// its pods' bridge and its kube-proxy's iptables rules are.
+	NetworkNamespace string
 	// ColdStart is how long the node took from its cluster's API server
 	// serving to the Node Ready.
 	ColdStart time.Duration
 
-	containerd, kubelet, controllerManager, scheduler *Process
-	// bridge is the node's Linux bridge, the gateway of its pods' subnet.
-	bridge string
+	containerd, kubelet, kubeProxy, controllerManager, scheduler *Process
+	network                                                      *nodeNetwork
 	// cgroupRoot is the cgroup the kubelet puts its pods under, one per
 	// node so that no kubelet removes another's pods as orphans.
 	cgroupRoot string
@@ -104,28 +118,75 @@ func checkNodeMachine(assets string) error {
 	if len(missing) > 0 {
 		return fmt.Errorf("a real node needs %s: run 'make node-packages' (as root)", strings.Join(missing, ", "))
 	}
-	return CheckBinaries(assets, "run 'make tools' to build them from source", KubeletBinary, KubeControllerManagerBinary, KubeSchedulerBinary)
+	return CheckBinaries(assets, "run 'make tools' to build them from source", KubeletBinary, KubeControllerManagerBinary, KubeSchedulerBinary, KubeProxyBinary)
 }
 
-// nodeAPIServerFlags are the kube-apiserver flags of a cluster with a
-// node, as a real cluster's: the Node authorizer and NodeRestriction for
-// the kubelet's credentials, and the ServiceAccount admission plugin (which
-// envtest turns off) so that pods get their service account's token.
-func nodeAPIServerFlags(args *envtest.Arguments) {
+// prepareNodeAPIServer makes the kube-apiserver of a cluster with a node
+// one its pods reach as in a real cluster: it listens on the host end of
+// the node's veth pair and advertises it (the kubernetes Service's
+// endpoint, which the node's kube-proxy routes the Service's ClusterIP to),
+// with a serving certificate for that address, the ClusterIP and the
+// Service's names, written into its certificate directory (where envtest
+// then makes none; the service-account signer with it). Its flags are a
+// real cluster's: the Node authorizer and NodeRestriction for the kubelet's
+// credentials, the ServiceAccount admission plugin (which envtest turns
+// off) so that pods get their service account's token, and aggregator
+// routing.
+func prepareNodeAPIServer(apiServer *envtest.APIServer, net *nodeNetwork) error {
+	ca, err := certs.NewCA("ctrlmesh test API server CA")
+	if err != nil {
+		return err
+	}
+	serving := filepath.Join(apiServer.CertDir, "serving")
+	if err := ca.WriteServing(serving, net.HostIP, KubernetesServiceIP, "localhost", "127.0.0.1",
+		"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"); err != nil {
+		return err
+	}
+	// envtest's file names: it makes its own certificates unless
+	// apiserver.crt exists, and reads the CA clients trust from
+	// SecureServing.CA.
+	for from, to := range map[string]string{certs.CertFile: "apiserver.crt", certs.KeyFile: "apiserver.key"} {
+		if err := os.Rename(filepath.Join(serving, from), filepath.Join(apiServer.CertDir, to)); err != nil {
+			return err
+		}
+	}
+	signer, err := certs.NewCA("ctrlmesh test service-account signer")
+	if err != nil {
+		return err
+	}
+	if err := signer.WriteFiles(filepath.Join(apiServer.CertDir, "sa-signer.crt"), filepath.Join(apiServer.CertDir, "sa-signer.key")); err != nil {
+		return err
+	}
+	port, err := FreePort()
+	if err != nil {
+		return err
+	}
+	apiServer.SecureServing.CA = ca.PEM
+	apiServer.SecureServing.Address = net.HostIP
+	apiServer.SecureServing.Port = strconv.Itoa(port)
+
+	args := apiServer.Configure()
+	args.Set("advertise-address", net.HostIP)
+	args.Set("service-cluster-ip-range", ServiceSubnet)
 	args.Set("authorization-mode", "Node,RBAC")
 	args.Set("enable-admission-plugins", "NodeRestriction")
 	args.Disable("disable-admission-plugins")
+	// The API server runs on the host, not in the node's namespace where
+	// kube-proxy routes ClusterIPs: it calls webhooks and aggregated API
+	// servers at their endpoints, pod addresses the host routes to the node.
+	args.Set("enable-aggregator-routing", "true")
+	return nil
 }
 
 // startNode starts the node of cluster c and waits until it is Ready. On
 // error, what started is stopped.
-func startNode(ctx context.Context, c *Cluster, assets, workDir string, timeout time.Duration) (n *Node, err error) {
+func startNode(ctx context.Context, c *Cluster, net *nodeNetwork, assets, workDir string, timeout time.Duration) (n *Node, err error) {
 	apiServing := time.Now()
-	dir, err := filepath.Abs(filepath.Join(workDir, c.Name+"-node"))
+	n = &Node{Name: c.Name + "-node", NetworkNamespace: net.Name, network: net}
+	n.Dir, err = filepath.Abs(filepath.Join(workDir, c.Name+"-node"))
 	if err != nil {
-		return nil, fmt.Errorf("starting the node of %q: %w", c.Name, err)
+		return n, fmt.Errorf("starting the node of %q: %w", c.Name, err)
 	}
-	n = &Node{Name: c.Name + "-node", Dir: dir}
 	defer func() {
 		if err != nil {
 			err = errors.Join(fmt.Errorf("starting the node of %q (logs in %s): %w", c.Name, n.Dir, err), n.stop())
@@ -136,14 +197,10 @@ func startNode(ctx context.Context, c *Cluster, assets, workDir string, timeout 
 			return n, err
 		}
 	}
-	subnet, err := n.makeBridge()
-	if err != nil {
-		return n, err
-	}
 	if err := n.makeCgroupRoot(); err != nil {
 		return n, err
 	}
-	if err := n.startContainerd(ctx, subnet); err != nil {
+	if err := n.startContainerd(ctx); err != nil {
 		return n, err
 	}
 	pause, err := n.buildPause(ctx)
@@ -156,6 +213,9 @@ func startNode(ctx context.Context, c *Cluster, assets, workDir string, timeout 
 	if err := n.startKubelet(c, assets); err != nil {
 		return n, err
 	}
+	if err := n.startKubeProxy(c, assets); err != nil {
+		return n, err
+	}
 	if err := n.startControllers(c, assets); err != nil {
 		return n, err
 	}
@@ -166,28 +226,10 @@ func startNode(ctx context.Context, c *Cluster, assets, workDir string, timeout 
 	return n, nil
 }
 
-// makeBridge claims the first free Linux bridge ctrlmesh<i> (creating it is
-// the claim, so that nodes of concurrent test runs differ) and returns the
-// pods' subnet that goes with it.
-func (n *Node) makeBridge() (string, error) {
-	for i := range 250 {
-		name := "ctrlmesh" + strconv.Itoa(i)
-		out, err := exec.Command("ip", "link", "add", "name", name, "type", "bridge").CombinedOutput()
-		if err == nil {
-			n.bridge = name
-			return fmt.Sprintf("10.244.%d.0/24", i), nil
-		}
-		if !strings.Contains(string(out), "exists") {
-			return "", fmt.Errorf("creating bridge %s: %w: %s", name, err, out)
-		}
-	}
-	return "", errors.New("no free bridge ctrlmesh0..249: remove the stale ones (ip link del ctrlmeshN)")
-}
-
 // makeCgroupRoot makes the node's cgroup in every cgroup v1 hierarchy (this
 // machine's cgroups are hybrid), as the kubelet requires of a cgroupRoot.
 func (n *Node) makeCgroupRoot() error {
-	n.cgroupRoot = "/" + n.bridge
+	n.cgroupRoot = "/" + n.network.Name
 	for _, dir := range cgroupHierarchies() {
 		if err := os.MkdirAll(filepath.Join(dir, n.cgroupRoot), 0o755); err != nil {
 			return fmt.Errorf("making the node's cgroup: %w", err)
@@ -208,11 +250,14 @@ func cgroupHierarchies() []string {
 }
 
 // startContainerd writes the node's containerd configuration and CNI
-// network and starts containerd. The configuration carries what this kind
-// of machine needs (docs/design.md §8): runc as io.containerd.runc.v2,
-// oom_score_adj clamped (root lacks CAP_SYS_RESOURCE), the CNI plugins of
-// Debian's package, and the pause image built here as the sandbox.
-func (n *Node) startContainerd(ctx context.Context, subnet string) error {
+// network and starts containerd in the node's network namespace, where the
+// CNI plugins then make its pods' bridge. The configuration carries what
+// this kind of machine needs (docs/design.md §8): runc as
+// io.containerd.runc.v2, oom_score_adj clamped (root lacks
+// CAP_SYS_RESOURCE), the CNI plugins of Debian's package, and the pause
+// image built here as the sandbox; its streaming server (exec, attach)
+// listens on the node's address, which the kubelet reaches.
+func (n *Node) startContainerd(ctx context.Context) error {
 	dir := filepath.Join(n.Dir, "containerd")
 	n.ContainerdAddress = filepath.Join(dir, "containerd.sock")
 	config := fmt.Sprintf(`version = 2
@@ -225,7 +270,7 @@ state = %q
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = %q
   restrict_oom_score_adj = true
-  stream_server_address = "127.0.0.1"
+  stream_server_address = %q
   stream_server_port = "0"
   [plugins."io.containerd.grpc.v1.cri".containerd]
     default_runtime_name = "runc"
@@ -234,7 +279,7 @@ state = %q
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = %q
     conf_dir = %q
-`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), n.ContainerdAddress, PauseImage, cniBinDir, filepath.Join(n.Dir, "cni"))
+`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), n.ContainerdAddress, PauseImage, n.network.NodeIP, cniBinDir, filepath.Join(n.Dir, "cni"))
 	configPath := filepath.Join(dir, "config.toml")
 	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
 		return err
@@ -245,21 +290,22 @@ state = %q
   "plugins": [{
     "type": "bridge",
     "bridge": %q,
-    "isGateway": true,
+    "isDefaultGateway": true,
     "ipMasq": false,
     "hairpinMode": true,
     "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "dataDir": %q}
   }]
 }
-`, n.bridge, n.bridge, subnet, filepath.Join(n.Dir, "cni-ipam"))
-	if err := os.WriteFile(filepath.Join(n.Dir, "cni", "10-"+n.bridge+".conflist"), []byte(network), 0o644); err != nil {
+`, n.network.Name, nodeBridge, n.network.PodSubnet, filepath.Join(n.Dir, "cni-ipam"))
+	if err := os.WriteFile(filepath.Join(n.Dir, "cni", "10-"+n.network.Name+".conflist"), []byte(network), 0o644); err != nil {
 		return err
 	}
 	containerd, err := exec.LookPath("containerd")
 	if err != nil {
 		return err
 	}
-	if n.containerd, err = StartProcess("containerd", filepath.Join(n.Dir, "containerd.log"), false, containerd, "--config", configPath); err != nil {
+	command := n.network.Exec(containerd, "--config", configPath)
+	if n.containerd, err = StartProcess("containerd", filepath.Join(n.Dir, "containerd.log"), false, command[0], command[1:]...); err != nil {
 		return err
 	}
 	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -372,6 +418,49 @@ evictionHard:
 	return err
 }
 
+// startKubeProxy starts the node's kube-proxy in the node's network
+// namespace, as system:kube-proxy (which the bootstrap RBAC binds to
+// system:node-proxier): it writes the iptables rules of that namespace that
+// take the pods' connections to a Service's ClusterIP to its endpoints, the
+// kubernetes Service's to the API server. It sets no conntrack limits (the
+// host's, not a namespace's).
+func (n *Node) startKubeProxy(c *Cluster, assets string) error {
+	user, err := c.env.AddUser(envtest.User{Name: "system:kube-proxy"}, nil)
+	if err != nil {
+		return fmt.Errorf("credentials of kube-proxy: %w", err)
+	}
+	kubeconfig, err := user.KubeConfig()
+	if err != nil {
+		return err
+	}
+	kubeconfigPath := filepath.Join(n.Dir, "kube-proxy.kubeconfig")
+	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
+		return err
+	}
+	config := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: %q
+hostnameOverride: %q
+mode: iptables
+clusterCIDR: %q
+healthzBindAddress: %q
+metricsBindAddress: 127.0.0.1:10249
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+`, kubeconfigPath, n.Name, n.network.PodSubnet, n.network.NodeIP+":10256")
+	configPath := filepath.Join(n.Dir, "kube-proxy.yaml")
+	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
+		return err
+	}
+	command := n.network.Exec(filepath.Join(assets, KubeProxyBinary), "--config="+configPath, "--v=2")
+	n.kubeProxy, err = StartProcess(KubeProxyBinary, filepath.Join(n.Dir, "kube-proxy.log"), false, command[0], command[1:]...)
+	return err
+}
+
 // startControllers starts the cluster's kube-controller-manager (its
 // controllers nodeControllers) and kube-scheduler, with admin credentials,
 // serving nothing: a cluster has one node here, so no leader election.
@@ -442,7 +531,7 @@ func (n *Node) Err() error {
 }
 
 func (n *Node) processes() []*Process {
-	return slices.DeleteFunc([]*Process{n.scheduler, n.controllerManager, n.kubelet, n.containerd}, func(p *Process) bool { return p == nil })
+	return slices.DeleteFunc([]*Process{n.scheduler, n.controllerManager, n.kubeProxy, n.kubelet, n.containerd}, func(p *Process) bool { return p == nil })
 }
 
 // ContainerPID is the host PID of the main process of the container with
@@ -465,14 +554,15 @@ func (n *Node) ContainerPID(ctx context.Context, id string) (int, error) {
 }
 
 // stop stops the node and removes what it made outside its directory:
-// the kubelet and the controllers are killed, every pod sandbox is stopped
-// and removed through containerd's CRI (its containers killed, its network
-// torn down), containerd is killed, what stayed mounted under the node's
-// directory (the kubelet's volumes) is unmounted, and the node's cgroups and
-// bridge are removed.
+// the kubelet, kube-proxy and the controllers are killed, every pod sandbox
+// is stopped and removed through containerd's CRI (its containers killed,
+// its network torn down), containerd is killed, what stayed mounted under
+// the node's directory (the kubelet's volumes) is unmounted, and the node's
+// cgroups are removed. Its network goes after the cluster's API server
+// (Group.Stop).
 func (n *Node) stop() error {
 	var errs []error
-	for _, p := range []*Process{n.scheduler, n.controllerManager, n.kubelet} {
+	for _, p := range []*Process{n.scheduler, n.controllerManager, n.kubeProxy, n.kubelet} {
 		if p != nil {
 			p.Kill()
 		}
@@ -485,11 +575,6 @@ func (n *Node) stop() error {
 	if n.cgroupRoot != "" {
 		for _, dir := range cgroupHierarchies() {
 			errs = append(errs, removeCgroup(filepath.Join(dir, n.cgroupRoot)))
-		}
-	}
-	if n.bridge != "" {
-		if out, err := exec.Command("ip", "link", "del", n.bridge).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("removing bridge %s: %w: %s", n.bridge, err, out))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

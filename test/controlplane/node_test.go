@@ -55,6 +55,7 @@ func TestRealNode(t *testing.T) {
 		if strings.Contains(string(mounts), node.Dir) {
 			t.Errorf("mounts under %s left after Stop", node.Dir)
 		}
+		checkNetworkRemoved(t, node)
 	}()
 	t.Logf("node %s Ready %s after its API server served (cluster started in %s)", node.Name,
 		node.ColdStart.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
@@ -189,7 +190,7 @@ func processesWith(t *testing.T, s string) []string {
 }
 
 // TestNodeFailsClearlyWithoutBinaries: a cluster with a node whose
-// components were not built fails with what to run, never a skip.
+// components (kubelet, kube-controller-manager, kube-scheduler, kube-proxy) were not built fails with what to run, never a skip.
 func TestNodeFailsClearlyWithoutBinaries(t *testing.T) {
 	assets := t.TempDir()
 	for _, name := range []string{"kube-apiserver", "etcd"} {
@@ -203,7 +204,7 @@ func TestNodeFailsClearlyWithoutBinaries(t *testing.T) {
 	if err == nil {
 		t.Fatal("a node started without kubelet, kube-controller-manager and kube-scheduler")
 	}
-	for _, want := range []string{controlplane.KubeletBinary, controlplane.KubeControllerManagerBinary, controlplane.KubeSchedulerBinary, "make tools"} {
+	for _, want := range []string{controlplane.KubeletBinary, controlplane.KubeControllerManagerBinary, controlplane.KubeSchedulerBinary, controlplane.KubeProxyBinary, "make tools"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %q", err, want)
 		}
