@@ -10,8 +10,11 @@ import (
 
 	"github.com/go-logr/logr"
 	clusterv1alpha1 "github.com/karmada-io/karmada/pkg/apis/cluster/v1alpha1"
+	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
+	"github.com/karmada-io/karmada/pkg/util/names"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
@@ -23,10 +26,12 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/hub"
 	"github.com/ctrlmesh/ctrlmesh/hub/clusters"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
 	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
+	"github.com/ctrlmesh/ctrlmesh/test/localfleet"
 )
 
 // TestKarmadaRegistration: on a Karmada control plane, a member is usable
@@ -215,4 +220,95 @@ func startController(t *testing.T) (c *controller, stop func()) {
 	}
 	t.Cleanup(stop)
 	return &controller{store: store}, stop
+}
+
+// TestNoWorkForUnknownMembers: the whole hub on the Karmada control plane,
+// with its shipped RBAC, places a ShardingConfig selecting member1 and a
+// member Karmada has no Cluster for: member1 gets its Work, which Karmada
+// applies; the other gets none — a Work Karmada would never apply — and the
+// ShardingConfig says why.
+func TestNoWorkForUnknownMembers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	identity, err := localfleet.PrepareHub(ctx, karmada, "ctrlmesh-hub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hubCtx, stopHub := context.WithCancel(ctx)
+	hubDone := make(chan error, 1)
+	go func() {
+		hubDone <- hub.Run(hubCtx, hub.Options{Config: identity, AutoAccept: true, KarmadaFinalizer: true,
+			MetricsAddress: "0", HealthAddress: "0", Log: logr.Discard()})
+	}()
+	defer func() {
+		stopHub()
+		if err := <-hubDone; err != nil {
+			t.Errorf("hub: %v", err)
+		}
+	}()
+	join(t, ctx, "member1", member1)
+	join(t, ctx, "stray", member1) // member1's ID, so Karmada knows it as member1
+	env.Eventually(t, 30*time.Second, "stray unavailable", func() error {
+		var mc clusterv1.ManagedCluster
+		if err := karmada.Client.Get(ctx, client.ObjectKey{Name: "stray"}, &mc); err != nil {
+			return err
+		}
+		if c := meta.FindStatusCondition(mc.Status.Conditions, clusterv1.ManagedClusterConditionAvailable); c == nil ||
+			c.Status != metav1.ConditionFalse || c.Reason != ctrlmeshv1alpha1.ReasonKarmadaClusterNameMismatch {
+			return fmt.Errorf("Available %+v", c)
+		}
+		return nil
+	})
+
+	env.Create(t, ctx, karmada.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}})
+	sc := &ctrlmeshv1alpha1.ShardingConfig{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "op"},
+		Spec: ctrlmeshv1alpha1.ShardingConfigSpec{
+			Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "op"}},
+			Limits: ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{
+				APIGroups: []string{""}, Resources: []string{"configmaps"},
+			}}}},
+			Clusters: ctrlmeshv1alpha1.ClusterSelection{Names: []string{"member1", "stray"}},
+			Scope:    ctrlmeshv1alpha1.ScopePerCluster,
+		},
+	}
+	env.Create(t, ctx, karmada.Client, sc)
+	env.Eventually(t, 60*time.Second, "member1's ShardRoute applied by Karmada, and the config degraded by stray", func() error {
+		var route ctrlmeshv1alpha1.ShardRoute
+		if err := member1.Client.Get(ctx, client.ObjectKey{Namespace: "team", Name: "op"}, &route); err != nil {
+			return fmt.Errorf("member1's ShardRoute: %w", err)
+		}
+		var got ctrlmeshv1alpha1.ShardingConfig
+		if err := karmada.Client.Get(ctx, client.ObjectKeyFromObject(sc), &got); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, ctrlmeshv1alpha1.ConditionDegraded)
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != ctrlmeshv1alpha1.ReasonClusterUnavailable ||
+			!strings.Contains(c.Message, "stray ("+ctrlmeshv1alpha1.ReasonKarmadaClusterNameMismatch+")") {
+			return fmt.Errorf("Degraded %+v", c)
+		}
+		return nil
+	})
+	var works workv1alpha1.WorkList
+	if err := karmada.Client.List(ctx, &works, client.MatchingLabels{ctrlmeshv1alpha1.WorkConfigNameLabel: sc.Name}); err != nil {
+		t.Fatal(err)
+	}
+	var namespaces []string
+	for _, w := range works.Items {
+		namespaces = append(namespaces, w.Namespace)
+	}
+	if len(namespaces) != 1 || namespaces[0] != names.GenerateExecutionSpaceName("member1") {
+		t.Errorf("Works in %v, want one, in %s", namespaces, names.GenerateExecutionSpaceName("member1"))
+	}
+	// Delete it while the hub runs, so that Karmada removes the ShardRoute
+	// and the hub the finalizer.
+	if err := karmada.Client.Delete(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	env.Eventually(t, 60*time.Second, "the ShardingConfig gone", func() error {
+		if err := karmada.Client.Get(ctx, client.ObjectKeyFromObject(sc), &ctrlmeshv1alpha1.ShardingConfig{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there: %v", err)
+		}
+		return nil
+	})
 }
