@@ -118,16 +118,16 @@ func heartbeatLifetime(lease *coordinationv1.Lease, rulesValidity time.Duration)
 // member is Ready (see karmadaRegistration.assess).
 //
 // Freshness is judged by the hub's own observation, not by the renewTime
-// the agent writes: renewedAt is when the hub saw the lease renewed (its
-// renewTime change), on the hub's clock; zero when the hub has not seen it
-// renewed. An agent whose clock runs behind or ahead of the hub's writes
+// the agent writes: renewedAt is when the hub saw the lease renewed by the
+// ctrlmesh agent (its agentRenewal change), on the hub's clock; zero when
+// the hub has not seen it renewed. An agent whose clock runs behind or ahead of the hub's writes
 // renewTimes the hub cannot compare with its own clock, and would flap.
 //
 // The heartbeat stays fresh for heartbeatLifetime after the hub saw it
 // renewed; a lease deleted after the hub saw it renewed stops being fresh
 // at once, but the cluster counts as lapsed only once that lifetime ran out.
 func assessAvailability(now time.Time, lease *coordinationv1.Lease, renewedAt time.Time, rulesValidity time.Duration, karmada *karmadaRegistration) availability {
-	if lease == nil || lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil {
+	if agentRenewal(lease) == "" || lease.Spec.LeaseDurationSeconds == nil {
 		if expiry := renewedAt.Add(heartbeatLifetime(lease, rulesValidity)); !renewedAt.IsZero() && now.Before(expiry) {
 			return availability{status: metav1.ConditionUnknown, reason: ctrlmeshv1alpha1.ReasonLeaseUpdateStopped, heartbeatExpiry: expiry,
 				message: "The cluster's heartbeat lease is gone."}
@@ -168,10 +168,28 @@ type renewals struct {
 	seen map[string]renewal
 }
 
+// agentRenewal is the ctrlmesh agent's mark of its last renewal of lease
+// (ctrlmeshv1alpha1.HeartbeatRenewalAnnotation); "" for none or no lease.
+//
+// The Lease is OCM's, and where OCM's registration agent (the klusterlet)
+// runs in the member too it renews the same Lease's renewTime; only the
+// ctrlmesh agent grants its proxies rules validity in step with its
+// renewals, so only its renewals keep the cluster fresh for the hub:
+// otherwise a live klusterlet would keep a cluster whose ctrlmesh agent is
+// dead from ever lapsing, and its buckets from moving. The klusterlet keeps
+// the annotation (it reads the Lease, sets renewTime and updates it) but
+// never changes it.
+func agentRenewal(lease *coordinationv1.Lease) string {
+	if lease == nil {
+		return ""
+	}
+	return lease.Annotations[ctrlmeshv1alpha1.HeartbeatRenewalAnnotation]
+}
+
 type renewal struct {
-	// renewTime is the lease's renewTime as the agent wrote it, on the
-	// agent's clock: compared only for equality.
-	renewTime time.Time
+	// mark is the agent's mark of its renewal (agentRenewal): its
+	// renewTime, on the agent's clock, compared only for equality.
+	mark string
 	// at is when the hub saw it, on the hub's clock; zero for "not seen
 	// renewed".
 	at time.Time
@@ -183,19 +201,19 @@ func (r *renewals) observe(cluster string, lease *coordinationv1.Lease, judgedSt
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	last, ok := r.seen[cluster]
-	if lease == nil || lease.Spec.RenewTime == nil {
+	mark := agentRenewal(lease)
+	if mark == "" {
 		// A lease deleted after a renewal the hub saw: that renewal
 		// still bounds the validity the agent granted.
 		return last.at
 	}
-	renewTime := lease.Spec.RenewTime.Time
 	switch {
-	case ok && last.renewTime.Equal(renewTime):
+	case ok && last.mark == mark:
 		return last.at
 	case ok || !judgedStale:
-		last = renewal{renewTime: renewTime, at: now}
+		last = renewal{mark: mark, at: now}
 	default:
-		last = renewal{renewTime: renewTime}
+		last = renewal{mark: mark}
 	}
 	if r.seen == nil {
 		r.seen = map[string]renewal{}

@@ -18,8 +18,12 @@ import (
 func TestAssessAvailability(t *testing.T) {
 	renewed := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	expiry := renewed.Add(40 * time.Second)
-	lease := &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{
-		RenewTime: ptr.To(metav1.NewMicroTime(renewed)), LeaseDurationSeconds: ptr.To[int32](40)}}
+	// marked is a Lease the ctrlmesh agent renewed: marked as its renewal.
+	marked := func(spec coordinationv1.LeaseSpec) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+			ctrlmeshv1alpha1.HeartbeatRenewalAnnotation: "mark"}}, Spec: spec}
+	}
+	lease := marked(coordinationv1.LeaseSpec{RenewTime: ptr.To(metav1.NewMicroTime(renewed)), LeaseDurationSeconds: ptr.To[int32](40)})
 	karmada := func(conditions ...metav1.Condition) *karmadaRegistration {
 		return &karmadaRegistration{name: "member1", clusters: []clusterv1alpha1.Cluster{{
 			ObjectMeta: metav1.ObjectMeta{Name: "member1"}, Status: clusterv1alpha1.ClusterStatus{Conditions: conditions}}}}
@@ -28,11 +32,12 @@ func TestAssessAvailability(t *testing.T) {
 	notReady := metav1.Condition{Type: clusterv1alpha1.ClusterConditionReady, Status: metav1.ConditionFalse, Reason: "ClusterNotReachable"}
 	// The agent's clock runs an hour behind the hub's: the hub judges by
 	// when it saw the renewal, renewed on its own clock.
-	short := &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{
-		RenewTime: ptr.To(metav1.NewMicroTime(renewed)), LeaseDurationSeconds: ptr.To[int32](10)}}
+	short := marked(coordinationv1.LeaseSpec{RenewTime: ptr.To(metav1.NewMicroTime(renewed)), LeaseDurationSeconds: ptr.To[int32](10)})
 	boundExpiry := renewed.Add(route.LapseBound(route.FleetValidity))
-	skewed := &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{
-		RenewTime: ptr.To(metav1.NewMicroTime(renewed.Add(-time.Hour))), LeaseDurationSeconds: ptr.To[int32](40)}}
+	skewed := marked(coordinationv1.LeaseSpec{RenewTime: ptr.To(metav1.NewMicroTime(renewed.Add(-time.Hour))), LeaseDurationSeconds: ptr.To[int32](40)})
+	// A Lease renewed only by OCM's agent (or created by OCM's hub): a
+	// renewTime, no mark of the ctrlmesh agent.
+	unmarked := &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{RenewTime: ptr.To(metav1.NewMicroTime(renewed))}}
 	for _, tc := range []struct {
 		name       string
 		now        time.Time
@@ -47,7 +52,9 @@ func TestAssessAvailability(t *testing.T) {
 		{"no lease", time.Time{}, nil, time.Time{}, nil, metav1.ConditionUnknown, ctrlmeshv1alpha1.ReasonNoHeartbeat, time.Time{}, true},
 		{"a lease never renewed", renewed, &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](40)}}, time.Time{},
 			nil, metav1.ConditionUnknown, ctrlmeshv1alpha1.ReasonNoHeartbeat, time.Time{}, true},
-		{"a lease without duration", renewed, &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{RenewTime: lease.Spec.RenewTime}}, time.Time{},
+		{"a lease without duration", renewed, marked(coordinationv1.LeaseSpec{RenewTime: lease.Spec.RenewTime}), time.Time{},
+			nil, metav1.ConditionUnknown, ctrlmeshv1alpha1.ReasonNoHeartbeat, time.Time{}, true},
+		{"a lease renewed by OCM's agent only", renewed, unmarked, time.Time{},
 			nil, metav1.ConditionUnknown, ctrlmeshv1alpha1.ReasonNoHeartbeat, time.Time{}, true},
 		{"fresh", renewed.Add(10 * time.Second), lease, renewed, nil, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable, expiry, false},
 		{"fresh until just before expiry", expiry.Add(-time.Microsecond), lease, renewed, nil, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable, expiry, false},
@@ -83,14 +90,24 @@ func TestAssessAvailability(t *testing.T) {
 	}
 }
 
-// TestRenewals: the hub takes a lease as renewed when it sees its renewTime
-// change, on its own clock, whatever the agent's clock says; a lease first
+// TestRenewals: the hub takes a lease as renewed when it sees the ctrlmesh
+// agent's mark of its renewal change (not renewTime alone, which OCM's agent
+// renews too), on its own clock, whatever the agent's clock says; a lease first
 // read after a restart counts as renewed then, unless the cluster was
 // judged stale.
 func TestRenewals(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	leaseAt := func(renew time.Time) *coordinationv1.Lease {
-		return &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{RenewTime: ptr.To(metav1.NewMicroTime(renew)), LeaseDurationSeconds: ptr.To[int32](40)}}
+		return &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{ctrlmeshv1alpha1.HeartbeatRenewalAnnotation: renew.Format(time.RFC3339Nano)}},
+			Spec:       coordinationv1.LeaseSpec{RenewTime: ptr.To(metav1.NewMicroTime(renew)), LeaseDurationSeconds: ptr.To[int32](40)}}
+	}
+	// byOCM is lease renewed by OCM's agent at renew: renewTime changed,
+	// the ctrlmesh agent's mark not.
+	byOCM := func(lease *coordinationv1.Lease, renew time.Time) *coordinationv1.Lease {
+		lease = lease.DeepCopy()
+		lease.Spec.RenewTime = ptr.To(metav1.NewMicroTime(renew))
+		return lease
 	}
 	agentClock := t0.Add(-time.Hour) // an hour behind
 	var r renewals
@@ -105,6 +122,7 @@ func TestRenewals(t *testing.T) {
 		{leaseAt(agentClock.Add(10 * time.Second)), false, t0.Add(10 * time.Second), t0.Add(10 * time.Second)}, // renewed
 		{nil, false, t0.Add(11 * time.Second), t0.Add(10 * time.Second)},                                       // lease gone: the renewal seen still bounds the agent's grants
 		{leaseAt(agentClock.Add(20 * time.Second)), false, t0.Add(20 * time.Second), t0.Add(20 * time.Second)}, // created again: renewed
+		{byOCM(leaseAt(agentClock.Add(20*time.Second)), agentClock.Add(30*time.Second)), false, t0.Add(30 * time.Second), t0.Add(20 * time.Second)}, // OCM's agent: not a renewal
 	} {
 		if got := r.observe("member1", step.lease, step.judgedStale, step.now); !got.Equal(step.want) {
 			t.Errorf("step %d: renewed at %v, want %v", i, got, step.want)

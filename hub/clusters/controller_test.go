@@ -235,12 +235,15 @@ func TestSkewedAgentClock(t *testing.T) {
 	renew := func() error {
 		agentNow := metav1.NewMicroTime(time.Now().Add(-time.Minute))
 		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ctrlmeshv1alpha1.ClusterNamespace(name), Name: ctrlmeshv1alpha1.HeartbeatLeaseName}}
+		mark := map[string]string{ctrlmeshv1alpha1.HeartbeatRenewalAnnotation: agentNow.UTC().Format(metav1.RFC3339Micro)}
 		if err := hub.Client.Get(ctx, client.ObjectKeyFromObject(lease), lease); apierrors.IsNotFound(err) {
+			lease.Annotations = mark
 			lease.Spec = coordinationv1.LeaseSpec{HolderIdentity: ptr.To("agent-0"), LeaseDurationSeconds: ptr.To(int32(leaseDuration / time.Second)), RenewTime: &agentNow}
 			return hub.Client.Create(ctx, lease)
 		} else if err != nil {
 			return err
 		}
+		lease.Annotations = mark
 		lease.Spec.RenewTime = &agentNow
 		return hub.Client.Update(ctx, lease)
 	}
@@ -265,6 +268,64 @@ func TestSkewedAgentClock(t *testing.T) {
 	})
 	if since := time.Since(lastRenewal); since < leaseDuration || since > leaseDuration+2*time.Second {
 		t.Errorf("unavailable %s after the last renewal, want one lease duration (%s) and at most 2 s more", since, leaseDuration)
+	}
+}
+
+// TestOCMAgentRenewalsDoNotCount: where OCM's registration agent runs in the
+// member beside the ctrlmesh agent, it renews the same Lease
+// (managed-cluster-lease): it reads it, sets renewTime and updates it. Once
+// the ctrlmesh agent stops, the cluster's heartbeat stops for the hub all
+// the same — only the ctrlmesh agent grants its proxies rules validity —
+// so the cluster lapses one heartbeat lifetime after the ctrlmesh agent's
+// last renewal. Before the mark, the klusterlet kept it fresh for ever.
+func TestOCMAgentRenewalsDoNotCount(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const leaseDuration = 2 * time.Second
+	c, _ := startController(t, clusters.Options{AutoAccept: true})
+	name := unique("klusterlet")
+	createCluster(t, ctx, name, true)
+	env.Eventually(t, 20*time.Second, "the namespaces", func() error { return acceptedWithNamespace(ctx, c, name) })
+
+	stopHeartbeat := runHeartbeat(t, name, leaseDuration)
+	env.Eventually(t, 20*time.Second, "availability with the ctrlmesh agent's heartbeat", func() error {
+		return conditionIs(ctx, name, available, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable)
+	})
+	stopHeartbeat()
+	lastMark := leaseOf(t, ctx, name).Annotations[ctrlmeshv1alpha1.HeartbeatRenewalAnnotation]
+	if lastMark == "" {
+		t.Fatal("the heartbeat did not mark its renewal")
+	}
+
+	// OCM's agent renews, as its lease updater does, every 200 ms.
+	klusterletCtx, stopKlusterlet := context.WithCancel(ctx)
+	defer stopKlusterlet()
+	klusterletDone := make(chan struct{})
+	go func() {
+		defer close(klusterletDone)
+		for klusterletCtx.Err() == nil {
+			lease := leaseOf(t, ctx, name)
+			lease.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+			if err := hub.Client.Update(klusterletCtx, lease); err != nil && klusterletCtx.Err() == nil && !apierrors.IsConflict(err) {
+				t.Errorf("renewing as OCM's agent: %v", err)
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	env.Eventually(t, 20*time.Second, "the heartbeat stopped although OCM's agent renews the Lease", func() error {
+		if err := conditionIs(ctx, name, available, metav1.ConditionUnknown, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped); err != nil {
+			return err
+		}
+		if sc, _ := c.store.Snapshot().Cluster(name); !sc.HeartbeatLapsed {
+			return fmt.Errorf("not lapsed: %+v", sc)
+		}
+		return nil
+	})
+	stopKlusterlet()
+	<-klusterletDone
+	if got := leaseOf(t, ctx, name).Annotations[ctrlmeshv1alpha1.HeartbeatRenewalAnnotation]; got != lastMark {
+		t.Errorf("the mark changed from %q to %q without the ctrlmesh agent", lastMark, got)
 	}
 }
 

@@ -30,9 +30,10 @@ const (
 
 // Heartbeat renews the member's Lease ctrlmeshv1alpha1.HeartbeatLeaseName
 // ("managed-cluster-lease") in its cluster namespace on the hub, as OCM's
-// registration agent does; it also writes leaseDurationSeconds, which the
-// ctrlmesh hub requires of a heartbeat (OCM's hub takes the duration from
-// the ManagedCluster's spec instead). The Lease tells the hub the agent is alive; it is not a leader
+// registration agent does; it also writes leaseDurationSeconds and marks
+// each renewal as its own (ctrlmeshv1alpha1.HeartbeatRenewalAnnotation),
+// which the ctrlmesh hub requires of a heartbeat (OCM's hub takes the
+// duration from the ManagedCluster's spec and counts any renewTime). The Lease tells the hub the agent is alive; it is not a leader
 // election: the agent runs once per member and takes the Lease over from any
 // other holder.
 type Heartbeat struct {
@@ -155,7 +156,12 @@ func (h *Heartbeat) Run(ctx context.Context) error {
 	}
 }
 
-// Renew renews the Lease once, creating it when missing.
+// renewalMark is the HeartbeatRenewalAnnotation of a renewal at t: the
+// renewTime, as the Lease stores it.
+func renewalMark(t metav1.MicroTime) string { return t.UTC().Format(metav1.RFC3339Micro) }
+
+// Renew renews the Lease once, creating it when missing, and marks the
+// renewal as the ctrlmesh agent's (HeartbeatRenewalAnnotation).
 func (h *Heartbeat) Renew(ctx context.Context) error {
 	leaseDuration, _, err := h.settings()
 	if err != nil {
@@ -170,7 +176,8 @@ func (h *Heartbeat) Renew(ctx context.Context) error {
 		t := metav1.NewMicroTime(h.now())
 		lease = coordinationv1.Lease{
 			// Labeled as OCM's hub labels the Lease it creates.
-			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: map[string]string{clusterv1.ClusterNameLabelKey: h.ClusterName}},
+			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: map[string]string{clusterv1.ClusterNameLabelKey: h.ClusterName},
+				Annotations: map[string]string{ctrlmeshv1alpha1.HeartbeatRenewalAnnotation: renewalMark(t)}},
 			Spec: coordinationv1.LeaseSpec{
 				HolderIdentity:       ptr.To(h.Identity),
 				LeaseDurationSeconds: ptr.To(seconds),
@@ -194,6 +201,10 @@ func (h *Heartbeat) Renew(ctx context.Context) error {
 	}
 	lease.Spec.LeaseDurationSeconds = ptr.To(seconds)
 	lease.Spec.RenewTime = &t
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	lease.Annotations[ctrlmeshv1alpha1.HeartbeatRenewalAnnotation] = renewalMark(t)
 	// An update, not a patch: a conflict means someone else wrote the Lease
 	// meanwhile, and the next tick reads it again.
 	if err := h.Hub.Update(ctx, &lease); err != nil {

@@ -72,6 +72,10 @@ func TestHeartbeatRenewsUntilStopped(t *testing.T) {
 			if got := *lease.Spec.LeaseDurationSeconds; got != 2 {
 				t.Errorf("leaseDurationSeconds %d, want 2", got)
 			}
+			// Marked as the ctrlmesh agent's renewal, for the hub.
+			if got, want := lease.Annotations[ctrlmeshv1alpha1.HeartbeatRenewalAnnotation], lease.Spec.RenewTime.UTC().Format(metav1.RFC3339Micro); got != want {
+				t.Errorf("renewal mark %q, want the renewTime %q", got, want)
+			}
 			// Labeled as OCM's hub labels the Lease it creates.
 			if got := lease.Labels[clusterv1.ClusterNameLabelKey]; got != cluster {
 				t.Errorf("lease label %s=%q, want %q", clusterv1.ClusterNameLabelKey, got, cluster)

@@ -31,6 +31,13 @@ func ShardLockName(lock, shard string) string { return lock + ShardLockSeparator
 // A fixed name lets RBAC restrict the agent to that one Lease.
 const HeartbeatLeaseName = "managed-cluster-lease"
 
+// HeartbeatRenewalAnnotation on the heartbeat Lease is the ctrlmesh agent's
+// mark of its last renewal: the renewTime it wrote. The hub counts a
+// renewal only when this mark changes, not when renewTime alone does: the
+// Lease is OCM's, and OCM's registration agent, where it runs beside the
+// ctrlmesh agent, renews renewTime too, but grants no rules validity.
+const HeartbeatRenewalAnnotation = "ctrlmesh.io/agent-renew-time"
+
 // ClusterNamespace is the namespace of a member on the hub, where its
 // heartbeat Lease lives: as in OCM, named as the cluster (OCM's hub creates
 // it when it accepts the cluster, as ctrlmesh's does). The execution
