@@ -117,11 +117,11 @@ func TestRenewals(t *testing.T) {
 		now         time.Time
 		want        time.Time
 	}{
-		{leaseAt(agentClock), false, t0, t0},                                                                   // first read, not judged stale: renewed now
-		{leaseAt(agentClock), false, t0.Add(5 * time.Second), t0},                                              // unchanged: still the first sighting
-		{leaseAt(agentClock.Add(10 * time.Second)), false, t0.Add(10 * time.Second), t0.Add(10 * time.Second)}, // renewed
-		{nil, false, t0.Add(11 * time.Second), t0.Add(10 * time.Second)},                                       // lease gone: the renewal seen still bounds the agent's grants
-		{leaseAt(agentClock.Add(20 * time.Second)), false, t0.Add(20 * time.Second), t0.Add(20 * time.Second)}, // created again: renewed
+		{leaseAt(agentClock), false, t0, t0},                                                                                                        // first read, not judged stale: renewed now
+		{leaseAt(agentClock), false, t0.Add(5 * time.Second), t0},                                                                                   // unchanged: still the first sighting
+		{leaseAt(agentClock.Add(10 * time.Second)), false, t0.Add(10 * time.Second), t0.Add(10 * time.Second)},                                      // renewed
+		{nil, false, t0.Add(11 * time.Second), t0.Add(10 * time.Second)},                                                                            // lease gone: the renewal seen still bounds the agent's grants
+		{leaseAt(agentClock.Add(20 * time.Second)), false, t0.Add(20 * time.Second), t0.Add(20 * time.Second)},                                      // created again: renewed
 		{byOCM(leaseAt(agentClock.Add(20*time.Second)), agentClock.Add(30*time.Second)), false, t0.Add(30 * time.Second), t0.Add(20 * time.Second)}, // OCM's agent: not a renewal
 	} {
 		if got := r.observe("member1", step.lease, step.judgedStale, step.now); !got.Equal(step.want) {
