@@ -17,7 +17,7 @@ import (
 //     spec.hubAcceptsClient;
 //   - the heartbeat Leases: get, list and watch of ctrlmeshv1alpha1.HeartbeatLeaseName only, which
 //     the controller lists and watches by that name in every namespace;
-//   - namespaces: create, for the execution namespaces;
+//   - namespaces: create, for the execution and cluster namespaces;
 //   - Karmada Clusters: get, list and watch, used only where the API is
 //     served.
 func RBACRules(opts Options) []rbacv1.PolicyRule {

@@ -33,9 +33,10 @@ const (
 // registration agent does; it also writes leaseDurationSeconds and marks
 // each renewal as its own (ctrlmeshv1alpha1.HeartbeatRenewalAnnotation),
 // which the ctrlmesh hub requires of a heartbeat (OCM's hub takes the
-// duration from the ManagedCluster's spec and counts any renewTime). The Lease tells the hub the agent is alive; it is not a leader
-// election: the agent runs once per member and takes the Lease over from any
-// other holder.
+// duration from the ManagedCluster's spec and counts any renewTime). The
+// Lease tells the hub the agent is alive; it is not a leader election: the
+// agent runs once per member and takes the Lease over from any other
+// holder.
 type Heartbeat struct {
 	// Hub is a client of the hub cluster. Required.
 	Hub client.Client
