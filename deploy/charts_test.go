@@ -65,7 +65,7 @@ func TestChartsServerSideDryRun(t *testing.T) {
 			"Namespace/ctrlmesh-system",
 			"CustomResourceDefinition/shardingconfigs.ctrlmesh.io",
 			"CustomResourceDefinition/works.work.karmada.io", "CustomResourceDefinition/managedclusters.cluster.open-cluster-management.io",
-			"Namespace/karmada-es-member1", "ServiceAccount/agent-member1", "Secret/agent-member1-token",
+			"Namespace/member1", "Namespace/karmada-es-member1", "ServiceAccount/agent-member1", "Secret/agent-member1-token",
 			"ClusterRole/ctrlmesh-agent-hub:member1", "ClusterRoleBinding/ctrlmesh-agent-hub:member1",
 			"Namespace/karmada-es-member2", "ServiceAccount/agent-member2", "ClusterRole/ctrlmesh-agent-hub:member2",
 			"RoleBinding/ctrlmesh-agent",
@@ -174,8 +174,8 @@ func TestRBACMatchesCode(t *testing.T) {
 			}
 		}
 		// Besides the function's objects, the template renders what the
-		// function leaves to the hub admin: the execution namespace and the
-		// ServiceAccount, with its token Secret.
+		// function leaves to the hub admin: the cluster and execution
+		// namespaces and the ServiceAccount, with its token Secret.
 		compareObjects(t, objs, want, "Namespace", "ServiceAccount", "Secret")
 	})
 }
