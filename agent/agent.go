@@ -207,7 +207,7 @@ func Run(ctx context.Context, opts Options) error {
 		Log: opts.Log.WithName("heartbeat"),
 	}
 	if err := mgr.Add(&hubMembership{
-		hub: hub, member: memberDiscovery, namespace: opts.Namespace, heartbeat: heartbeat, onAccepted: onAccepted, log: opts.Log.WithName("membership"),
+		hub: hub, member: memberDiscovery, memberReader: mgr.GetAPIReader(), namespace: opts.Namespace, heartbeat: heartbeat, onAccepted: onAccepted, log: opts.Log.WithName("membership"),
 	}); err != nil {
 		return err
 	}

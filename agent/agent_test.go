@@ -169,6 +169,9 @@ func TestStandaloneAgent(t *testing.T) {
 	if mc.Spec.HubAcceptsClient {
 		t.Fatal("the agent accepted its own cluster")
 	}
+	if meta.FindStatusCondition(mc.Status.Conditions, clusterv1.ManagedClusterConditionJoined) != nil {
+		t.Fatal("the agent marked its cluster joined before the hub accepted it")
+	}
 
 	// A Work for an unaccepted cluster is not applied.
 	work := &workv1alpha1.Work{
@@ -191,6 +194,17 @@ func TestStandaloneAgent(t *testing.T) {
 	env.Eventually(t, 30*time.Second, "the Work's ShardRoute is applied in the member", func() error {
 		var r ctrlmeshv1alpha1.ShardRoute
 		return f.member.Client.Get(ctx, client.ObjectKey{Namespace: opsNamespace, Name: "demo-op"}, &r)
+	})
+	// As OCM's agent, it marks the accepted cluster joined.
+	env.Eventually(t, 30*time.Second, "the cluster is marked joined", func() error {
+		if err := f.hub.Client.Get(ctx, client.ObjectKey{Name: cluster}, &mc); err != nil {
+			return err
+		}
+		if c := meta.FindStatusCondition(mc.Status.Conditions, clusterv1.ManagedClusterConditionJoined); c == nil ||
+			c.Status != metav1.ConditionTrue || c.Reason != ctrlmeshv1alpha1.ReasonClusterJoined {
+			return fmt.Errorf("Joined condition %+v", c)
+		}
+		return nil
 	})
 
 	// A pod asking for the proxy gets it.
@@ -392,7 +406,7 @@ func (f *testFleet) workHealth(ctx context.Context, health workv1alpha1.Resource
 
 func (f *testFleet) renewTime(ctx context.Context) time.Time {
 	var lease coordinationv1.Lease
-	err := f.hub.Client.Get(ctx, client.ObjectKey{Namespace: f.execNS, Name: ctrlmeshv1alpha1.HeartbeatLeaseName}, &lease)
+	err := f.hub.Client.Get(ctx, client.ObjectKey{Namespace: ctrlmeshv1alpha1.ClusterNamespace(f.member.Name), Name: ctrlmeshv1alpha1.HeartbeatLeaseName}, &lease)
 	if err != nil || lease.Spec.RenewTime == nil {
 		return time.Time{}
 	}

@@ -24,6 +24,9 @@ const acceptPollInterval = 5 * time.Second
 type hubMembership struct {
 	hub    client.Client
 	member discovery.ServerVersionInterface
+	// memberReader reads the member's kube-system namespace, whose UID is
+	// the cluster ID the agent claims.
+	memberReader client.Reader
 	// namespace is the agent's, claimed for the labeler's binding.
 	namespace  string
 	heartbeat  *membership.Heartbeat
@@ -40,7 +43,9 @@ func (m *hubMembership) Start(ctx context.Context) error {
 	cluster := m.heartbeat.ClusterName
 	backoff := time.Second
 	for {
-		err := membership.Join(ctx, m.hub, membership.JoinOptions{ClusterName: cluster, Member: m.member, AgentNamespace: m.namespace})
+		err := membership.Join(ctx, m.hub, membership.JoinOptions{
+			ClusterName: cluster, Member: m.member, MemberClient: m.memberReader, AgentNamespace: m.namespace, LeaseDuration: m.heartbeat.LeaseDuration,
+		})
 		if err == nil {
 			break
 		}
@@ -65,6 +70,7 @@ func (m *hubMembership) Start(ctx context.Context) error {
 		if err := m.onAccepted(ctx); err != nil {
 			return fmt.Errorf("starting to take rules from the hub: %w", err)
 		}
+		m.markJoined(ctx)
 	}
 	if err := <-heartbeatDone; err != nil {
 		return fmt.Errorf("agent heartbeat: %w", err)
@@ -92,6 +98,24 @@ func (m *hubMembership) awaitAcceptance(ctx context.Context) error {
 		if !sleep(ctx, acceptPollInterval) {
 			return nil
 		}
+	}
+}
+
+// markJoined writes the ManagedClusterJoined condition, retrying with
+// backoff until it is written or ctx ends. The condition tells people and
+// OCM tooling the agent took over; nothing of ctrlmesh waits for it.
+func (m *hubMembership) markJoined(ctx context.Context) {
+	backoff := time.Second
+	for {
+		err := membership.MarkJoined(ctx, m.hub, m.heartbeat.ClusterName)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		m.log.Error(err, "Marking the cluster joined failed; retrying", "cluster", m.heartbeat.ClusterName, "in", backoff)
+		if !sleep(ctx, backoff) {
+			return
+		}
+		backoff = min(2*backoff, time.Minute)
 	}
 }
 

@@ -65,7 +65,7 @@ func TestChartsServerSideDryRun(t *testing.T) {
 			"Namespace/ctrlmesh-system",
 			"CustomResourceDefinition/shardingconfigs.ctrlmesh.io",
 			"CustomResourceDefinition/works.work.karmada.io", "CustomResourceDefinition/managedclusters.cluster.open-cluster-management.io",
-			"Namespace/karmada-es-member1", "ServiceAccount/agent-member1", "Secret/agent-member1-token",
+			"Namespace/member1", "Namespace/karmada-es-member1", "ServiceAccount/agent-member1", "Secret/agent-member1-token",
 			"ClusterRole/ctrlmesh-agent-hub:member1", "ClusterRoleBinding/ctrlmesh-agent-hub:member1",
 			"Namespace/karmada-es-member2", "ServiceAccount/agent-member2", "ClusterRole/ctrlmesh-agent-hub:member2",
 			"RoleBinding/ctrlmesh-agent",
@@ -195,10 +195,10 @@ func TestRBACMatchesCode(t *testing.T) {
 	for target, extraKinds := range map[string][]string{
 		// Besides the function's objects, the template renders what the
 		// function leaves to the hub admin: the ServiceAccount, with its
-		// token Secret, and, on a standalone hub, the execution namespace
-		// (Karmada's on Karmada).
+		// token Secret, the cluster namespace and, on a standalone hub, the
+		// execution namespace (Karmada's on Karmada; TestAgentsTemplateNamespaces).
 		"standalone": {"Namespace", "ServiceAccount", "Secret"},
-		"karmada":    {"ServiceAccount", "Secret"},
+		"karmada":    {"Namespace", "ServiceAccount", "Secret"},
 	} {
 		t.Run("membership.AgentHubRBAC/"+target, func(t *testing.T) {
 			objs := render(t, hubChart, membership.AgentNamespace, []string{"target=" + target, "members[0].name=member1", "members[1].name=member2"},

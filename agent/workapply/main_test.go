@@ -74,7 +74,7 @@ func newAgent(t *testing.T, ctx context.Context, base string) *agent {
 	a := &agent{cluster: unique(base)}
 	a.execNS, a.memberNS = names.GenerateExecutionSpaceName(a.cluster), a.cluster
 
-	for _, ns := range []string{a.execNS, membership.AgentNamespace} {
+	for _, ns := range []string{a.execNS, ctrlmeshv1alpha1.ClusterNamespace(a.cluster), membership.AgentNamespace} {
 		env.Create(t, ctx, hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	}
 	env.Create(t, ctx, hub.Client, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: membership.AgentNamespace, Name: membership.AgentServiceAccount(a.cluster)}})

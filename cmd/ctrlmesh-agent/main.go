@@ -38,9 +38,10 @@ func main() {
 		Short: "ctrlmesh agent: the hub's hands in one member cluster",
 		Long: `ctrlmesh-agent runs in each member cluster (replicas elect a leader).
 
-It joins the cluster to the hub (an OCM ManagedCluster with version claims;
-the hub must accept it) and renews a heartbeat Lease, ctrlmesh-agent, in
-karmada-es-<cluster> on the hub. Once the hub accepted the cluster it takes
+It joins the cluster to the hub (an OCM ManagedCluster with version and ID
+claims; the hub must accept it) and renews OCM's heartbeat Lease,
+managed-cluster-lease, in the namespace <cluster> on the hub; once the hub
+accepted the cluster it marks it joined (ManagedClusterJoined) and takes
 the rules: in standalone mode (--apply-works) it applies the ShardRoute of
 each Work in karmada-es-<cluster> itself and reports its status into the
 Work as Karmada would; in Karmada mode Karmada does that.

@@ -17,10 +17,12 @@ func newJoinCommand() *cobra.Command {
 		Use:   "join",
 		Short: "Register a member cluster on the ctrlmesh hub",
 		Long: `join registers a member cluster on the hub as an OCM ManagedCluster, with
-claims naming its Kubernetes and ctrlmesh versions. The cluster gets no rules
-until the hub accepts it (spec.hubAcceptsClient), by an admin or by the hub's
-auto-accept policy. The agent joins the same way on start and then renews
-its heartbeat Lease in karmada-es-<cluster> on the hub.
+claims naming its Kubernetes and ctrlmesh versions and its ID (id.k8s.io: the
+UID of its kube-system namespace, as Karmada's Cluster spec.id). The cluster
+gets no rules until the hub accepts it (spec.hubAcceptsClient), by an admin
+or by the hub's auto-accept policy. The agent joins the same way on start and
+then renews its heartbeat Lease managed-cluster-lease in the namespace
+<cluster> on the hub, as OCM's agent does.
 
 The hub credentials need the RBAC of deploy/rbac/agent-hub.yaml.`,
 		Example: `  ctrlmeshctl join --hub-kubeconfig hub.kubeconfig --cluster-name member1`,
@@ -28,11 +30,12 @@ The hub credentials need the RBAC of deploy/rbac/agent-hub.yaml.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			hub, member, err := membership.Connect(hubKubeconfig, memberKubeconfig)
+			hub, opts, err := membership.Connect(hubKubeconfig, memberKubeconfig)
 			if err != nil {
 				return err
 			}
-			if err := membership.Join(ctx, hub, membership.JoinOptions{ClusterName: cluster, Member: member}); err != nil {
+			opts.ClusterName = cluster
+			if err := membership.Join(ctx, hub, opts); err != nil {
 				return err
 			}
 			accepted, err := membership.IsAccepted(ctx, hub, cluster)

@@ -1,6 +1,7 @@
 // Package clusters is the hub's cluster controller: it accepts member
-// clusters (when told to), creates their execution namespaces (where Karmada
-// does not run: where it does, Karmada makes them), decides from
+// clusters (when told to), creates their cluster namespaces and execution
+// namespaces (the latter where Karmada does not run: where it does, Karmada
+// makes them), decides from
 // their heartbeat Leases (and Karmada's Cluster objects, where Karmada runs)
 // whether they are available, reports that in the ManagedClusters' status
 // conditions, and keeps the clusters table of the hub's state.Store, from
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	clusterv1alpha1 "github.com/karmada-io/karmada/pkg/apis/cluster/v1alpha1"
+	policyv1alpha1 "github.com/karmada-io/karmada/pkg/apis/policy/v1alpha1"
 	"github.com/karmada-io/karmada/pkg/util/names"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -25,7 +27,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -38,6 +39,7 @@ import (
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
+	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
 	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 )
 
@@ -82,8 +84,6 @@ type Reconciler struct {
 	// karmadaClusters reads Karmada's Clusters; nil where the hub does not
 	// serve them.
 	karmadaClusters client.Reader
-	// recorder records the Events on ManagedClusters.
-	recorder record.EventRecorder
 	// renewals is when the hub saw each cluster's heartbeat renewed.
 	renewals renewals
 }
@@ -95,7 +95,6 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return errors.New("clusters: no state store")
 	}
 	r.client, r.apiReader = mgr.GetClient(), mgr.GetAPIReader()
-	r.recorder = mgr.GetEventRecorderFor(ctrlmeshv1alpha1.HubComponent)
 
 	// Only Leases of the one name: the hub has many others (nodes, leader
 	// elections), and RBAC can then grant that name alone.
@@ -118,23 +117,56 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&clusterv1.ManagedCluster{}).
 		WatchesRawSource(source.Kind(leases, &coordinationv1.Lease{},
 			handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, lease *coordinationv1.Lease) []reconcile.Request {
-				cluster, err := names.GetClusterName(lease.Namespace)
-				if err != nil || lease.Name != ctrlmeshv1alpha1.HeartbeatLeaseName {
+				if lease.Name != ctrlmeshv1alpha1.HeartbeatLeaseName {
 					return nil
 				}
-				return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: cluster}}}
+				// The cluster namespace is named as the cluster.
+				return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: lease.Namespace}}}
 			})))
 
 	_, err = mgr.GetRESTMapper().RESTMapping(karmadaClusterGVK.GroupKind(), karmadaClusterGVK.Version)
 	switch {
 	case err == nil:
-		// Karmada's Cluster has the member's name.
-		b = b.Watches(newKarmadaCluster(), &handler.EnqueueRequestForObject{})
+		// Karmada's Cluster of a member has its name, or, when Karmada
+		// knows it under another, the ID its agent claims.
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &clusterv1.ManagedCluster{}, clusterIDIndex, func(o client.Object) []string {
+			if id := membership.ClaimedClusterID(o.(*clusterv1.ManagedCluster)); id != "" {
+				return []string{id}
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("clusters: indexing ManagedClusters by cluster ID: %w", err)
+		}
+		b = b.Watches(newKarmadaCluster(), handler.EnqueueRequestsFromMapFunc(r.clustersOfKarmadaCluster))
 		r.karmadaClusters = mgr.GetCache()
 	case !meta.IsNoMatchError(err):
 		return fmt.Errorf("clusters: asking whether the hub serves %s: %w", karmadaClusterGVK, err)
 	}
 	return b.Complete(r)
+}
+
+// clusterIDIndex indexes ManagedClusters by the ID their agent claims.
+const clusterIDIndex = "ctrlmesh.clusterID"
+
+// clustersOfKarmadaCluster names the ManagedClusters a Karmada Cluster
+// bears on: the one of its name, and those whose agent claims its ID.
+func (r *Reconciler) clustersOfKarmadaCluster(ctx context.Context, o client.Object) []reconcile.Request {
+	out := []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.GetName()}}}
+	id, _, _ := unstructured.NestedString(o.(*unstructured.Unstructured).Object, "spec", "id")
+	if id == "" {
+		return out
+	}
+	var list clusterv1.ManagedClusterList
+	if err := r.client.List(ctx, &list, client.MatchingFields{clusterIDIndex: id}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing the ManagedClusters claiming a Karmada Cluster's ID", "cluster", o.GetName())
+		return out
+	}
+	for _, mc := range list.Items {
+		if mc.Name != o.GetName() {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: mc.Name}})
+		}
+	}
+	return out
 }
 
 func newKarmadaCluster() *unstructured.Unstructured {
@@ -178,27 +210,30 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	karmadaCluster, err := r.karmadaCluster(ctx, name)
+	karmada, err := r.karmadaRegistration(ctx, &mc)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	// An agent's Lease lives in the execution namespace: while there is one,
-	// so is the namespace.
+	// An agent's Lease lives in the cluster namespace, created after the
+	// execution namespace (where the hub makes that one): while there is a
+	// Lease, the hub has seen to both.
 	if mc.Spec.HubAcceptsClient && lease == nil {
-		if err := r.ensureExecutionNamespace(ctx, &mc, karmadaCluster); err != nil {
+		if err := r.ensureExecutionNamespace(ctx, name); err != nil {
+			return reconcile.Result{}, err
+		}
+		if err := r.ensureClusterNamespace(ctx, name); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
 
 	now := time.Now()
-	judgedStale := meta.IsStatusConditionFalse(mc.Status.Conditions, clusterv1.ManagedClusterConditionAvailable)
-	avail := assessAvailability(now, lease, r.renewals.observe(name, lease, judgedStale, now), r.rulesValidity(), karmadaCluster)
+	avail := assessAvailability(now, lease, r.renewals.observe(name, lease, judgedStale(mc.Status.Conditions), now), r.rulesValidity(), karmada)
 	// The working model first: it is what the hub decides by, and anyone
 	// who sees the condition may expect the hub to act on it already.
 	if err := r.record(ctx, &mc, avail); err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := r.writeConditions(ctx, &mc, conditions(mc.Spec.HubAcceptsClient, avail)); err != nil {
+	if err := r.writeConditions(ctx, &mc, conditions(mc.Status.Conditions, mc.Spec.HubAcceptsClient, avail)); err != nil {
 		return reconcile.Result{}, err
 	}
 	if now.Before(avail.heartbeatExpiry) {
@@ -210,7 +245,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // heartbeatLease returns the cluster's heartbeat Lease, or nil.
 func (r *Reconciler) heartbeatLease(ctx context.Context, cluster string) (*coordinationv1.Lease, error) {
 	var lease coordinationv1.Lease
-	err := r.leases.Get(ctx, client.ObjectKey{Namespace: names.GenerateExecutionSpaceName(cluster), Name: ctrlmeshv1alpha1.HeartbeatLeaseName}, &lease)
+	err := r.leases.Get(ctx, client.ObjectKey{Namespace: ctrlmeshv1alpha1.ClusterNamespace(cluster), Name: ctrlmeshv1alpha1.HeartbeatLeaseName}, &lease)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, nil
@@ -220,52 +255,55 @@ func (r *Reconciler) heartbeatLease(ctx context.Context, cluster string) (*coord
 	return &lease, nil
 }
 
-// karmadaCluster returns Karmada's Cluster of that name, or nil where there
-// is none.
-func (r *Reconciler) karmadaCluster(ctx context.Context, name string) (*clusterv1alpha1.Cluster, error) {
+// karmadaRegistration returns what Karmada knows of mc's member; nil where
+// the hub serves no Karmada Clusters.
+func (r *Reconciler) karmadaRegistration(ctx context.Context, mc *clusterv1.ManagedCluster) (*karmadaRegistration, error) {
 	if r.karmadaClusters == nil {
 		return nil, nil
 	}
-	u := newKarmadaCluster()
-	err := r.karmadaClusters.Get(ctx, client.ObjectKey{Name: name}, u)
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("reading Karmada's Cluster: %w", err)
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(karmadaClusterGVK.GroupVersion().WithKind(karmadaClusterGVK.Kind + "List"))
+	if err := r.karmadaClusters.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("listing Karmada's Clusters: %w", err)
 	}
-	var kc clusterv1alpha1.Cluster
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &kc); err != nil {
-		return nil, fmt.Errorf("decoding Karmada's Cluster: %w", err)
+	k := &karmadaRegistration{name: mc.Name, clusterID: membership.ClaimedClusterID(mc), clusters: make([]clusterv1alpha1.Cluster, len(list.Items))}
+	for i := range list.Items {
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &k.clusters[i]); err != nil {
+			return nil, fmt.Errorf("decoding Karmada's Cluster %s: %w", list.Items[i].GetName(), err)
+		}
 	}
-	return &kc, nil
+	return k, nil
+}
+
+// judgedStale reports whether the Available condition of a cluster says
+// its heartbeat was judged stale: the agent stopped renewing it (OCM's
+// reason) — not that there was none yet, and not that the cluster was
+// unavailable for another reason (Karmada's Cluster) while the heartbeat
+// was fresh and the cluster's proxies may have held valid rules.
+func judgedStale(conditions []metav1.Condition) bool {
+	c := meta.FindStatusCondition(conditions, clusterv1.ManagedClusterConditionAvailable)
+	return c != nil && c.Reason == ctrlmeshv1alpha1.ReasonLeaseUpdateStopped
 }
 
 // ensureExecutionNamespace sees to the execution namespace
-// karmada-es-<cluster> of mc, which holds the member's Works and its agent's
-// heartbeat Lease.
+// karmada-es-<cluster>, which holds the member's Works.
 //
 // Where Karmada runs (the hub serves its Clusters), the namespace is
 // Karmada's: its cluster controller creates it when the member joins Karmada
 // and deletes it, with every Work in it, when the member leaves. The hub
 // creates none there — a namespace made ahead of Karmada would outlive the
-// member's unjoin or hold Works for a cluster Karmada never applies to — so
-// while Karmada has no Cluster of the member's name (karmadaCluster nil) it
-// waits, with a Warning Event on the ManagedCluster saying what is missing;
-// Karmada's Cluster appearing reconciles the member again.
+// member's unjoin or hold Works for a cluster Karmada never applies to.
+// While Karmada has no Cluster for the member, its Available condition says
+// so (ReasonKarmadaClusterNotFound, with what to do), and Karmada's Cluster
+// appearing reconciles the member again.
 //
 // Elsewhere the hub creates the namespace unless it exists. Creating and
 // ignoring AlreadyExists needs no right to read namespaces.
-func (r *Reconciler) ensureExecutionNamespace(ctx context.Context, mc *clusterv1.ManagedCluster, karmadaCluster *clusterv1alpha1.Cluster) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: names.GenerateExecutionSpaceName(mc.Name)}}
+func (r *Reconciler) ensureExecutionNamespace(ctx context.Context, cluster string) error {
 	if r.karmadaClusters != nil {
-		if karmadaCluster == nil {
-			r.recorder.Eventf(mc, corev1.EventTypeWarning, ctrlmeshv1alpha1.ReasonNotJoinedToKarmada,
-				"Karmada has no Cluster %q, so no execution namespace %s for the member's Works and heartbeat: join the member to Karmada under this name (karmadactl join or karmadactl register)",
-				mc.Name, ns.Name)
-		}
 		return nil
 	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: names.GenerateExecutionSpaceName(cluster)}}
 	err := r.client.Create(ctx, ns)
 	switch {
 	case apierrors.IsAlreadyExists(err):
@@ -274,6 +312,27 @@ func (r *Reconciler) ensureExecutionNamespace(ctx context.Context, mc *clusterv1
 		return fmt.Errorf("creating the execution namespace %s: %w", ns.Name, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("created the execution namespace", "namespace", ns.Name)
+	return nil
+}
+
+// ensureClusterNamespace creates the cluster namespace, where its heartbeat
+// Lease lives, unless it exists: labeled as OCM's hub labels it, and so that
+// Karmada, where it runs, does not propagate it to every member (it would
+// otherwise create a namespace of the member's name in all of them).
+func (r *Reconciler) ensureClusterNamespace(ctx context.Context, cluster string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name: ctrlmeshv1alpha1.ClusterNamespace(cluster), Labels: map[string]string{
+			clusterv1.ClusterNameLabelKey:                    cluster,
+			policyv1alpha1.NamespaceSkipAutoPropagationLabel: "true",
+		}}}
+	err := r.client.Create(ctx, ns)
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("creating the cluster namespace %s: %w", ns.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("created the cluster namespace", "namespace", ns.Name)
 	return nil
 }
 

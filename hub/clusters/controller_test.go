@@ -12,6 +12,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
@@ -46,6 +47,13 @@ func acceptedWithNamespace(ctx context.Context, c *controller, name string) erro
 	}
 	if exists, err := namespaceExists(ctx, executionNamespace(name)); !exists {
 		return fmt.Errorf("no execution namespace (%v)", err)
+	}
+	var ns corev1.Namespace
+	if err := hub.Client.Get(ctx, client.ObjectKey{Name: ctrlmeshv1alpha1.ClusterNamespace(name)}, &ns); err != nil {
+		return fmt.Errorf("no cluster namespace: %w", err)
+	}
+	if got := ns.Labels[clusterv1.ClusterNameLabelKey]; got != name {
+		return fmt.Errorf("cluster namespace labeled %s=%q, want %q", clusterv1.ClusterNameLabelKey, got, name)
 	}
 	if sc, ok := c.store.Snapshot().Cluster(name); !ok || !sc.Accepted {
 		return fmt.Errorf("store has %+v", sc)
@@ -88,13 +96,15 @@ func TestAcceptByAdmin(t *testing.T) {
 	createCluster(t, ctx, name, false)
 	// Once the controller has written the condition it has done all it does.
 	env.Eventually(t, 20*time.Second, "the pending cluster", func() error {
-		if err := conditionIs(ctx, name, hubAccepted, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonClusterNotAccepted); err != nil {
+		if err := conditionIs(ctx, name, available, metav1.ConditionUnknown, ctrlmeshv1alpha1.ReasonNoHeartbeat); err != nil {
 			return err
 		}
 		return recorded(c.store, name, false, false, ctrlmeshv1alpha1.ReasonNoHeartbeat)
 	})
-	if getCluster(t, ctx, name).Spec.HubAcceptsClient {
-		t.Fatal("accepted without AutoAccept")
+	// As OCM's hub: no HubAccepted condition before the first acceptance
+	// (OCM's lease controller takes one for "accepted once").
+	if mc := getCluster(t, ctx, name); mc.Spec.HubAcceptsClient || meta.FindStatusCondition(mc.Status.Conditions, hubAccepted) != nil {
+		t.Fatalf("pending cluster: hubAcceptsClient %t, conditions %+v", mc.Spec.HubAcceptsClient, mc.Status.Conditions)
 	}
 	if exists, err := namespaceExists(ctx, executionNamespace(name)); exists || err != nil {
 		t.Fatalf("execution namespace of a pending cluster: %v, %v", exists, err)
@@ -106,6 +116,19 @@ func TestAcceptByAdmin(t *testing.T) {
 		t.Fatal(err)
 	}
 	env.Eventually(t, 20*time.Second, "acceptance by the admin", func() error { return acceptedWithNamespace(ctx, c, name) })
+
+	// The admin withdraws the acceptance: denied, as OCM's hub says it.
+	mc = getCluster(t, ctx, name)
+	mc.Spec.HubAcceptsClient = false
+	if err := hub.Client.Update(ctx, mc); err != nil {
+		t.Fatal(err)
+	}
+	env.Eventually(t, 20*time.Second, "the denied cluster", func() error {
+		if err := conditionIs(ctx, name, hubAccepted, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonClusterDenied); err != nil {
+			return err
+		}
+		return recorded(c.store, name, false, false, ctrlmeshv1alpha1.ReasonNoHeartbeat)
+	})
 }
 
 // runHeartbeat beats for cluster until the returned stop is called.
@@ -127,7 +150,7 @@ func runHeartbeat(t *testing.T, cluster string, leaseDuration time.Duration) (st
 func leaseOf(t *testing.T, ctx context.Context, cluster string) *coordinationv1.Lease {
 	t.Helper()
 	var lease coordinationv1.Lease
-	if err := hub.Client.Get(ctx, client.ObjectKey{Namespace: executionNamespace(cluster), Name: ctrlmeshv1alpha1.HeartbeatLeaseName}, &lease); err != nil {
+	if err := hub.Client.Get(ctx, client.ObjectKey{Namespace: ctrlmeshv1alpha1.ClusterNamespace(cluster), Name: ctrlmeshv1alpha1.HeartbeatLeaseName}, &lease); err != nil {
 		t.Fatal(err)
 	}
 	return &lease
@@ -166,7 +189,7 @@ func TestHeartbeatAvailability(t *testing.T) {
 	// validity the agent granted with the last renewal may run.
 	expiry := lease.Spec.RenewTime.Add(max(leaseDuration, route.LapseBound(testRulesValidity)))
 	env.Eventually(t, 10*time.Second, "unavailability after the lease ran out", func() error {
-		err := conditionIs(ctx, name, available, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped)
+		err := conditionIs(ctx, name, available, metav1.ConditionUnknown, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped)
 		if err == nil && time.Now().Before(expiry) {
 			t.Fatalf("unavailable at %s, before the heartbeat's expiry %s", time.Now(), expiry)
 		}
@@ -211,13 +234,16 @@ func TestSkewedAgentClock(t *testing.T) {
 
 	renew := func() error {
 		agentNow := metav1.NewMicroTime(time.Now().Add(-time.Minute))
-		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: executionNamespace(name), Name: ctrlmeshv1alpha1.HeartbeatLeaseName}}
+		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ctrlmeshv1alpha1.ClusterNamespace(name), Name: ctrlmeshv1alpha1.HeartbeatLeaseName}}
+		mark := map[string]string{ctrlmeshv1alpha1.HeartbeatRenewalAnnotation: agentNow.UTC().Format(metav1.RFC3339Micro)}
 		if err := hub.Client.Get(ctx, client.ObjectKeyFromObject(lease), lease); apierrors.IsNotFound(err) {
+			lease.Annotations = mark
 			lease.Spec = coordinationv1.LeaseSpec{HolderIdentity: ptr.To("agent-0"), LeaseDurationSeconds: ptr.To(int32(leaseDuration / time.Second)), RenewTime: &agentNow}
 			return hub.Client.Create(ctx, lease)
 		} else if err != nil {
 			return err
 		}
+		lease.Annotations = mark
 		lease.Spec.RenewTime = &agentNow
 		return hub.Client.Update(ctx, lease)
 	}
@@ -238,10 +264,68 @@ func TestSkewedAgentClock(t *testing.T) {
 		t.Fatalf("renewing with a clock a minute behind: not usable: %+v", sc)
 	}
 	env.Eventually(t, 10*time.Second, "unavailability after the renewals stopped", func() error {
-		return conditionIs(ctx, name, available, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped)
+		return conditionIs(ctx, name, available, metav1.ConditionUnknown, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped)
 	})
 	if since := time.Since(lastRenewal); since < leaseDuration || since > leaseDuration+2*time.Second {
 		t.Errorf("unavailable %s after the last renewal, want one lease duration (%s) and at most 2 s more", since, leaseDuration)
+	}
+}
+
+// TestOCMAgentRenewalsDoNotCount: where OCM's registration agent runs in the
+// member beside the ctrlmesh agent, it renews the same Lease
+// (managed-cluster-lease): it reads it, sets renewTime and updates it. Once
+// the ctrlmesh agent stops, the cluster's heartbeat stops for the hub all
+// the same — only the ctrlmesh agent grants its proxies rules validity —
+// so the cluster lapses one heartbeat lifetime after the ctrlmesh agent's
+// last renewal. Before the mark, the klusterlet kept it fresh for ever.
+func TestOCMAgentRenewalsDoNotCount(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const leaseDuration = 2 * time.Second
+	c, _ := startController(t, clusters.Options{AutoAccept: true})
+	name := unique("klusterlet")
+	createCluster(t, ctx, name, true)
+	env.Eventually(t, 20*time.Second, "the namespaces", func() error { return acceptedWithNamespace(ctx, c, name) })
+
+	stopHeartbeat := runHeartbeat(t, name, leaseDuration)
+	env.Eventually(t, 20*time.Second, "availability with the ctrlmesh agent's heartbeat", func() error {
+		return conditionIs(ctx, name, available, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable)
+	})
+	stopHeartbeat()
+	lastMark := leaseOf(t, ctx, name).Annotations[ctrlmeshv1alpha1.HeartbeatRenewalAnnotation]
+	if lastMark == "" {
+		t.Fatal("the heartbeat did not mark its renewal")
+	}
+
+	// OCM's agent renews, as its lease updater does, every 200 ms.
+	klusterletCtx, stopKlusterlet := context.WithCancel(ctx)
+	defer stopKlusterlet()
+	klusterletDone := make(chan struct{})
+	go func() {
+		defer close(klusterletDone)
+		for klusterletCtx.Err() == nil {
+			lease := leaseOf(t, ctx, name)
+			lease.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+			if err := hub.Client.Update(klusterletCtx, lease); err != nil && klusterletCtx.Err() == nil && !apierrors.IsConflict(err) {
+				t.Errorf("renewing as OCM's agent: %v", err)
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	env.Eventually(t, 20*time.Second, "the heartbeat stopped although OCM's agent renews the Lease", func() error {
+		if err := conditionIs(ctx, name, available, metav1.ConditionUnknown, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped); err != nil {
+			return err
+		}
+		if sc, _ := c.store.Snapshot().Cluster(name); !sc.HeartbeatLapsed {
+			return fmt.Errorf("not lapsed: %+v", sc)
+		}
+		return nil
+	})
+	stopKlusterlet()
+	<-klusterletDone
+	if got := leaseOf(t, ctx, name).Annotations[ctrlmeshv1alpha1.HeartbeatRenewalAnnotation]; got != lastMark {
+		t.Errorf("the mark changed from %q to %q without the ctrlmesh agent", lastMark, got)
 	}
 }
 
@@ -262,7 +346,7 @@ func TestClaimsSurviveConditionWrites(t *testing.T) {
 	go func() {
 		i := 0
 		for ; claimsCtx.Err() == nil; i++ {
-			err := membership.Join(claimsCtx, hub.Client, membership.JoinOptions{ClusterName: name, Member: member,
+			err := membership.Join(claimsCtx, hub.Client, membership.JoinOptions{ClusterName: name, Member: member, MemberClient: hub.Client,
 				ExtraClaims: map[string]string{counterClaim: strconv.Itoa(i)}})
 			if err != nil && claimsCtx.Err() == nil {
 				t.Errorf("join %d: %v", i, err)
@@ -285,7 +369,7 @@ func TestClaimsSurviveConditionWrites(t *testing.T) {
 			return conditionIs(ctx, name, available, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable)
 		})
 		env.Eventually(t, 10*time.Second, "unavailable", func() error {
-			return conditionIs(ctx, name, available, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped)
+			return conditionIs(ctx, name, available, metav1.ConditionUnknown, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped)
 		})
 	}
 	stopClaims()
@@ -300,13 +384,13 @@ func TestClaimsSurviveConditionWrites(t *testing.T) {
 	if got := claims[counterClaim]; got != strconv.Itoa(last) && got != strconv.Itoa(last-1) {
 		t.Errorf("claim %s = %q after %d joins", counterClaim, got, last)
 	}
-	if claims[membership.ClaimKubeVersion] == "" || claims[membership.ClaimCtrlmeshVersion] == "" {
+	if claims[membership.ClaimKubeVersion] == "" || claims[membership.ClaimCtrlmeshVersion] == "" || claims[membership.ClaimClusterID] == "" {
 		t.Errorf("claims %v", claims)
 	}
 	if err := conditionIs(ctx, name, hubAccepted, metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAccepted); err != nil {
 		t.Error(err)
 	}
-	if err := conditionIs(ctx, name, available, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped); err != nil {
+	if err := conditionIs(ctx, name, available, metav1.ConditionUnknown, ctrlmeshv1alpha1.ReasonLeaseUpdateStopped); err != nil {
 		t.Error(err)
 	}
 	t.Logf("%d joins during 3 availability flips", last)
@@ -346,12 +430,10 @@ func TestRestartRebuildsWithoutWrites(t *testing.T) {
 			if err := recorded(first.store, name, w.accepted, w.available, w.reason); err != nil {
 				return err
 			}
-			status, reason := metav1.ConditionFalse, w.reason
-			switch {
-			case w.available:
+			// The heartbeat's verdicts are Unknown, as OCM's hub writes them.
+			status, reason := metav1.ConditionUnknown, w.reason
+			if w.available {
 				status, reason = metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterAvailable
-			case w.reason == ctrlmeshv1alpha1.ReasonNoHeartbeat:
-				status = metav1.ConditionUnknown
 			}
 			if err := conditionIs(ctx, name, available, status, reason); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
@@ -366,8 +448,10 @@ func TestRestartRebuildsWithoutWrites(t *testing.T) {
 		for name := range want {
 			out["ManagedCluster "+name] = getCluster(t, ctx, name).ResourceVersion
 			var ns corev1.Namespace
-			if err := hub.Client.Get(ctx, client.ObjectKey{Name: executionNamespace(name)}, &ns); err == nil {
-				out["Namespace "+ns.Name] = ns.ResourceVersion
+			for _, nsName := range []string{executionNamespace(name), ctrlmeshv1alpha1.ClusterNamespace(name)} {
+				if err := hub.Client.Get(ctx, client.ObjectKey{Name: nsName}, &ns); err == nil {
+					out["Namespace "+ns.Name] = ns.ResourceVersion
+				}
 			}
 		}
 		return out

@@ -29,7 +29,7 @@ import (
 // TestKarmadaOwnsExecutionNamespaces runs the controller on a real Karmada
 // control plane, as an admin who could create any namespace: an accepted
 // member Karmada does not know gets no execution namespace from the hub,
-// only a Warning Event saying to join it to Karmada; once Karmada has a
+// only its Available condition saying to join it to Karmada; once Karmada has a
 // Cluster of that name, Karmada's cluster controller makes karmada-es-<name>
 // and the hub never wrote it.
 func TestKarmadaOwnsExecutionNamespaces(t *testing.T) {
@@ -98,18 +98,17 @@ func TestKarmadaOwnsExecutionNamespaces(t *testing.T) {
 	if !apierrors.IsNotFound(err) {
 		t.Fatalf("namespace %s of a member Karmada does not know: %v, want NotFound (Karmada owns it)", executionSpace, err)
 	}
-	env.Eventually(t, time.Minute, "the "+ctrlmeshv1alpha1.ReasonNotJoinedToKarmada+" Event", func() error {
-		var events corev1.EventList
-		if err := karmada.Client.List(ctx, &events, client.InNamespace(metav1.NamespaceDefault)); err != nil {
+	env.Eventually(t, time.Minute, "Available False with "+ctrlmeshv1alpha1.ReasonKarmadaClusterNotFound, func() error {
+		var mc clusterv1.ManagedCluster
+		if err := karmada.Client.Get(ctx, client.ObjectKey{Name: name}, &mc); err != nil {
 			return err
 		}
-		if !slices.ContainsFunc(events.Items, func(e corev1.Event) bool {
-			return e.InvolvedObject.Kind == "ManagedCluster" && e.InvolvedObject.Name == name &&
-				e.Type == corev1.EventTypeWarning && e.Reason == ctrlmeshv1alpha1.ReasonNotJoinedToKarmada
-		}) {
-			return fmt.Errorf("no Warning %s Event on ManagedCluster %s among %d", ctrlmeshv1alpha1.ReasonNotJoinedToKarmada, name, len(events.Items))
+		for _, c := range mc.Status.Conditions {
+			if c.Type == clusterv1.ManagedClusterConditionAvailable && c.Status == metav1.ConditionFalse && c.Reason == ctrlmeshv1alpha1.ReasonKarmadaClusterNotFound {
+				return nil
+			}
 		}
-		return nil
+		return fmt.Errorf("conditions %+v", mc.Status.Conditions)
 	})
 
 	// The member joins Karmada (pull mode needs no member credentials in

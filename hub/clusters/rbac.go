@@ -19,8 +19,9 @@ import (
 //     spec.hubAcceptsClient;
 //   - the heartbeat Leases: get, list and watch of ctrlmeshv1alpha1.HeartbeatLeaseName only, which
 //     the controller lists and watches by that name in every namespace;
-//   - namespaces: create, for the execution namespaces (only where Karmada
-//     does not run: where it does, they are Karmada's);
+//   - namespaces: create, for the cluster namespaces and, only where Karmada
+//     does not run (where it does, they are Karmada's), the execution
+//     namespaces;
 //   - Karmada Clusters: get, list and watch, used only where the API is
 //     served.
 func RBACRules(opts Options) []rbacv1.PolicyRule {

@@ -31,6 +31,7 @@ import (
 func startAgent(t *testing.T, ctx context.Context, cluster string) {
 	t.Helper()
 	createNamespace(t, ctx, hub.Client, membership.AgentNamespace)
+	createNamespace(t, ctx, hub.Client, ctrlmeshv1alpha1.ClusterNamespace(cluster))
 	env.Create(t, ctx, hub.Client, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: membership.AgentNamespace, Name: membership.AgentServiceAccount(cluster)}})
 	for _, obj := range membership.AgentHubRBAC(cluster) {
 		env.Create(t, ctx, hub.Client, obj)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/go-logr/logr"
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
-	"github.com/karmada-io/karmada/pkg/util/names"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -91,13 +90,14 @@ func startHub(t *testing.T) (store *state.Store, stop func()) {
 }
 
 // joinCluster creates an accepted ManagedCluster and, once the hub created
-// its execution namespace, gives it a heartbeat that lasts the test.
+// its namespaces (the cluster namespace, for the heartbeat, comes after the
+// execution namespace), gives it a heartbeat that lasts the test.
 func joinCluster(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
 	env.Create(t, ctx, hub.Client, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: clusterv1.ManagedClusterSpec{HubAcceptsClient: true}})
-	env.Eventually(t, 30*time.Second, "the execution namespace of "+name, func() error {
-		return hub.Client.Get(ctx, client.ObjectKey{Name: names.GenerateExecutionSpaceName(name)}, &corev1.Namespace{})
+	env.Eventually(t, 30*time.Second, "the namespaces of "+name, func() error {
+		return hub.Client.Get(ctx, client.ObjectKey{Name: ctrlmeshv1alpha1.ClusterNamespace(name)}, &corev1.Namespace{})
 	})
 	hb := &membership.Heartbeat{Hub: hub.Client, ClusterName: name, Identity: "agent-0", LeaseDuration: 10 * time.Minute}
 	if err := hb.Renew(ctx); err != nil {

@@ -94,14 +94,21 @@ func degraded(sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome) (reason, messag
 		}
 	}
 	var unavailable []string
-	for name, m := range out.members {
-		if !m.usable() {
+	for _, name := range slices.Sorted(maps.Keys(out.members)) {
+		if c := out.members[name].cluster; !out.members[name].usable() {
+			// Why, as the ManagedCluster's conditions say it: no fresh
+			// heartbeat, or Karmada does not apply Works there.
+			switch {
+			case !c.Accepted:
+				name += " (not accepted)"
+			case c.Reason != "":
+				name += " (" + c.Reason + ")"
+			}
 			unavailable = append(unavailable, name)
 		}
 	}
 	if len(unavailable) > 0 {
-		slices.Sort(unavailable)
-		return ctrlmeshv1alpha1.ReasonClusterUnavailable, fmt.Sprintf("clusters without a fresh heartbeat keep their last rules: %s", strings.Join(unavailable, ", "))
+		return ctrlmeshv1alpha1.ReasonClusterUnavailable, fmt.Sprintf("clusters not usable keep their last rules and get no new ones (see each ManagedCluster's conditions): %s", strings.Join(unavailable, ", "))
 	}
 	if message := overlapMessage(out.overlaps); message != "" {
 		return ctrlmeshv1alpha1.ReasonSelectorOverlap, message

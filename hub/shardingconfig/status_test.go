@@ -118,7 +118,7 @@ func TestDegraded(t *testing.T) {
 			domains: []domainOutcome{withPods(settled("b")), withPods(settled("c")), handingOver("c")},
 		},
 		wantReason:  ctrlmeshv1alpha1.ReasonClusterUnavailable,
-		wantMessage: "clusters without a fresh heartbeat keep their last rules: a, d",
+		wantMessage: "clusters not usable keep their last rules and get no new ones (see each ManagedCluster's conditions): a, d",
 	}, {
 		name: "an unaccepted member is unavailable",
 		out: &outcome{
@@ -126,7 +126,15 @@ func TestDegraded(t *testing.T) {
 			domains: []domainOutcome{settled("a")},
 		},
 		wantReason:  ctrlmeshv1alpha1.ReasonClusterUnavailable,
-		wantMessage: "clusters without a fresh heartbeat keep their last rules: b",
+		wantMessage: "clusters not usable keep their last rules and get no new ones (see each ManagedCluster's conditions): b (not accepted)",
+	}, {
+		name: "an unavailable member with its reason",
+		out: &outcome{
+			members: with(members([]string{"a"}), "b", &member{cluster: state.Cluster{Name: "b", Accepted: true, Reason: ctrlmeshv1alpha1.ReasonKarmadaClusterNotFound}}),
+			domains: []domainOutcome{settled("a")},
+		},
+		wantReason:  ctrlmeshv1alpha1.ReasonClusterUnavailable,
+		wantMessage: "clusters not usable keep their last rules and get no new ones (see each ManagedCluster's conditions): b (KarmadaClusterNotFound)",
 	}, {
 		name: "a domain without pods, before a pending handover",
 		out: &outcome{

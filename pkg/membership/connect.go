@@ -30,23 +30,28 @@ func Configs(hubKubeconfig, memberKubeconfig string) (hub, member *rest.Config, 
 }
 
 // Connect builds what joining needs from the two kubeconfigs (see Configs):
-// a client of the hub and the member's discovery.
-func Connect(hubKubeconfig, memberKubeconfig string) (client.Client, discovery.ServerVersionInterface, error) {
+// a client of the hub, and JoinOptions with the member's discovery and
+// client (Member, MemberClient) for the caller to complete.
+func Connect(hubKubeconfig, memberKubeconfig string) (client.Client, JoinOptions, error) {
 	hubConfig, memberConfig, err := Configs(hubKubeconfig, memberKubeconfig)
 	if err != nil {
-		return nil, nil, err
+		return nil, JoinOptions{}, err
 	}
 	scheme, err := ctrlmeshscheme.New()
 	if err != nil {
-		return nil, nil, err
+		return nil, JoinOptions{}, err
 	}
 	hub, err := client.New(hubConfig, client.Options{Scheme: scheme})
 	if err != nil {
-		return nil, nil, fmt.Errorf("hub client: %w", err)
+		return nil, JoinOptions{}, fmt.Errorf("hub client: %w", err)
 	}
-	member, err := discovery.NewDiscoveryClientForConfig(memberConfig)
+	discoveryClient, err := discovery.NewDiscoveryClientForConfig(memberConfig)
 	if err != nil {
-		return nil, nil, fmt.Errorf("member discovery: %w", err)
+		return nil, JoinOptions{}, fmt.Errorf("member discovery: %w", err)
 	}
-	return hub, member, nil
+	member, err := client.New(memberConfig, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, JoinOptions{}, fmt.Errorf("member client: %w", err)
+	}
+	return hub, JoinOptions{Member: discoveryClient, MemberClient: member}, nil
 }

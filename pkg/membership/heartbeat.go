@@ -7,12 +7,12 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/karmada-io/karmada/pkg/util/names"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
@@ -28,10 +28,15 @@ const (
 	DefaultRenewInterval = 10 * time.Second
 )
 
-// Heartbeat renews the member's Lease ctrlmeshv1alpha1.HeartbeatLeaseName in its execution namespace on
-// the hub. The Lease tells the hub the agent is alive; it is not a leader
-// election: the agent runs once per member and takes the Lease over from any
-// other holder.
+// Heartbeat renews the member's Lease ctrlmeshv1alpha1.HeartbeatLeaseName
+// ("managed-cluster-lease") in its cluster namespace on the hub, as OCM's
+// registration agent does; it also writes leaseDurationSeconds and marks
+// each renewal as its own (ctrlmeshv1alpha1.HeartbeatRenewalAnnotation),
+// which the ctrlmesh hub requires of a heartbeat (OCM's hub takes the
+// duration from the ManagedCluster's spec and counts any renewTime). The
+// Lease tells the hub the agent is alive; it is not a leader election: the
+// agent runs once per member and takes the Lease over from any other
+// holder.
 type Heartbeat struct {
 	// Hub is a client of the hub cluster. Required.
 	Hub client.Client
@@ -61,10 +66,10 @@ type Heartbeat struct {
 	Log logr.Logger
 }
 
-// Namespace is the member's execution namespace on the hub, where its Lease
+// Namespace is the member's cluster namespace on the hub, where its Lease
 // lives.
 func (h *Heartbeat) Namespace() string {
-	return names.GenerateExecutionSpaceName(h.ClusterName)
+	return ctrlmeshv1alpha1.ClusterNamespace(h.ClusterName)
 }
 
 func (h *Heartbeat) settings() (leaseDuration, interval time.Duration, err error) {
@@ -77,15 +82,15 @@ func (h *Heartbeat) settings() (leaseDuration, interval time.Duration, err error
 	if h.Identity == "" {
 		return 0, 0, errors.New("join: heartbeat without a holder identity")
 	}
-	leaseDuration, interval = h.LeaseDuration, h.RenewInterval
-	if leaseDuration < 0 || interval < 0 {
-		return 0, 0, fmt.Errorf("join: negative lease duration %s or renew interval %s", leaseDuration, interval)
-	}
-	if leaseDuration == 0 {
-		leaseDuration = DefaultLeaseDuration
+	if h.RenewInterval < 0 {
+		return 0, 0, fmt.Errorf("join: negative renew interval %s", h.RenewInterval)
 	}
 	// Whole seconds, as leaseDurationSeconds has them.
-	leaseDuration = ((leaseDuration + time.Second - 1) / time.Second) * time.Second
+	seconds, err := leaseDurationSeconds(h.LeaseDuration)
+	if err != nil {
+		return 0, 0, err
+	}
+	leaseDuration, interval = time.Duration(seconds)*time.Second, h.RenewInterval
 	if interval == 0 {
 		interval = min(DefaultRenewInterval, leaseDuration/4)
 	}
@@ -152,7 +157,12 @@ func (h *Heartbeat) Run(ctx context.Context) error {
 	}
 }
 
-// Renew renews the Lease once, creating it when missing.
+// renewalMark is the HeartbeatRenewalAnnotation of a renewal at t: the
+// renewTime, as the Lease stores it.
+func renewalMark(t metav1.MicroTime) string { return t.UTC().Format(metav1.RFC3339Micro) }
+
+// Renew renews the Lease once, creating it when missing, and marks the
+// renewal as the ctrlmesh agent's (HeartbeatRenewalAnnotation).
 func (h *Heartbeat) Renew(ctx context.Context) error {
 	leaseDuration, _, err := h.settings()
 	if err != nil {
@@ -166,7 +176,9 @@ func (h *Heartbeat) Renew(ctx context.Context) error {
 	if apierrors.IsNotFound(err) {
 		t := metav1.NewMicroTime(h.now())
 		lease = coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+			// Labeled as OCM's hub labels the Lease it creates.
+			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: map[string]string{clusterv1.ClusterNameLabelKey: h.ClusterName},
+				Annotations: map[string]string{ctrlmeshv1alpha1.HeartbeatRenewalAnnotation: renewalMark(t)}},
 			Spec: coordinationv1.LeaseSpec{
 				HolderIdentity:       ptr.To(h.Identity),
 				LeaseDurationSeconds: ptr.To(seconds),
@@ -190,6 +202,10 @@ func (h *Heartbeat) Renew(ctx context.Context) error {
 	}
 	lease.Spec.LeaseDurationSeconds = ptr.To(seconds)
 	lease.Spec.RenewTime = &t
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	lease.Annotations[ctrlmeshv1alpha1.HeartbeatRenewalAnnotation] = renewalMark(t)
 	// An update, not a patch: a conflict means someone else wrote the Lease
 	// meanwhile, and the next tick reads it again.
 	if err := h.Hub.Update(ctx, &lease); err != nil {

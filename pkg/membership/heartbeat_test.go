@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
@@ -51,7 +52,7 @@ func TestHeartbeatRenewsUntilStopped(t *testing.T) {
 		LeaseDuration: 2 * time.Second, RenewInterval: interval, Log: testr.New(t),
 	}
 	ns := hb.Namespace()
-	if ns != "karmada-es-"+cluster {
+	if ns != cluster {
 		t.Fatalf("namespace %q", ns)
 	}
 	createNamespace(t, ctx, ns)
@@ -70,6 +71,14 @@ func TestHeartbeatRenewsUntilStopped(t *testing.T) {
 			}
 			if got := *lease.Spec.LeaseDurationSeconds; got != 2 {
 				t.Errorf("leaseDurationSeconds %d, want 2", got)
+			}
+			// Marked as the ctrlmesh agent's renewal, for the hub.
+			if got, want := lease.Annotations[ctrlmeshv1alpha1.HeartbeatRenewalAnnotation], lease.Spec.RenewTime.UTC().Format(metav1.RFC3339Micro); got != want {
+				t.Errorf("renewal mark %q, want the renewTime %q", got, want)
+			}
+			// Labeled as OCM's hub labels the Lease it creates.
+			if got := lease.Labels[clusterv1.ClusterNameLabelKey]; got != cluster {
+				t.Errorf("lease label %s=%q, want %q", clusterv1.ClusterNameLabelKey, got, cluster)
 			}
 			renewals = append(renewals, rt)
 		}

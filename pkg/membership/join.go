@@ -5,15 +5,17 @@
 //   - creates the member's OCM ManagedCluster on the hub (Join) and reports
 //     cluster claims in its status: the member's Kubernetes version and the
 //     ctrlmesh version;
-//   - renews a heartbeat Lease named ctrlmeshv1alpha1.HeartbeatLeaseName in the member's execution
-//     namespace karmada-es-<cluster> on the hub (Heartbeat);
+//   - renews OCM's heartbeat Lease ctrlmeshv1alpha1.HeartbeatLeaseName
+//     ("managed-cluster-lease") in the member's cluster namespace on the hub,
+//     named as the cluster (Heartbeat);
 //   - asks whether the hub accepted the member (IsAccepted): until an
 //     administrator, or an auto-accept policy, sets spec.hubAcceptsClient, the
-//     agent must apply no rules.
+//     agent must apply no rules; once it has, it marks the ManagedCluster
+//     joined (MarkJoined), as OCM's agent does.
 //
 // The agent never sets spec.hubAcceptsClient and never updates the
 // ManagedCluster's spec: it writes only the status subresource. The hub, not
-// the agent, creates the execution namespace. AgentHubRBAC gives the hub RBAC
+// the agent, creates the cluster and execution namespaces. AgentHubRBAC gives the hub RBAC
 // for one member's agent, and deploy/rbac/agent-hub.yaml is its rendering for
 // the cluster "example".
 package membership
@@ -25,9 +27,12 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/karmada-io/karmada/pkg/util/names"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/discovery"
@@ -35,6 +40,7 @@ import (
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/version"
 )
 
@@ -51,17 +57,46 @@ const (
 	// hub's acceptance policy lets an agent write only its own
 	// ManagedCluster, so it names a subject in its own cluster only.
 	ClaimAgentNamespace = "namespace.agent.ctrlmesh.io"
+	// ClaimClusterID is OCM's reserved claim for the member's unique ID
+	// (clusterv1alpha1.ReservedClusterClaimNames): the UID of its
+	// kube-system namespace, the ID Karmada writes as its Cluster's spec.id
+	// (karmadactl join, karmada-agent: util.ObtainClusterID), by which the
+	// hub tells whether Karmada knows the member, and under which name.
+	ClaimClusterID = "id.k8s.io"
 )
+
+// ClaimedClusterID is the ID mc's agent claims (ClaimClusterID), "" when it
+// claims none.
+func ClaimedClusterID(mc *clusterv1.ManagedCluster) string {
+	return claimed(mc, ClaimClusterID)
+}
 
 // ClaimedAgentNamespace is the agent namespace mc claims (ClaimAgentNamespace), ""
 // when it claims none.
 func ClaimedAgentNamespace(mc *clusterv1.ManagedCluster) string {
+	return claimed(mc, ClaimAgentNamespace)
+}
+
+func claimed(mc *clusterv1.ManagedCluster, name string) string {
 	for _, c := range mc.Status.ClusterClaims {
-		if c.Name == ClaimAgentNamespace {
+		if c.Name == name {
 			return c.Value
 		}
 	}
 	return ""
+}
+
+// MemberClusterID reads the member's ID: the UID of its kube-system
+// namespace, as Karmada reads it for its Cluster's spec.id.
+func MemberClusterID(ctx context.Context, member client.Reader) (string, error) {
+	var ns corev1.Namespace
+	if err := member.Get(ctx, client.ObjectKey{Name: metav1.NamespaceSystem}, &ns); err != nil {
+		return "", fmt.Errorf("join: reading the member's namespace %s for its cluster ID: %w", metav1.NamespaceSystem, err)
+	}
+	if ns.UID == "" {
+		return "", fmt.Errorf("join: the member's namespace %s has no UID", metav1.NamespaceSystem)
+	}
+	return string(ns.UID), nil
 }
 
 // JoinOptions describe the member that joins.
@@ -73,6 +108,14 @@ type JoinOptions struct {
 	// Member is the discovery client of the member cluster, asked for its
 	// Kubernetes version. Required.
 	Member discovery.ServerVersionInterface
+	// MemberClient reads the member's kube-system namespace, whose UID is
+	// claimed as ClaimClusterID (MemberClusterID). Required.
+	MemberClient client.Reader
+	// LeaseDuration is written as spec.leaseDurationSeconds of a
+	// ManagedCluster Join creates (OCM's agents renew their Lease at least
+	// that often; OCM's hub takes the Lease as stopped after five of them).
+	// Give the Heartbeat's. Default: DefaultLeaseDuration.
+	LeaseDuration time.Duration
 	// AgentVersion is claimed as ClaimCtrlmeshVersion. Default:
 	// version.Version.
 	AgentVersion string
@@ -90,7 +133,8 @@ type JoinOptions struct {
 // agent.
 //
 // A new ManagedCluster is created with spec.hubAcceptsClient false (the
-// default); Join never changes the spec of an existing one, so the hub's
+// default) and spec.leaseDurationSeconds; Join never changes the spec of an
+// existing one, so the hub's
 // acceptance survives every re-join. Creating needs the RBAC verb create on
 // managedclusters, which RBAC cannot restrict to one name; a hub that
 // creates the ManagedCluster itself can leave that grant out (see
@@ -99,8 +143,16 @@ func Join(ctx context.Context, hub client.Client, opts JoinOptions) error {
 	if err := validateClusterName(opts.ClusterName); err != nil {
 		return err
 	}
-	if opts.Member == nil {
-		return errors.New("join: no discovery client for the member cluster")
+	if opts.Member == nil || opts.MemberClient == nil {
+		return errors.New("join: no discovery client or client for the member cluster")
+	}
+	leaseDuration, err := leaseDurationSeconds(opts.LeaseDuration)
+	if err != nil {
+		return err
+	}
+	clusterID, err := MemberClusterID(ctx, opts.MemberClient)
+	if err != nil {
+		return err
 	}
 	sv, err := opts.Member.ServerVersion()
 	if err != nil {
@@ -115,13 +167,14 @@ func Join(ctx context.Context, hub client.Client, opts JoinOptions) error {
 	}
 	claims := map[string]string{}
 	for name, value := range opts.ExtraClaims {
-		if name == ClaimKubeVersion || name == ClaimCtrlmeshVersion || name == ClaimAgentNamespace {
+		if name == ClaimKubeVersion || name == ClaimCtrlmeshVersion || name == ClaimAgentNamespace || name == ClaimClusterID {
 			return fmt.Errorf("join: extra claim %q is set by Join itself", name)
 		}
 		claims[name] = value
 	}
 	claims[ClaimKubeVersion] = sv.GitVersion
 	claims[ClaimCtrlmeshVersion] = agentVersion
+	claims[ClaimClusterID] = clusterID
 	if opts.AgentNamespace != "" {
 		if errs := validation.IsDNS1123Label(opts.AgentNamespace); len(errs) > 0 {
 			return fmt.Errorf("join: agent namespace %q: %s", opts.AgentNamespace, strings.Join(errs, "; "))
@@ -140,7 +193,8 @@ func Join(ctx context.Context, hub client.Client, opts JoinOptions) error {
 		err := hub.Get(ctx, key, &mc)
 		switch {
 		case apierrors.IsNotFound(err):
-			mc = clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: opts.ClusterName}}
+			mc = clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: opts.ClusterName},
+				Spec: clusterv1.ManagedClusterSpec{LeaseDurationSeconds: leaseDuration}}
 			if err := hub.Create(ctx, &mc); err != nil {
 				if apierrors.IsAlreadyExists(err) {
 					// Created meanwhile: a conflict makes the retry read it.
@@ -209,6 +263,46 @@ func IsAccepted(ctx context.Context, hub client.Client, cluster string) (bool, e
 		return false, fmt.Errorf("join: reading ManagedCluster %q on the hub: %w", cluster, err)
 	}
 	return mc.Spec.HubAcceptsClient, nil
+}
+
+// MarkJoined sets the ManagedCluster's condition ManagedClusterJoined True,
+// as OCM's agent does once the hub accepted the cluster; the agent calls it
+// when it starts to take rules from the hub. Only the condition is written,
+// on the latest object, so the hub's conditions and the claims survive.
+func MarkJoined(ctx context.Context, hub client.Client, cluster string) error {
+	if err := validateClusterName(cluster); err != nil {
+		return err
+	}
+	joined := metav1.Condition{Type: clusterv1.ManagedClusterConditionJoined, Status: metav1.ConditionTrue,
+		Reason: ctrlmeshv1alpha1.ReasonClusterJoined, Message: "Managed cluster joined"}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var mc clusterv1.ManagedCluster
+		if err := hub.Get(ctx, client.ObjectKey{Name: cluster}, &mc); err != nil {
+			return fmt.Errorf("join: reading ManagedCluster %q on the hub: %w", cluster, err)
+		}
+		if !meta.SetStatusCondition(&mc.Status.Conditions, joined) {
+			return nil
+		}
+		if err := hub.Status().Update(ctx, &mc); err != nil {
+			if apierrors.IsConflict(err) {
+				return err
+			}
+			return fmt.Errorf("join: marking ManagedCluster %q joined: %w", cluster, err)
+		}
+		return nil
+	})
+}
+
+// leaseDurationSeconds is d in whole seconds, rounded up, DefaultLeaseDuration
+// for 0.
+func leaseDurationSeconds(d time.Duration) (int32, error) {
+	if d < 0 {
+		return 0, fmt.Errorf("join: negative lease duration %s", d)
+	}
+	if d == 0 {
+		d = DefaultLeaseDuration
+	}
+	return int32((d + time.Second - 1) / time.Second), nil
 }
 
 func validateClusterName(name string) error {

@@ -7,10 +7,14 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
 	"github.com/ctrlmesh/ctrlmesh/pkg/version"
 )
@@ -36,7 +40,7 @@ func TestJoinAndAccept(t *testing.T) {
 		t.Fatalf("IsAccepted before Join: err = %v, want NotFound", err)
 	}
 
-	if err := membership.Join(ctx, hub.Client, membership.JoinOptions{ClusterName: cluster, Member: memberDiscovery}); err != nil {
+	if err := membership.Join(ctx, hub.Client, membership.JoinOptions{ClusterName: cluster, Member: memberDiscovery, MemberClient: memberClient}); err != nil {
 		t.Fatal(err)
 	}
 	var mc clusterv1.ManagedCluster
@@ -53,6 +57,21 @@ func TestJoinAndAccept(t *testing.T) {
 	if mc.Status.Version.Kubernetes != sv.GitVersion {
 		t.Errorf("status.version.kubernetes = %q, want %q", mc.Status.Version.Kubernetes, sv.GitVersion)
 	}
+	// The ID Karmada writes as its Cluster's spec.id: member1's kube-system UID.
+	var kubeSystem corev1.Namespace
+	if err := memberClient.Get(ctx, client.ObjectKey{Name: metav1.NamespaceSystem}, &kubeSystem); err != nil {
+		t.Fatal(err)
+	}
+	if got := claims[membership.ClaimClusterID]; len(got) != 1 || got[0] != string(kubeSystem.UID) || got[0] == "" {
+		t.Errorf("claim %s = %v, want [%s] (member1's kube-system UID)", membership.ClaimClusterID, got, kubeSystem.UID)
+	}
+	if id := membership.ClaimedClusterID(&mc); id != string(kubeSystem.UID) {
+		t.Errorf("ClaimedClusterID = %q, want %q", id, kubeSystem.UID)
+	}
+	// OCM's lease duration, the Heartbeat's default.
+	if got := mc.Spec.LeaseDurationSeconds; got != int32(membership.DefaultLeaseDuration/time.Second) {
+		t.Errorf("spec.leaseDurationSeconds = %d, want %d", got, int32(membership.DefaultLeaseDuration/time.Second))
+	}
 	if mc.Spec.HubAcceptsClient {
 		t.Error("Join created an accepted ManagedCluster")
 	}
@@ -62,7 +81,7 @@ func TestJoinAndAccept(t *testing.T) {
 	}
 
 	// The hub admin accepts the member, and someone adds a claim of their own.
-	mc.Status.ClusterClaims = append(mc.Status.ClusterClaims, clusterv1.ManagedClusterClaim{Name: "id.k8s.io", Value: "4711"})
+	mc.Status.ClusterClaims = append(mc.Status.ClusterClaims, clusterv1.ManagedClusterClaim{Name: "product.open-cluster-management.io", Value: "4711"})
 	if err := hub.Client.Status().Update(ctx, &mc); err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +96,7 @@ func TestJoinAndAccept(t *testing.T) {
 
 	// A re-join of a newer agent updates its claim and keeps the rest; it
 	// claims its namespace, which the hub reads back.
-	if err := membership.Join(ctx, hub.Client, membership.JoinOptions{ClusterName: cluster, Member: memberDiscovery, AgentVersion: "v9.9.9",
+	if err := membership.Join(ctx, hub.Client, membership.JoinOptions{ClusterName: cluster, Member: memberDiscovery, MemberClient: memberClient, AgentVersion: "v9.9.9",
 		AgentNamespace: "agents", ExtraClaims: map[string]string{"platform.open-cluster-management.io": "envtest"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +107,8 @@ func TestJoinAndAccept(t *testing.T) {
 	for name, want := range map[string]string{
 		membership.ClaimKubeVersion:           sv.GitVersion,
 		membership.ClaimCtrlmeshVersion:       "v9.9.9",
-		"id.k8s.io":                           "4711",
+		"product.open-cluster-management.io":  "4711",
+		membership.ClaimClusterID:             string(kubeSystem.UID),
 		"platform.open-cluster-management.io": "envtest",
 		membership.ClaimAgentNamespace:        "agents",
 	} {
@@ -96,8 +116,8 @@ func TestJoinAndAccept(t *testing.T) {
 			t.Errorf("after re-join, claim %s = %v, want [%s]", name, got, want)
 		}
 	}
-	if len(mc.Status.ClusterClaims) != 5 {
-		t.Errorf("after re-join, claims %+v, want 5", mc.Status.ClusterClaims)
+	if len(mc.Status.ClusterClaims) != 6 {
+		t.Errorf("after re-join, claims %+v, want 6", mc.Status.ClusterClaims)
 	}
 	if ns := membership.ClaimedAgentNamespace(&mc); ns != "agents" {
 		t.Errorf("ClaimedAgentNamespace = %q, want agents", ns)
@@ -108,7 +128,7 @@ func TestJoinAndAccept(t *testing.T) {
 
 	// An unchanged re-join writes nothing.
 	before := mc.ResourceVersion
-	if err := membership.Join(ctx, hub.Client, membership.JoinOptions{ClusterName: cluster, Member: memberDiscovery, AgentVersion: "v9.9.9",
+	if err := membership.Join(ctx, hub.Client, membership.JoinOptions{ClusterName: cluster, Member: memberDiscovery, MemberClient: memberClient, AgentVersion: "v9.9.9",
 		AgentNamespace: "agents", ExtraClaims: map[string]string{"platform.open-cluster-management.io": "envtest"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +137,32 @@ func TestJoinAndAccept(t *testing.T) {
 	}
 	if mc.ResourceVersion != before {
 		t.Errorf("an unchanged re-join wrote the ManagedCluster: resourceVersion %s -> %s", before, mc.ResourceVersion)
+	}
+
+	// The agent marks the cluster joined, as OCM's agent does, and keeps
+	// the claims; marking it again writes nothing.
+	if err := membership.MarkJoined(ctx, hub.Client, cluster); err != nil {
+		t.Fatal(err)
+	}
+	if err := hub.Client.Get(ctx, client.ObjectKey{Name: cluster}, &mc); err != nil {
+		t.Fatal(err)
+	}
+	joined := meta.FindStatusCondition(mc.Status.Conditions, clusterv1.ManagedClusterConditionJoined)
+	if joined == nil || joined.Status != metav1.ConditionTrue || joined.Reason != ctrlmeshv1alpha1.ReasonClusterJoined {
+		t.Errorf("Joined condition %+v", joined)
+	}
+	if len(mc.Status.ClusterClaims) != 6 {
+		t.Errorf("after MarkJoined, claims %+v", mc.Status.ClusterClaims)
+	}
+	before = mc.ResourceVersion
+	if err := membership.MarkJoined(ctx, hub.Client, cluster); err != nil {
+		t.Fatal(err)
+	}
+	if err := hub.Client.Get(ctx, client.ObjectKey{Name: cluster}, &mc); err != nil {
+		t.Fatal(err)
+	}
+	if mc.ResourceVersion != before {
+		t.Errorf("a second MarkJoined wrote the ManagedCluster: resourceVersion %s -> %s", before, mc.ResourceVersion)
 	}
 }
 
@@ -131,7 +177,7 @@ func TestJoinConcurrently(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = membership.Join(ctx, hub.Client, membership.JoinOptions{ClusterName: cluster, Member: memberDiscovery})
+			errs[i] = membership.Join(ctx, hub.Client, membership.JoinOptions{ClusterName: cluster, Member: memberDiscovery, MemberClient: memberClient})
 		}()
 	}
 	wg.Wait()
@@ -144,8 +190,8 @@ func TestJoinConcurrently(t *testing.T) {
 	if err := hub.Client.Get(ctx, client.ObjectKey{Name: cluster}, &mc); err != nil {
 		t.Fatal(err)
 	}
-	if len(mc.Status.ClusterClaims) != 2 {
-		t.Errorf("claims %+v, want exactly the 2 of Join", mc.Status.ClusterClaims)
+	if len(mc.Status.ClusterClaims) != 3 {
+		t.Errorf("claims %+v, want exactly the 3 of Join", mc.Status.ClusterClaims)
 	}
 }
 
@@ -156,18 +202,23 @@ func TestJoinRejectsBadOptions(t *testing.T) {
 		opts membership.JoinOptions
 		want string
 	}{
-		{"no cluster name", membership.JoinOptions{Member: memberDiscovery}, "no cluster name"},
-		{"upper case", membership.JoinOptions{ClusterName: "Member1", Member: memberDiscovery}, "cluster name"},
-		{"dot", membership.JoinOptions{ClusterName: "member.one", Member: memberDiscovery}, "cluster name"},
-		{"too long for the namespace", membership.JoinOptions{ClusterName: strings.Repeat("a", 60), Member: memberDiscovery}, "execution namespace"},
+		{"no cluster name", membership.JoinOptions{Member: memberDiscovery, MemberClient: memberClient}, "no cluster name"},
+		{"upper case", membership.JoinOptions{ClusterName: "Member1", Member: memberDiscovery, MemberClient: memberClient}, "cluster name"},
+		{"dot", membership.JoinOptions{ClusterName: "member.one", Member: memberDiscovery, MemberClient: memberClient}, "cluster name"},
+		{"too long for the namespace", membership.JoinOptions{ClusterName: strings.Repeat("a", 60), Member: memberDiscovery, MemberClient: memberClient}, "execution namespace"},
 		{"no member", membership.JoinOptions{ClusterName: "bad-options"}, "no discovery client"},
-		{"reserved extra claim", membership.JoinOptions{ClusterName: "bad-options", Member: memberDiscovery,
+		{"no member client", membership.JoinOptions{ClusterName: "bad-options", Member: memberDiscovery}, "no discovery client or client"},
+		{"negative lease duration", membership.JoinOptions{ClusterName: "bad-options", Member: memberDiscovery, MemberClient: memberClient,
+			LeaseDuration: -time.Second}, "negative lease duration"},
+		{"the cluster ID as an extra claim", membership.JoinOptions{ClusterName: "bad-options", Member: memberDiscovery, MemberClient: memberClient,
+			ExtraClaims: map[string]string{membership.ClaimClusterID: "forged"}}, "set by Join itself"},
+		{"reserved extra claim", membership.JoinOptions{ClusterName: "bad-options", Member: memberDiscovery, MemberClient: memberClient,
 			ExtraClaims: map[string]string{membership.ClaimKubeVersion: "v0"}}, "set by Join itself"},
-		{"the agent namespace as an extra claim", membership.JoinOptions{ClusterName: "bad-options", Member: memberDiscovery,
+		{"the agent namespace as an extra claim", membership.JoinOptions{ClusterName: "bad-options", Member: memberDiscovery, MemberClient: memberClient,
 			ExtraClaims: map[string]string{membership.ClaimAgentNamespace: "kube-system"}}, "set by Join itself"},
-		{"an agent namespace that is no namespace name", membership.JoinOptions{ClusterName: "bad-options", Member: memberDiscovery,
+		{"an agent namespace that is no namespace name", membership.JoinOptions{ClusterName: "bad-options", Member: memberDiscovery, MemberClient: memberClient,
 			AgentNamespace: "Agents/x"}, "agent namespace"},
-		{"empty claim value", membership.JoinOptions{ClusterName: "bad-options", Member: memberDiscovery,
+		{"empty claim value", membership.JoinOptions{ClusterName: "bad-options", Member: memberDiscovery, MemberClient: memberClient,
 			ExtraClaims: map[string]string{"x.example.com": ""}}, "values 1 to 1024"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"k8s.io/client-go/discovery"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
@@ -16,6 +17,8 @@ var (
 	fleet           *env.Fleet
 	hub             *env.Cluster
 	memberDiscovery discovery.ServerVersionInterface
+	// memberClient reads member1, for its kube-system namespace's UID.
+	memberClient client.Client
 )
 
 func TestMain(m *testing.M) {
@@ -27,6 +30,7 @@ func TestMain(m *testing.M) {
 			return nil, err
 		}
 		memberDiscovery = dc
+		memberClient = f.Cluster("member1").Client
 		return nil, nil
 	}))
 }

@@ -19,10 +19,14 @@ import (
 const (
 	// AgentNamespace holds the agents' ServiceAccounts on the hub.
 	AgentNamespace = "ctrlmesh"
-	// ExecutionClusterRole is shared by all members and bound per member by a
-	// RoleBinding in the member's execution namespace.
+	// ExecutionClusterRole (its Works) is shared by all members and bound
+	// per member by a RoleBinding in the member's execution namespace.
 	ExecutionClusterRole = "ctrlmesh-agent-execution"
-	// ExecutionRoleBinding is the name of that RoleBinding.
+	// HeartbeatClusterRole (its heartbeat Lease) is shared by all members
+	// and bound per member by a RoleBinding in the member's cluster
+	// namespace.
+	HeartbeatClusterRole = "ctrlmesh-agent-heartbeat"
+	// ExecutionRoleBinding is the name of both RoleBindings.
 	ExecutionRoleBinding = "ctrlmesh-agent"
 	// partOfLabel marks every object AgentHubRBAC returns.
 	partOfLabel = "app.kubernetes.io/part-of"
@@ -61,14 +65,17 @@ func HubClusterRole(cluster string) string { return "ctrlmesh-agent-hub:" + clus
 // AgentHubRBAC returns the hub RBAC for the agent of one member, exactly what
 // Join, Heartbeat, IsAccepted and reading the member's Works need:
 //
-//   - ClusterRole ExecutionClusterRole (shared by all members): create Leases
-//     and get/update/patch the Lease ctrlmeshv1alpha1.HeartbeatLeaseName; get/list/watch Works and
-//     update/patch their status (not their spec);
+//   - ClusterRole HeartbeatClusterRole (shared by all members): create
+//     Leases and get/update/patch the Lease
+//     ctrlmeshv1alpha1.HeartbeatLeaseName;
+//   - ClusterRole ExecutionClusterRole (shared by all members): get/list/watch
+//     Works and update/patch their status (not their spec);
 //   - ClusterRole HubClusterRole(cluster) and its ClusterRoleBinding: get the
 //     member's own ManagedCluster and get/update/patch its status;
 //     create ManagedClusters;
-//   - RoleBinding ExecutionRoleBinding in karmada-es-<cluster>, binding
-//     ExecutionClusterRole there only;
+//   - RoleBinding ExecutionRoleBinding in the cluster namespace <cluster>,
+//     binding HeartbeatClusterRole there only, and one in
+//     karmada-es-<cluster>, binding ExecutionClusterRole there only;
 //   - the ValidatingAdmissionPolicy AcceptPolicy and its binding (shared by
 //     all members): only a user who may update managedclusters/accept of a
 //     ManagedCluster may set its spec.hubAcceptsClient to true, as OCM's
@@ -78,8 +85,8 @@ func HubClusterRole(cluster string) string { return "ctrlmesh-agent-hub:" + clus
 //     cluster name.
 //
 // All bind the ServiceAccount AgentNamespace/AgentServiceAccount(cluster).
-// The namespaces (AgentNamespace and karmada-es-<cluster>) and the
-// ServiceAccount are the hub admin's to create — but on Karmada,
+// The namespaces (AgentNamespace, <cluster> and karmada-es-<cluster>) and
+// the ServiceAccount are the hub's to create — but on Karmada,
 // karmada-es-<cluster> is Karmada's, made when the member joins it.
 //
 // RBAC cannot restrict create to resource names, so AcceptPolicy limits the
@@ -95,10 +102,16 @@ func AgentHubRBAC(cluster string) []client.Object {
 	return []client.Object{
 		&rbacv1.ClusterRole{
 			TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "ClusterRole"},
-			ObjectMeta: metav1.ObjectMeta{Name: ExecutionClusterRole, Labels: shared},
+			ObjectMeta: metav1.ObjectMeta{Name: HeartbeatClusterRole, Labels: shared},
 			Rules: []rbacv1.PolicyRule{
 				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
 				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{ctrlmeshv1alpha1.HeartbeatLeaseName}, Verbs: []string{"get", "update", "patch"}},
+			},
+		},
+		&rbacv1.ClusterRole{
+			TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "ClusterRole"},
+			ObjectMeta: metav1.ObjectMeta{Name: ExecutionClusterRole, Labels: shared},
+			Rules: []rbacv1.PolicyRule{
 				{APIGroups: []string{"work.karmada.io"}, Resources: []string{"works"}, Verbs: []string{"get", "list", "watch"}},
 				{APIGroups: []string{"work.karmada.io"}, Resources: []string{"works/status"}, Verbs: []string{"update", "patch"}},
 			},
@@ -116,6 +129,12 @@ func AgentHubRBAC(cluster string) []client.Object {
 			TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "ClusterRoleBinding"},
 			ObjectMeta: metav1.ObjectMeta{Name: HubClusterRole(cluster), Labels: member},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: HubClusterRole(cluster)},
+			Subjects:   subjects,
+		},
+		&rbacv1.RoleBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "RoleBinding"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ctrlmeshv1alpha1.ClusterNamespace(cluster), Name: ExecutionRoleBinding, Labels: member},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: HeartbeatClusterRole},
 			Subjects:   subjects,
 		},
 		&rbacv1.RoleBinding{
@@ -166,17 +185,22 @@ const agentHubRBACHeader = `# The hub RBAC for the ctrlmesh agent of one member 
 # (a test fails when this file and the function differ); do not edit.
 #
 # For a new member <cluster>, the hub admin:
-#   1. creates the namespace karmada-es-<cluster> (the member's execution
-#      namespace; on Karmada do not: it is Karmada's, made when the member
-#      joins Karmada, so join it first) and, once, the namespace ctrlmesh;
+#   1. creates the namespaces <cluster> (the member's cluster namespace,
+#      where its heartbeat Lease managed-cluster-lease lives, as in OCM; on
+#      Karmada labeled namespace.karmada.io/skip-auto-propagation=true, or
+#      Karmada propagates it to every member) and karmada-es-<cluster> (its
+#      execution namespace, for its Works; on Karmada do not: it is
+#      Karmada's, made when the member joins Karmada, so join it first) and,
+#      once, the namespace ctrlmesh;
 #   2. creates the ServiceAccount ctrlmesh/agent-<cluster> and gives the
 #      member's agent a token of it in its hub kubeconfig;
-#   3. applies this file with "%[1]s" replaced by <cluster>: the ClusterRole
-#      ctrlmesh-agent-execution and the ValidatingAdmissionPolicy (and
-#      binding) ctrlmesh-managedcluster-accept, shared by all members and the
-#      same every time; the ClusterRole and ClusterRoleBinding
-#      ctrlmesh-agent-hub:<cluster>, and the RoleBinding ctrlmesh-agent in
-#      karmada-es-<cluster>;
+#   3. applies this file with "%[1]s" replaced by <cluster>: the ClusterRoles
+#      ctrlmesh-agent-heartbeat and ctrlmesh-agent-execution and the
+#      ValidatingAdmissionPolicy (and binding)
+#      ctrlmesh-managedcluster-accept, shared by all members and the same
+#      every time; the ClusterRole and ClusterRoleBinding
+#      ctrlmesh-agent-hub:<cluster>, and the RoleBindings ctrlmesh-agent in
+#      <cluster> and in karmada-es-<cluster>;
 #   4. accepts the member by setting spec.hubAcceptsClient of its
 #      ManagedCluster to true; the agent applies no rules before that.
 #

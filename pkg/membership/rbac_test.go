@@ -56,16 +56,20 @@ func TestAgentHubRBACIsExactlyEnough(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cluster, other := unique("member1"), unique("member2")
+	// Execution namespaces (Works) and cluster namespaces (Leases).
 	ownNS, otherNS := "karmada-es-"+cluster, "karmada-es-"+other
+	ownLeaseNS, otherLeaseNS := ctrlmeshv1alpha1.ClusterNamespace(cluster), ctrlmeshv1alpha1.ClusterNamespace(other)
 
 	// The hub admin prepares both members and binds member1's agent.
-	createNamespace(t, ctx, ownNS)
-	createNamespace(t, ctx, otherNS)
+	for _, ns := range []string{ownNS, otherNS, ownLeaseNS, otherLeaseNS} {
+		createNamespace(t, ctx, ns)
+	}
 	for _, obj := range []client.Object{
 		&clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: other}},
 		work(ownNS, "own-work"),
 		work(otherNS, "other-work"),
-		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: otherNS, Name: ctrlmeshv1alpha1.HeartbeatLeaseName}},
+		work(ownLeaseNS, "work-in-cluster-namespace"),
+		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: otherLeaseNS, Name: ctrlmeshv1alpha1.HeartbeatLeaseName}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ownNS, Name: "hub-secret"}},
 	} {
 		if err := hub.Client.Create(ctx, obj); err != nil {
@@ -93,10 +97,10 @@ func TestAgentHubRBACIsExactlyEnough(t *testing.T) {
 	waitForAcceptPolicy(t, ctx, agent)
 
 	// Everything the agent does succeeds.
-	if err := membership.Join(ctx, agent, membership.JoinOptions{ClusterName: cluster, Member: memberDiscovery}); err != nil {
+	if err := membership.Join(ctx, agent, membership.JoinOptions{ClusterName: cluster, Member: memberDiscovery, MemberClient: memberClient}); err != nil {
 		t.Fatalf("Join as the agent: %v", err)
 	}
-	if err := membership.Join(ctx, agent, membership.JoinOptions{ClusterName: cluster, Member: memberDiscovery, AgentVersion: "v2"}); err != nil {
+	if err := membership.Join(ctx, agent, membership.JoinOptions{ClusterName: cluster, Member: memberDiscovery, MemberClient: memberClient, AgentVersion: "v2"}); err != nil {
 		t.Fatalf("re-Join as the agent: %v", err)
 	}
 	if accepted, err := membership.IsAccepted(ctx, agent, cluster); err != nil || accepted {
@@ -109,13 +113,13 @@ func TestAgentHubRBACIsExactlyEnough(t *testing.T) {
 			t.Fatalf("heartbeat renewal %d as the agent: %v", i, err)
 		}
 	}
-	_, first := leaseRenewTime(t, ctx, ownNS)
+	_, first := leaseRenewTime(t, ctx, ownLeaseNS)
 	runCtx, stop := context.WithCancel(ctx)
 	time.AfterFunc(700*time.Millisecond, stop)
 	if err := hb.Run(runCtx); err != nil {
 		t.Fatal(err)
 	}
-	if _, last := leaseRenewTime(t, ctx, ownNS); !last.After(first) {
+	if _, last := leaseRenewTime(t, ctx, ownLeaseNS); !last.After(first) {
 		t.Errorf("Run as the agent did not renew the lease: %s, then %s", first, last)
 	}
 
@@ -184,18 +188,24 @@ func TestAgentHubRBACIsExactlyEnough(t *testing.T) {
 			return agent.Create(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: other + "-forged"}})
 		}},
 		{"get another member's Lease", func() error {
-			return agent.Get(ctx, client.ObjectKey{Namespace: otherNS, Name: ctrlmeshv1alpha1.HeartbeatLeaseName}, &coordinationv1.Lease{})
+			return agent.Get(ctx, client.ObjectKey{Namespace: otherLeaseNS, Name: ctrlmeshv1alpha1.HeartbeatLeaseName}, &coordinationv1.Lease{})
 		}},
 		{"renew another member's Lease", func() error {
 			return (&membership.Heartbeat{Hub: agent, ClusterName: other, Identity: "agent-0"}).Renew(ctx)
 		}},
 		{"update another member's Lease", func() error {
-			l := adminGet(&coordinationv1.Lease{}, client.ObjectKey{Namespace: otherNS, Name: ctrlmeshv1alpha1.HeartbeatLeaseName}).(*coordinationv1.Lease)
+			l := adminGet(&coordinationv1.Lease{}, client.ObjectKey{Namespace: otherLeaseNS, Name: ctrlmeshv1alpha1.HeartbeatLeaseName}).(*coordinationv1.Lease)
 			l.Spec.HolderIdentity = ptr.To("agent-0")
 			return agent.Update(ctx, l)
 		}},
 		{"create a Lease in another member's namespace", func() error {
-			return agent.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: otherNS, Name: "x"}})
+			return agent.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: otherLeaseNS, Name: "x"}})
+		}},
+		{"create a Lease in its execution namespace", func() error {
+			return agent.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ownNS, Name: ctrlmeshv1alpha1.HeartbeatLeaseName}})
+		}},
+		{"get a Work in its cluster namespace", func() error {
+			return agent.Get(ctx, client.ObjectKey{Namespace: ownLeaseNS, Name: "work-in-cluster-namespace"}, &workv1alpha1.Work{})
 		}},
 		{"get another member's Work", func() error {
 			return agent.Get(ctx, client.ObjectKey{Namespace: otherNS, Name: "other-work"}, &workv1alpha1.Work{})
@@ -223,7 +233,7 @@ func TestAgentHubRBACIsExactlyEnough(t *testing.T) {
 			return agent.List(ctx, &corev1.SecretList{}, client.InNamespace(ownNS))
 		}},
 		{"delete its Lease", func() error {
-			return agent.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ownNS, Name: ctrlmeshv1alpha1.HeartbeatLeaseName}})
+			return agent.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ownLeaseNS, Name: ctrlmeshv1alpha1.HeartbeatLeaseName}})
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -242,11 +252,14 @@ func TestAgentHubRBACIsExactlyEnough(t *testing.T) {
 	if err := hub.Client.Update(ctx, mc); err != nil {
 		t.Fatalf("the admin accepting member1: %v", err)
 	}
-	if err := membership.Join(ctx, agent, membership.JoinOptions{ClusterName: cluster, Member: memberDiscovery, AgentVersion: "v3"}); err != nil {
+	if err := membership.Join(ctx, agent, membership.JoinOptions{ClusterName: cluster, Member: memberDiscovery, MemberClient: memberClient, AgentVersion: "v3"}); err != nil {
 		t.Fatal(err)
 	}
 	if accepted, err := membership.IsAccepted(ctx, agent, cluster); err != nil || !accepted {
 		t.Fatalf("IsAccepted as the agent after acceptance = %v, %v; want true", accepted, err)
+	}
+	if err := membership.MarkJoined(ctx, agent, cluster); err != nil {
+		t.Fatalf("MarkJoined as the agent: %v", err)
 	}
 }
 
@@ -302,6 +315,7 @@ func TestJoinWithoutCreateGrant(t *testing.T) {
 	defer cancel()
 	cluster := unique("precreated")
 	createNamespace(t, ctx, "karmada-es-"+cluster)
+	createNamespace(t, ctx, ctrlmeshv1alpha1.ClusterNamespace(cluster))
 	if err := hub.Client.Create(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: cluster}}); err != nil {
 		t.Fatal(err)
 	}
@@ -328,15 +342,15 @@ func TestJoinWithoutCreateGrant(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if err := membership.Join(ctx, agent, membership.JoinOptions{ClusterName: cluster, Member: memberDiscovery}); err != nil {
+	if err := membership.Join(ctx, agent, membership.JoinOptions{ClusterName: cluster, Member: memberDiscovery, MemberClient: memberClient}); err != nil {
 		t.Fatalf("Join without a create grant: %v", err)
 	}
 	var mc clusterv1.ManagedCluster
 	if err := hub.Client.Get(ctx, client.ObjectKey{Name: cluster}, &mc); err != nil {
 		t.Fatal(err)
 	}
-	if len(mc.Status.ClusterClaims) != 2 {
-		t.Errorf("claims %+v, want Join's 2", mc.Status.ClusterClaims)
+	if len(mc.Status.ClusterClaims) != 3 {
+		t.Errorf("claims %+v, want Join's 3", mc.Status.ClusterClaims)
 	}
 	err := agent.Create(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: "precreated-other"}})
 	if !apierrors.IsForbidden(err) {
@@ -351,6 +365,7 @@ func TestAcceptPolicy(t *testing.T) {
 	defer cancel()
 	cluster := unique("accept-policy")
 	createNamespace(t, ctx, "karmada-es-"+cluster)
+	createNamespace(t, ctx, ctrlmeshv1alpha1.ClusterNamespace(cluster))
 	applyAgentHubRBAC(t, ctx, cluster, nil) // installs the policy
 	writeRules := []rbacv1.PolicyRule{{APIGroups: []string{"cluster.open-cluster-management.io"}, Resources: []string{"managedclusters"},
 		Verbs: []string{"get", "create", "update"}}}

@@ -321,7 +321,8 @@ const memberTokenLifetime = 24 * time.Hour
 // as 'karmadactl join' does in push mode: in the member a ServiceAccount
 // karmada-<member> in karmada-cluster with all rights, in Karmada a Secret
 // karmada-cluster/<member> with its token and the member's CA, and a Cluster
-// <member> of sync mode Push naming both. karmadactl takes the token from a
+// <member> of sync mode Push naming both, with the member's ID (its kube-system
+// UID) as spec.id. karmadactl takes the token from a
 // legacy ServiceAccount token Secret, which needs kube-controller-manager's
 // token controller; the test clusters run none, so the token comes from the
 // TokenRequest API. Karmada's cluster controller then creates the execution
@@ -359,9 +360,16 @@ func JoinPush(ctx context.Context, karmada, member *Cluster) error {
 			clusterv1alpha1.SecretCADataKey: member.Config.CAData,
 		},
 	}
+	// The member's ID, as karmadactl join (and karmada-agent) writes it:
+	// the UID of its kube-system namespace (util.ObtainClusterID).
+	var kubeSystem corev1.Namespace
+	if err := member.Client.Get(ctx, client.ObjectKey{Name: metav1.NamespaceSystem}, &kubeSystem); err != nil {
+		return fmt.Errorf("clusters: joining %q: reading its cluster ID: %w", member.Name, err)
+	}
 	cluster := &clusterv1alpha1.Cluster{
 		ObjectMeta: metav1.ObjectMeta{Name: member.Name},
 		Spec: clusterv1alpha1.ClusterSpec{
+			ID:          string(kubeSystem.UID),
 			SyncMode:    clusterv1alpha1.Push,
 			APIEndpoint: member.Config.Host,
 			SecretRef:   &clusterv1alpha1.LocalSecretReference{Namespace: secret.Namespace, Name: secret.Name},

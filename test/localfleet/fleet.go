@@ -35,6 +35,7 @@ import (
 
 	"github.com/ctrlmesh/ctrlmesh/agent"
 	"github.com/ctrlmesh/ctrlmesh/agent/inject"
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/hub"
 	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
 	"github.com/ctrlmesh/ctrlmesh/test/controlplane"
@@ -210,11 +211,15 @@ func PrepareHub(ctx context.Context, hubCluster *controlplane.Cluster, namespace
 }
 
 // PrepareAgent creates what a member's agent needs, as joining does: its
-// execution namespace and RBAC on the hub (membership.AgentHubRBAC), its
+// execution and cluster namespaces and RBAC on the hub
+// (membership.AgentHubRBAC), its
 // namespace and RBAC in the member (agent.MemberRBAC). It returns the
 // agent's credentials on each, with exactly that RBAC.
 func PrepareAgent(ctx context.Context, hubCluster, memberCluster *controlplane.Cluster, member, namespace string) (hubIdentity, memberIdentity *rest.Config, err error) {
-	hubObjs := append([]client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: names.GenerateExecutionSpaceName(member)}}}, membership.AgentHubRBAC(member)...)
+	hubObjs := append([]client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: names.GenerateExecutionSpaceName(member)}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ctrlmeshv1alpha1.ClusterNamespace(member)}},
+	}, membership.AgentHubRBAC(member)...)
 	if err := create(ctx, hubCluster.Client, hubObjs...); err != nil {
 		return nil, nil, fmt.Errorf("localfleet: preparing the hub for %s: %w", member, err)
 	}

@@ -83,28 +83,53 @@ const (
 	ReasonAsExpected = "AsExpected"
 )
 
-// Reasons of the hub's conditions on OCM ManagedClusters (HubAcceptedManagedCluster
-// and ManagedClusterConditionAvailable). OCM's API module has constants for
-// the condition types only; where OCM's registration controller has a reason
-// for the same state, the reason is OCM's.
+// Reasons of the conditions on OCM ManagedClusters: HubAcceptedManagedCluster
+// and ManagedClusterConditionAvailable, which the hub writes, and
+// ManagedClusterJoined, which the agent writes. OCM's API module has
+// constants for the condition types only (clusterv1.ManagedClusterCondition*);
+// where OCM's registration controllers (open-cluster-management.io/ocm,
+// pkg/registration) have a reason for the same state, the reason, status and
+// message are OCM's, so that OCM tooling and a real OCM hub running beside
+// ctrlmesh read and write them alike.
 const (
-	// ReasonClusterAccepted: spec.hubAcceptsClient is true (HubAccepted True).
+	// ReasonClusterAccepted: spec.hubAcceptsClient is true (HubAccepted
+	// True, message "Accepted by hub cluster admin"): OCM's hub.
 	ReasonClusterAccepted = "HubClusterAdminAccepted"
-	// ReasonClusterNotAccepted: spec.hubAcceptsClient is false (HubAccepted
-	// False).
-	ReasonClusterNotAccepted = "HubClusterAdminNotAccepted"
-	// ReasonClusterAvailable: the heartbeat is fresh and Karmada, if it knows
-	// the cluster, has it Ready (Available True).
+	// ReasonClusterDenied: spec.hubAcceptsClient became false after the
+	// cluster was accepted (HubAccepted False, message "Denied by hub
+	// cluster admin"): OCM's hub. A cluster never accepted has no
+	// HubAccepted condition, as in OCM.
+	ReasonClusterDenied = "HubClusterAdminDenied"
+	// ReasonClusterJoined: the agent saw the hub accept the cluster and
+	// takes rules from it (Joined True, message "Managed cluster joined"):
+	// OCM's agent.
+	ReasonClusterJoined = "ManagedClusterJoined"
+	// ReasonClusterAvailable: the heartbeat is fresh and, where the hub
+	// serves Karmada's Clusters, Karmada's Cluster of the member is Ready
+	// (Available True): OCM's.
 	ReasonClusterAvailable = "ManagedClusterAvailable"
-	// ReasonLeaseUpdateStopped: the heartbeat Lease ran out (Available False).
+	// ReasonLeaseUpdateStopped: the agent stopped renewing the heartbeat
+	// Lease, or the Lease was deleted (Available Unknown): OCM's hub.
 	ReasonLeaseUpdateStopped = "ManagedClusterLeaseUpdateStopped"
-	// ReasonKarmadaClusterNotReady: the heartbeat is fresh but Karmada's
-	// Cluster of the same name is not Ready (Available False).
-	ReasonKarmadaClusterNotReady = "KarmadaClusterNotReady"
 	// ReasonNoHeartbeat: the member's agent has not written its heartbeat
 	// Lease, or wrote one without renewTime or leaseDurationSeconds
 	// (Available Unknown).
 	ReasonNoHeartbeat = "ManagedClusterLeaseNotFound"
+	// ReasonKarmadaClusterNotReady: the heartbeat is fresh but Karmada's
+	// Cluster of the member is not Ready (Available False).
+	ReasonKarmadaClusterNotReady = "KarmadaClusterNotReady"
+	// ReasonKarmadaClusterNotFound: the hub serves Karmada's Clusters but
+	// Karmada has none for the member, by name or by ID (Available False):
+	// Works for it would never be applied. The message says how to join it.
+	ReasonKarmadaClusterNotFound = "KarmadaClusterNotFound"
+	// ReasonKarmadaClusterNameMismatch: Karmada knows the member under
+	// another name: its Cluster of that name has, as spec.id, the ID the
+	// agent claims as id.k8s.io (Available False). The message names it.
+	ReasonKarmadaClusterNameMismatch = "KarmadaClusterNameMismatch"
+	// ReasonKarmadaClusterIDMismatch: Karmada's Cluster of the member's name
+	// is another cluster: its spec.id is not the ID the agent claims
+	// (Available False). Works for the member would go elsewhere.
+	ReasonKarmadaClusterIDMismatch = "KarmadaClusterIDMismatch"
 )
 
 // Reasons of the Applied condition the agent writes on a Work in standalone
@@ -156,10 +181,4 @@ const (
 	// ReasonShardRouteDeleted (Warning, on a Pod): the ShardRoute the pod's
 	// proxy enforces was deleted; the proxy refuses sharded requests.
 	ReasonShardRouteDeleted = "ShardRouteDeleted"
-	// ReasonNotJoinedToKarmada (Warning, on a ManagedCluster): the hub runs
-	// on Karmada, which has no Cluster of the member's name and so no
-	// execution namespace karmada-es-<cluster> for its Works and heartbeat;
-	// the hub creates none of Karmada's namespaces and waits until the
-	// member is joined to Karmada under that name.
-	ReasonNotJoinedToKarmada = "NotJoinedToKarmada"
 )

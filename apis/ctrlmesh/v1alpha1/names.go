@@ -23,11 +23,27 @@ const ShardLockSeparator = "---"
 // operator's lock name.
 func ShardLockName(lock, shard string) string { return lock + ShardLockSeparator + shard }
 
-// HeartbeatLeaseName is the name of a member's heartbeat Lease in its
-// execution namespace karmada-es-<cluster> on the hub. The namespace already
-// names the cluster, and a fixed name lets RBAC restrict the agent to that
-// one Lease.
-const HeartbeatLeaseName = "ctrlmesh-agent"
+// HeartbeatLeaseName is the name of a member's heartbeat Lease on the hub,
+// in the member's cluster namespace (ClusterNamespace): OCM's, as its
+// registration agent renews it and its hub's lease controller reads it
+// ("managed-cluster-lease"; OCM's API module has no constant for it), so
+// that OCM tooling reads a ctrlmesh member's heartbeat as a klusterlet's.
+// A fixed name lets RBAC restrict the agent to that one Lease.
+const HeartbeatLeaseName = "managed-cluster-lease"
+
+// HeartbeatRenewalAnnotation on the heartbeat Lease is the ctrlmesh agent's
+// mark of its last renewal: the renewTime it wrote. The hub counts a
+// renewal only when this mark changes, not when renewTime alone does: the
+// Lease is OCM's, and OCM's registration agent, where it runs beside the
+// ctrlmesh agent, renews renewTime too, but grants no rules validity.
+const HeartbeatRenewalAnnotation = "ctrlmesh.io/agent-renew-time"
+
+// ClusterNamespace is the namespace of a member on the hub, where its
+// heartbeat Lease lives: as in OCM, named as the cluster (OCM's hub creates
+// it when it accepts the cluster, as ctrlmesh's does). The execution
+// namespace karmada-es-<cluster>, where its Works live, is another one:
+// Karmada's.
+func ClusterNamespace(cluster string) string { return cluster }
 
 // ShardingConfigFinalizer keeps a ShardingConfig until the hub has deleted its
 // Works.
