@@ -16,7 +16,6 @@ import (
 	"time"
 
 	clusterv1alpha1 "github.com/karmada-io/karmada/pkg/apis/cluster/v1alpha1"
-	policyv1alpha1 "github.com/karmada-io/karmada/pkg/apis/policy/v1alpha1"
 	"github.com/karmada-io/karmada/pkg/util/names"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -214,14 +213,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	// An agent's Lease lives in the cluster namespace, created after the
-	// execution namespace (where the hub makes that one): while there is a
-	// Lease, the hub has seen to both.
+	// An agent's Lease lives in the cluster namespace: while there is a
+	// Lease, the hub has seen to the namespaces.
 	if mc.Spec.HubAcceptsClient && lease == nil {
-		if err := r.ensureExecutionNamespace(ctx, name); err != nil {
-			return reconcile.Result{}, err
-		}
-		if err := r.ensureClusterNamespace(ctx, name); err != nil {
+		if err := r.ensureNamespaces(ctx, name); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
@@ -285,54 +280,43 @@ func judgedStale(conditions []metav1.Condition) bool {
 	return c != nil && c.Reason == ctrlmeshv1alpha1.ReasonLeaseUpdateStopped
 }
 
-// ensureExecutionNamespace sees to the execution namespace
-// karmada-es-<cluster>, which holds the member's Works.
+// ensureNamespaces sees to the namespaces of an accepted member: its
+// execution namespace karmada-es-<cluster>, which holds its Works, and its
+// cluster namespace <cluster>, where its heartbeat Lease lives (labeled as
+// OCM's hub labels it).
 //
-// Where Karmada runs (the hub serves its Clusters), the namespace is
+// Where Karmada runs (the hub serves its Clusters) the hub creates neither,
+// and holds no right to (KarmadaRBACRules). The execution namespace is
 // Karmada's: its cluster controller creates it when the member joins Karmada
-// and deletes it, with every Work in it, when the member leaves. The hub
-// creates none there — a namespace made ahead of Karmada would outlive the
-// member's unjoin or hold Works for a cluster Karmada never applies to.
-// While Karmada has no Cluster for the member, its Available condition says
-// so (ReasonKarmadaClusterNotFound, with what to do), and Karmada's Cluster
-// appearing reconciles the member again.
+// and deletes it, with every Work in it, when the member leaves; one made
+// ahead of Karmada would outlive the member's unjoin or hold Works for a
+// cluster Karmada never applies to. While Karmada has no Cluster for the
+// member, its Available condition says so (ReasonKarmadaClusterNotFound,
+// with what to do), and Karmada's Cluster appearing reconciles the member
+// again. The cluster namespace is the hub admin's there, made with the
+// member's ServiceAccount and RBAC (the hub chart's target=karmada renders
+// it, labeled so that Karmada does not copy it into every member).
 //
-// Elsewhere the hub creates the namespace unless it exists. Creating and
-// ignoring AlreadyExists needs no right to read namespaces.
-func (r *Reconciler) ensureExecutionNamespace(ctx context.Context, cluster string) error {
+// Elsewhere the hub creates both unless they exist, the execution namespace
+// first. Creating and ignoring AlreadyExists needs no right to read
+// namespaces.
+func (r *Reconciler) ensureNamespaces(ctx context.Context, cluster string) error {
 	if r.karmadaClusters != nil {
 		return nil
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: names.GenerateExecutionSpaceName(cluster)}}
-	err := r.client.Create(ctx, ns)
-	switch {
-	case apierrors.IsAlreadyExists(err):
-		return nil
-	case err != nil:
-		return fmt.Errorf("creating the execution namespace %s: %w", ns.Name, err)
+	for _, ns := range []*corev1.Namespace{
+		{ObjectMeta: metav1.ObjectMeta{Name: names.GenerateExecutionSpaceName(cluster)}},
+		{ObjectMeta: metav1.ObjectMeta{Name: ctrlmeshv1alpha1.ClusterNamespace(cluster), Labels: map[string]string{clusterv1.ClusterNameLabelKey: cluster}}},
+	} {
+		err := r.client.Create(ctx, ns)
+		switch {
+		case apierrors.IsAlreadyExists(err):
+			continue
+		case err != nil:
+			return fmt.Errorf("creating namespace %s: %w", ns.Name, err)
+		}
+		ctrl.LoggerFrom(ctx).Info("created a namespace", "namespace", ns.Name)
 	}
-	ctrl.LoggerFrom(ctx).Info("created the execution namespace", "namespace", ns.Name)
-	return nil
-}
-
-// ensureClusterNamespace creates the cluster namespace, where its heartbeat
-// Lease lives, unless it exists: labeled as OCM's hub labels it, and so that
-// Karmada, where it runs, does not propagate it to every member (it would
-// otherwise create a namespace of the member's name in all of them).
-func (r *Reconciler) ensureClusterNamespace(ctx context.Context, cluster string) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		Name: ctrlmeshv1alpha1.ClusterNamespace(cluster), Labels: map[string]string{
-			clusterv1.ClusterNameLabelKey:                    cluster,
-			policyv1alpha1.NamespaceSkipAutoPropagationLabel: "true",
-		}}}
-	err := r.client.Create(ctx, ns)
-	switch {
-	case apierrors.IsAlreadyExists(err):
-		return nil
-	case err != nil:
-		return fmt.Errorf("creating the cluster namespace %s: %w", ns.Name, err)
-	}
-	ctrl.LoggerFrom(ctx).Info("created the cluster namespace", "namespace", ns.Name)
 	return nil
 }
 

@@ -19,9 +19,9 @@ import (
 //     spec.hubAcceptsClient;
 //   - the heartbeat Leases: get, list and watch of ctrlmeshv1alpha1.HeartbeatLeaseName only, which
 //     the controller lists and watches by that name in every namespace;
-//   - namespaces: create, for the cluster namespaces and, only where Karmada
-//     does not run (where it does, they are Karmada's), the execution
-//     namespaces;
+//   - namespaces: create, for the execution and cluster namespaces, only
+//     where Karmada does not run (KarmadaRBACRules lacks it: see
+//     Reconciler.ensureNamespaces);
 //   - Karmada Clusters: get, list and watch, used only where the API is
 //     served.
 func RBACRules(opts Options) []rbacv1.PolicyRule {
@@ -43,8 +43,9 @@ func RBACRules(opts Options) []rbacv1.PolicyRule {
 }
 
 // KarmadaRBACRules are RBACRules(opts) for a hub on Karmada, without the
-// right to create namespaces: there the execution namespaces are Karmada's
-// and the controller creates none.
+// right to create namespaces: there the execution namespaces are Karmada's,
+// the cluster namespaces the hub admin's, and the controller creates none
+// (Reconciler.ensureNamespaces).
 func KarmadaRBACRules(opts Options) []rbacv1.PolicyRule {
 	return slices.DeleteFunc(RBACRules(opts), func(r rbacv1.PolicyRule) bool {
 		return slices.Equal(r.APIGroups, []string{""}) && slices.Equal(r.Resources, []string{"namespaces"})

@@ -21,6 +21,7 @@ import (
 
 	"github.com/go-logr/logr"
 	clusterv1alpha1 "github.com/karmada-io/karmada/pkg/apis/cluster/v1alpha1"
+	policyv1alpha1 "github.com/karmada-io/karmada/pkg/apis/policy/v1alpha1"
 	"github.com/karmada-io/karmada/pkg/util/names"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -199,11 +200,16 @@ func (f *Fleet) StartHub(ctx context.Context) error {
 	return nil
 }
 
+// notPropagated labels the namespaces made on the hub for ctrlmesh (the
+// hub's, each member's cluster namespace), as the README's "Install on
+// Karmada" does: a Karmada hub would otherwise copy them into every member.
+var notPropagated = map[string]string{policyv1alpha1.NamespaceSkipAutoPropagationLabel: "true"}
+
 // PrepareHub creates the hub's namespace and RBAC (hub.RBAC) in the hub
 // cluster and returns credentials with exactly that RBAC: those of the
 // hub's ServiceAccount.
 func PrepareHub(ctx context.Context, hubCluster *controlplane.Cluster, namespace string) (*rest.Config, error) {
-	objs := append([]client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}}, hub.RBAC(namespace, true)...)
+	objs := append([]client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace, Labels: notPropagated}}}, hub.RBAC(namespace, true)...)
 	if err := create(ctx, hubCluster.Client, objs...); err != nil {
 		return nil, fmt.Errorf("localfleet: preparing the hub: %w", err)
 	}
@@ -218,7 +224,7 @@ func PrepareHub(ctx context.Context, hubCluster *controlplane.Cluster, namespace
 func PrepareAgent(ctx context.Context, hubCluster, memberCluster *controlplane.Cluster, member, namespace string) (hubIdentity, memberIdentity *rest.Config, err error) {
 	hubObjs := append([]client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: names.GenerateExecutionSpaceName(member)}},
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ctrlmeshv1alpha1.ClusterNamespace(member)}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ctrlmeshv1alpha1.ClusterNamespace(member), Labels: notPropagated}},
 	}, membership.AgentHubRBAC(member)...)
 	if err := create(ctx, hubCluster.Client, hubObjs...); err != nil {
 		return nil, nil, fmt.Errorf("localfleet: preparing the hub for %s: %w", member, err)
