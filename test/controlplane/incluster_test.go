@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -148,7 +149,28 @@ func checkHostReachesClusterIP(t *testing.T, ctx context.Context, m, other *env.
 	if got.UID != whoami.UID || got.Data["cluster"] != m.Name {
 		t.Errorf("%s: through ClusterIP %s the host read ConfigMap uid %s of cluster %q, want uid %s of %q", m.Name, ip, got.UID, got.Data["cluster"], whoami.UID, m.Name)
 	}
-	t.Logf("%s: the host routes ClusterIP %s through %s and read its ConfigMap there (%s)", m.Name, ip, m.Node.NetworkNamespace, route)
+	// The namespace's connection tracking saw the host's connection to the
+	// ClusterIP DNATed by kube-proxy's rules to the API server and
+	// masqueraded to the node's address, where the reply returns.
+	apiServer, err := url.Parse(m.Config.Host)
+	if err != nil {
+		t.Errorf("%s: %v", m.Name, err)
+		return
+	}
+	f := strings.Fields(route)
+	nodeIP := f[slices.Index(f, "via")+1]
+	reply := fmt.Sprintf("dport=443 src=%s dst=%s sport=%s ", apiServer.Hostname(), nodeIP, apiServer.Port())
+	out, err = exec.Command("ip", "netns", "exec", m.Node.NetworkNamespace, "conntrack", "-L", "-p", "tcp", "--orig-dst", ip).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), reply) {
+		t.Errorf("%s: node %s's connection tracking has no connection to %s with %q (DNATed to the API server, masqueraded): %v: %s", m.Name, m.Node.Name, ip, reply, err, out)
+	}
+	var tracked string
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, reply) {
+			tracked = strings.Join(strings.Fields(line), " ")
+		}
+	}
+	t.Logf("%s: the host routes ClusterIP %s through %s (%s) and read its ConfigMap there; tracked as %s", m.Name, ip, m.Node.NetworkNamespace, route, tracked)
 }
 
 // checkInClusterPod runs the in-cluster pod on m's node and checks its
