@@ -3,8 +3,11 @@ package controlplane_test
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -32,8 +36,10 @@ const inClusterImage = "ctrlmesh.test/incluster:1"
 // kube-root-ca.crt CA, the pod reads what the ServiceAccount's Role allows
 // (its own cluster's ConfigMap) and is refused what it does not (the
 // Nodes, 403 naming the ServiceAccount). A node's namespace routes no
-// address outside this machine. After Stop, no network namespace or veth
-// of the nodes remains.
+// address outside this machine; the host routes each cluster's Service
+// range into its node's namespace, where a ClusterIP dialled from the host
+// reaches that cluster. After Stop, no network namespace, veth or Service
+// route of the nodes remains.
 func TestPodsReachTheirAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -86,6 +92,85 @@ func TestPodsReachTheirAPIServer(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	for i, m := range members {
+		checkHostReachesClusterIP(t, ctx, m, members[1-i])
+	}
+}
+
+// checkHostReachesClusterIP checks that a process on this machine (as the
+// API server calling a webhook's Service) that dials a ClusterIP of m's
+// cluster reaches that cluster through its node's namespace, where
+// kube-proxy takes it to the Service's endpoints, instead of leaving the
+// machine by the default route: the host's route to the kubernetes
+// Service's ClusterIP goes through the node's veth, and a request there is
+// served with m's certificate (verified with m's CA, for that IP) and m's
+// ConfigMap. It dials nothing unless the route is the node's. In m's
+// node's namespace, the Service range of other's cluster is unreachable.
+func checkHostReachesClusterIP(t *testing.T, ctx context.Context, m, other *env.Cluster) {
+	t.Helper()
+	ip := m.Node.KubernetesServiceIP
+	if !strings.HasPrefix(ip, "10.96.") || ip == other.Node.KubernetesServiceIP {
+		t.Errorf("%s: kubernetes ClusterIP %s, want one of 10.96.0.0/16 of its own (%s has %s)", m.Name, ip, other.Name, other.Node.KubernetesServiceIP)
+		return
+	}
+	// A route lookup: nothing is sent.
+	out, err := exec.Command("ip", "route", "get", ip).CombinedOutput()
+	if err != nil {
+		t.Errorf("%s: ip route get %s: %v: %s", m.Name, ip, err, out)
+		return
+	}
+	if f := strings.Fields(string(out)); !slices.Contains(f, "dev") || slices.Index(f, "dev")+1 >= len(f) || f[slices.Index(f, "dev")+1] != m.Node.NetworkNamespace {
+		t.Errorf("%s: the host routes ClusterIP %s as %q, want through the veth %s of node %s (so not dialling it)", m.Name, ip, strings.TrimSpace(string(out)), m.Node.NetworkNamespace, m.Node.Name)
+		return
+	}
+	route := strings.TrimSpace(strings.Split(string(out), "\n")[0])
+	out, err = exec.Command("ip", "-n", m.Node.NetworkNamespace, "route", "get", other.Node.KubernetesServiceIP).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "unreachable") {
+		t.Errorf("%s: node %s routes ClusterIP %s of %s: %v: %s", m.Name, m.Node.Name, other.Node.KubernetesServiceIP, other.Name, err, out)
+	}
+
+	var whoami corev1.ConfigMap
+	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "whoami"}, &whoami); err != nil {
+		t.Errorf("%s: %v", m.Name, err)
+		return
+	}
+	cfg := rest.CopyConfig(m.Config)
+	cfg.Host = "https://" + net.JoinHostPort(ip, "443")
+	cfg.TLSClientConfig.ServerName = ""
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Errorf("%s: %v", m.Name, err)
+		return
+	}
+	var got corev1.ConfigMap
+	env.Eventually(t, time.Minute, m.Name+": the host reads the ConfigMap through ClusterIP "+ip, func() error {
+		return c.Get(ctx, client.ObjectKeyFromObject(&whoami), &got)
+	})
+	if got.UID != whoami.UID || got.Data["cluster"] != m.Name {
+		t.Errorf("%s: through ClusterIP %s the host read ConfigMap uid %s of cluster %q, want uid %s of %q", m.Name, ip, got.UID, got.Data["cluster"], whoami.UID, m.Name)
+	}
+	// The namespace's connection tracking saw the host's connection to the
+	// ClusterIP DNATed by kube-proxy's rules to the API server and
+	// masqueraded to the node's address, where the reply returns.
+	apiServer, err := url.Parse(m.Config.Host)
+	if err != nil {
+		t.Errorf("%s: %v", m.Name, err)
+		return
+	}
+	f := strings.Fields(route)
+	nodeIP := f[slices.Index(f, "via")+1]
+	reply := fmt.Sprintf("dport=443 src=%s dst=%s sport=%s ", apiServer.Hostname(), nodeIP, apiServer.Port())
+	out, err = exec.Command("ip", "netns", "exec", m.Node.NetworkNamespace, "conntrack", "-L", "-p", "tcp", "--orig-dst", ip).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), reply) {
+		t.Errorf("%s: node %s's connection tracking has no connection to %s with %q (DNATed to the API server, masqueraded): %v: %s", m.Name, m.Node.Name, ip, reply, err, out)
+	}
+	var tracked string
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, reply) {
+			tracked = strings.Join(strings.Fields(line), " ")
+		}
+	}
+	t.Logf("%s: the host routes ClusterIP %s through %s (%s) and read its ConfigMap there; tracked as %s", m.Name, ip, m.Node.NetworkNamespace, route, tracked)
 }
 
 // checkInClusterPod runs the in-cluster pod on m's node and checks its
@@ -165,7 +250,7 @@ func checkInClusterPod(t *testing.T, ctx context.Context, m *env.Cluster, image 
 	want := []struct{ prefix, contains string }{
 		// The kubernetes Service's ClusterIP, which the node's kube-proxy
 		// routes to the API server.
-		{prefix: "host https://" + controlplane.KubernetesServiceIP + ":443"},
+		{prefix: "host https://" + m.Node.KubernetesServiceIP + ":443"},
 		// This cluster's ConfigMap, not the other's.
 		{prefix: "GET " + allowed + " 200 " + string(whoami.UID)},
 		{prefix: "GET " + forbidden + " 403 ", contains: `User "` + user + `" cannot list resource "nodes"`},
@@ -199,5 +284,10 @@ func checkNetworkRemoved(t *testing.T, n *controlplane.Node) {
 	}
 	if err := exec.Command("ip", "link", "show", n.NetworkNamespace).Run(); err == nil {
 		t.Errorf("veth %s of node %s left after Stop", n.NetworkNamespace, n.Name)
+	}
+	// The host's route of the cluster's Service range went with the veth.
+	out, err = exec.Command("ip", "route", "show", n.ServiceSubnet).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "" {
+		t.Errorf("route of Service range %s of node %s left after Stop: %v: %s", n.ServiceSubnet, n.Name, err, out)
 	}
 }

@@ -35,16 +35,6 @@ const (
 	KubeProxyBinary             = "kube-proxy"
 )
 
-// ServiceSubnet is the Service IP range of a cluster with a node, and
-// KubernetesServiceIP the ClusterIP of its kubernetes Service (the range's
-// first address), which pods reach their API server by
-// (KUBERNETES_SERVICE_HOST) and which the API server's serving certificate
-// covers.
-const (
-	ServiceSubnet       = "10.0.0.0/24"
-	KubernetesServiceIP = "10.0.0.1"
-)
-
 // PauseImage is the sandbox image of every node's containerd: the pause
 // program of test/images/pause, built and imported when the node starts.
 const PauseImage = "ctrlmesh.test/pause:1"
@@ -87,6 +77,13 @@ type Node struct {
 	// NetworkNamespace is the node's network namespace (ip netns), where
 	// its pods' bridge and its kube-proxy's iptables rules are.
 	NetworkNamespace string
+	// ServiceSubnet is the Service IP range of the node's cluster (one per
+	// node, 10.96.<i>.0/24), which the host routes into NetworkNamespace,
+	// and KubernetesServiceIP the ClusterIP of its kubernetes Service (the
+	// range's first address), which pods reach their API server by
+	// (KUBERNETES_SERVICE_HOST) and which the API server's serving
+	// certificate covers.
+	ServiceSubnet, KubernetesServiceIP string
 	// ColdStart is how long the node took from its cluster's API server
 	// serving to the Node Ready.
 	ColdStart time.Duration
@@ -138,7 +135,7 @@ func prepareNodeAPIServer(apiServer *envtest.APIServer, net *nodeNetwork) error 
 		return err
 	}
 	serving := filepath.Join(apiServer.CertDir, "serving")
-	if err := ca.WriteServing(serving, net.HostIP, KubernetesServiceIP, "localhost", "127.0.0.1",
+	if err := ca.WriteServing(serving, net.HostIP, net.KubernetesServiceIP, "localhost", "127.0.0.1",
 		"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"); err != nil {
 		return err
 	}
@@ -167,13 +164,16 @@ func prepareNodeAPIServer(apiServer *envtest.APIServer, net *nodeNetwork) error 
 
 	args := apiServer.Configure()
 	args.Set("advertise-address", net.HostIP)
-	args.Set("service-cluster-ip-range", ServiceSubnet)
+	args.Set("service-cluster-ip-range", net.ServiceSubnet)
 	args.Set("authorization-mode", "Node,RBAC")
 	args.Set("enable-admission-plugins", "NodeRestriction")
 	args.Disable("disable-admission-plugins")
 	// The API server runs on the host, not in the node's namespace where
 	// kube-proxy routes ClusterIPs: it calls webhooks and aggregated API
-	// servers at their endpoints, pod addresses the host routes to the node.
+	// servers at their endpoints, pod addresses the host routes to the node,
+	// without waiting for kube-proxy's rules. (A ClusterIP it dialled would
+	// reach the node too: the host routes the Service range into the
+	// node's namespace.)
 	args.Set("enable-aggregator-routing", "true")
 	return nil
 }
@@ -182,7 +182,7 @@ func prepareNodeAPIServer(apiServer *envtest.APIServer, net *nodeNetwork) error 
 // error, what started is stopped.
 func startNode(ctx context.Context, c *Cluster, net *nodeNetwork, assets, workDir string, timeout time.Duration) (n *Node, err error) {
 	apiServing := time.Now()
-	n = &Node{Name: c.Name + "-node", NetworkNamespace: net.Name, network: net}
+	n = &Node{Name: c.Name + "-node", NetworkNamespace: net.Name, ServiceSubnet: net.ServiceSubnet, KubernetesServiceIP: net.KubernetesServiceIP, network: net}
 	n.Dir, err = filepath.Abs(filepath.Join(workDir, c.Name+"-node"))
 	if err != nil {
 		return n, fmt.Errorf("starting the node of %q: %w", c.Name, err)
