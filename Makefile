@@ -200,8 +200,12 @@ verify-generate: generate ## Fail when generated files are not checked in.
 demo: tools build ## Local fleet (hub + 2 members, no Docker): placement, canary, pod failure healed.
 	$(BIN)/localfleet demo $(DEMO_ARGS)
 
+.PHONY: demo-karmada
+demo-karmada: tools build ## The demo on a Karmada control plane: member1 joined push, member2 pull; sync modes beside the placement.
+	$(BIN)/localfleet demo --karmada $(DEMO_ARGS)
+
 .PHONY: local-up
-local-up: tools build ## The demo's fleet with the ShardingConfig Ready, up until Ctrl-C.
+local-up: tools build ## The demo's fleet with the ShardingConfig Ready, up until Ctrl-C (DEMO_ARGS=--karmada: on Karmada).
 	$(BIN)/localfleet up $(DEMO_ARGS)
 
 .PHONY: help

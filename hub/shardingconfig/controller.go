@@ -188,8 +188,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 				"If it was admitted without the sidecar (see its %s annotation), delete it so that it is created again with the proxy.",
 			p, proxyReportGrace, ctrlmeshv1alpha1.ProxyInjectionReasonAnnotation)
 	}
-	if !next.IsZero() && (requeue == 0 || next.Sub(start) < requeue) {
-		requeue = next.Sub(start)
+	for _, at := range []time.Time{next, outcome.recheck} {
+		if !at.IsZero() && (requeue == 0 || at.Sub(start) < requeue) {
+			requeue = max(at.Sub(start), time.Millisecond)
+		}
 	}
 	if err := r.writeStatus(ctx, &sc, outcome, canary.Canary); err != nil {
 		return reconcile.Result{}, err
@@ -239,6 +241,10 @@ type member struct {
 	// leaving: the cluster is no longer selected, but in Fleet scope its
 	// pods are in the rules until they let go (see left).
 	leaving bool
+	// enforcesAtLeast is a generation every proxy of the member that
+	// serves at all enforces, or a newer one, whatever its agent reports
+	// (see outlived); 0 when the hub knows none.
+	enforcesAtLeast int64
 }
 
 // usable: the cluster is accepted and its heartbeat is fresh, and it is
@@ -272,6 +278,39 @@ func (m *member) left() bool {
 		}
 	}
 	return true
+}
+
+// outlived sets enforcesAtLeast of a member outside the domain (unusable,
+// or leaving) in Fleet scope whose heartbeat has not lapsed, and returns
+// when that will next grow; zero for never. Such a member's agent
+// heartbeats, but the member may take no new rules — as when Karmada's
+// Cluster for it is not Ready and nothing applies its Work — so its agent's
+// report is stale and its proxies may never acknowledge the revocation the
+// hub published to it first: their buckets would wait forever.
+//
+// They need not acknowledge it. An agent grants a renewal of rules only
+// after a fresh read of the member's Work on the hub shows the member holds
+// the very rules the Work carries (routestatus.ValidityGrants), and a proxy
+// renews only the rules in force whose hash the grant came beside
+// (proxy.Proxy.Renew). So once the Work carries generation g, every renewal
+// granted is of rules of g or newer, and every validity granted before,
+// counted from a request sent before the agent read the Work, ends before
+// the hub knew the Work to carry g plus the validity. After
+// route.LapseBound(validity) from when the hub knew it
+// (state.Revision.Since), on the hub's clock with room for clock rates,
+// every proxy of the member serves rules of g or newer, or nothing: as good
+// as an acknowledgement of g.
+func (m *member) outlived(now time.Time, validity time.Duration) time.Time {
+	if m.usable() || m.cluster.HeartbeatLapsed || m.published == nil {
+		return time.Time{}
+	}
+	bound := route.LapseBound(validity)
+	gen, next := m.published.CarriedAt(now.Add(-bound))
+	m.enforcesAtLeast = gen
+	if next.IsZero() {
+		return next
+	}
+	return next.Add(bound)
 }
 
 // route is the ShardRoute published to the member; nil before the first
@@ -331,6 +370,9 @@ type outcome struct {
 	overlaps []overlap
 	// canaryStep is the canary step in force.
 	canaryStep int32
+	// recheck is when a member outside the domain will have outlived a
+	// newer publication (see outlived); zero for never.
+	recheck time.Time
 }
 
 // place publishes the next rules of every placement domain of sc.
@@ -350,7 +392,7 @@ func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingCon
 	if err != nil {
 		return nil, err
 	}
-	unreadable := readBack(log, r.Store, config, works)
+	unreadable := readBack(log, r.Store, config, works, r.Clock.Now())
 	// Everything below reads this one snapshot, taken after the read-back.
 	snap := r.Store.Snapshot()
 	if err := r.storeKnowsClusters(ctx, snap); err != nil {
@@ -394,6 +436,14 @@ func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingCon
 	for name, m := range leaving {
 		if m.left() {
 			delete(leaving, name)
+		}
+	}
+	if sc.Spec.Scope == ctrlmeshv1alpha1.ScopeFleet {
+		now := r.Clock.Now()
+		for _, m := range slices.Concat(slices.Collect(maps.Values(out.members)), slices.Collect(maps.Values(leaving))) {
+			if next := m.outlived(now, r.RulesValidity); !next.IsZero() && (out.recheck.IsZero() || next.Before(out.recheck)) {
+				out.recheck = next
+			}
 		}
 	}
 	// Fleet scope places the leaving clusters with the selected ones: their
@@ -464,7 +514,7 @@ func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingCon
 // generation, but a cluster no longer selected is pruned all the same. A
 // Work whose status cannot be read has its cluster taken as unreported, as
 // before any report.
-func readBack(log logr.Logger, store *state.Store, config types.NamespacedName, works []workv1alpha1.Work) (unreadable map[string]error) {
+func readBack(log logr.Logger, store *state.Store, config types.NamespacedName, works []workv1alpha1.Work, now time.Time) (unreadable map[string]error) {
 	unreadable = map[string]error{}
 	for i := range works {
 		work := &works[i]
@@ -485,7 +535,7 @@ func readBack(log logr.Logger, store *state.Store, config types.NamespacedName, 
 		if err != nil {
 			log.Error(err, "Reading a Work's status failed; taking its cluster as unreported", "work", key)
 		}
-		behind, err := store.ReadBack(config, cluster, route, report)
+		behind, err := store.ReadBack(config, cluster, route, report, now)
 		if err != nil {
 			unreadable[cluster] = unreadableWork(cluster, err)
 			continue
@@ -666,7 +716,7 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 		}
 		// Recorded only once written: the next reconcile places from it
 		// even if the cache does not show the Work's update yet.
-		if err := r.Store.RecordPublish(config, name, route); err != nil {
+		if err := r.Store.RecordPublish(config, name, route, r.Clock.Now()); err != nil {
 			return d, fmt.Errorf("recording the rules published to %s: %w", name, err)
 		}
 	}
@@ -722,10 +772,12 @@ func (r *Reconciler) recordMoves(sc *ctrlmeshv1alpha1.ShardingConfig, clusters [
 // a reporting member reports, the generation its proxy enforces and whether
 // it is gone. A pod is gone when its cluster's heartbeat lapsed (beyond the
 // bound of any rules validity granted there; a cluster unavailable for
-// another reason may still have pods serving, and their buckets wait), or
-// when its agent no longer reports it — the pod object is deleted, which
-// happens once its containers stopped — and it leads no shard (a
-// force-deleted pod may still run: its lease must have expired first).
+// another reason may still have pods serving, and their buckets wait for
+// their acknowledgement, or for the member to outlive its rules: see
+// outlived), or when its agent no longer reports it — the pod object is
+// deleted, which happens once its containers stopped — and it leads no
+// shard (a force-deleted pod may still run: its lease must have expired
+// first).
 func acks(published route.Table, reporting []string, members map[string]*member) []placement.PodAck {
 	byPod := map[route.PodID]*placement.PodAck{}
 	ack := func(id route.PodID) *placement.PodAck {
@@ -779,6 +831,9 @@ func acks(published route.Table, reporting []string, members map[string]*member)
 	}
 	out := make([]placement.PodAck, 0, len(byPod))
 	for _, a := range byPod {
+		if m, ok := members[a.Pod.Cluster]; ok {
+			a.Acked = max(a.Acked, m.enforcesAtLeast)
+		}
 		out = append(out, *a)
 	}
 	slices.SortFunc(out, func(a, b placement.PodAck) int { return route.ComparePodIDs(a.Pod, b.Pod) })

@@ -3,11 +3,14 @@ package shardingconfig
 import (
 	"reflect"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/hub/placement"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
+	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 )
 
 func TestSelectedClusters(t *testing.T) {
@@ -310,6 +313,84 @@ func TestLeft(t *testing.T) {
 			tc.member.leaving = true
 			if got := tc.member.left(); got != tc.want {
 				t.Errorf("left() = %t, want %t", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestOutlived: a member outside the domain whose heartbeat has not lapsed
+// (Karmada's Cluster not Ready: nothing applies its Work, and its report
+// stays as it was) counts, route.LapseBound after the hub knew its Work to
+// carry a generation, as enforcing that generation; the reconcile is asked
+// for again when a newer one will be outlived. Usable or lapsed members,
+// and members without rules, get nothing of it.
+func TestOutlived(t *testing.T) {
+	const validity = 5 * time.Second
+	bound := route.LapseBound(validity)
+	revoked := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // generation 3 published then
+	published := &state.Published{Revision: state.Revision{Generation: 3, RulesHash: "h3", Since: revoked},
+		History: []state.Revision{{Generation: 3, RulesHash: "h3", Since: revoked}, {Generation: 2, RulesHash: "h2", Since: revoked.Add(-time.Minute)}},
+		Route:   &ctrlmeshv1alpha1.ShardRoute{Spec: ctrlmeshv1alpha1.ShardRouteSpec{RoutingGeneration: 3, RulesHash: "h3"}}}
+	notReady := state.Cluster{Name: "c2", Accepted: true, Reason: ctrlmeshv1alpha1.ReasonKarmadaClusterNotReady}
+	for _, tc := range []struct {
+		name        string
+		member      member
+		now         time.Time
+		wantAtLeast int64
+		wantNext    time.Time
+	}{
+		{"unusable, just revoked: the rules before are outlived", member{cluster: notReady, published: published}, revoked.Add(time.Second), 2, revoked.Add(bound)},
+		{"unusable, one instant short of the bound", member{cluster: notReady, published: published}, revoked.Add(bound - time.Nanosecond), 2, revoked.Add(bound)},
+		{"unusable, the revocation outlived", member{cluster: notReady, published: published}, revoked.Add(bound), 3, time.Time{}},
+		{"leaving", member{cluster: cluster("c2", true, true, nil), published: published, leaving: true}, revoked.Add(bound), 3, time.Time{}},
+		{"usable: its proxies acknowledge", member{cluster: cluster("c2", true, true, nil), published: published}, revoked.Add(time.Hour), 0, time.Time{}},
+		{"heartbeat lapsed: its pods are gone", member{cluster: state.Cluster{Name: "c2", Accepted: true, HeartbeatLapsed: true}, published: published}, revoked.Add(time.Hour), 0, time.Time{}},
+		{"nothing published", member{cluster: notReady}, revoked.Add(time.Hour), 0, time.Time{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			next := tc.member.outlived(tc.now, validity)
+			if tc.member.enforcesAtLeast != tc.wantAtLeast || !next.Equal(tc.wantNext) {
+				t.Errorf("outlived: enforcesAtLeast %d, next %v; want %d, %v", tc.member.enforcesAtLeast, next, tc.wantAtLeast, tc.wantNext)
+			}
+		})
+	}
+}
+
+// TestAcksOfOutlivedRules: c2's Cluster is not Ready and its report stale
+// (its pod acknowledges generation 2); generation 3 revoked its buckets,
+// pending for c1's shard, whose pod enforces 3. The grant waits for c2's
+// pod until c2 has outlived generation 3, then goes through.
+func TestAcksOfOutlivedRules(t *testing.T) {
+	revoked := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	history := []state.Revision{{Generation: 3, RulesHash: "h3", Since: revoked}, {Generation: 2, RulesHash: "h2", Since: revoked.Add(-time.Minute)}}
+	shard := tableShard(t, "0", "0-15", "16-31", pods("c1", "a-0")...)
+	shard.Cluster = "c1"
+	published := route.Table{Generation: 3, Shards: []route.Shard{shard}}
+	desired := placement.Placement{Space: scheme32, Shards: []placement.Shard{{ID: "0", Cluster: "c1", Pods: pods("c1", "a-0"), Buckets: mustSet(t, "0-31")}}}
+	for _, tc := range []struct {
+		name      string
+		after     time.Duration
+		wantGrant bool
+	}{
+		{"before the bound", route.LapseBound(5*time.Second) - time.Millisecond, false},
+		{"at the bound", route.LapseBound(5 * time.Second), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ms := map[string]*member{
+				"c1": {cluster: cluster("c1", true, true, nil), published: &state.Published{Revision: history[0], History: history},
+					report: &state.Report{Pods: []state.Pod{{Name: "a-0", Ready: true, AppliedRulesHash: "h3"}}}},
+				"c2": {cluster: state.Cluster{Name: "c2", Accepted: true, Reason: ctrlmeshv1alpha1.ReasonKarmadaClusterNotReady},
+					published: &state.Published{Revision: history[0], History: history},
+					report:    &state.Report{Pods: []state.Pod{{Name: "b-0", Ready: true, AppliedRulesHash: "h2"}}, Leaders: []state.Leader{{Shard: "1", Pod: "b-0"}}}},
+			}
+			ms["c2"].outlived(revoked.Add(tc.after), 5*time.Second)
+			step, err := placement.Handover(desired, published, acks(published, []string{"c1", "c2"}, ms))
+			if err != nil {
+				t.Fatal(err)
+			}
+			granted := step.Changed && step.Table.Shards[0].Buckets.String() == "0-31" && step.Table.Shards[0].PendingBuckets.Len() == 0
+			if granted != tc.wantGrant || (!tc.wantGrant && step.Changed) {
+				t.Errorf("granted %t, want %t: step %+v", granted, tc.wantGrant, step)
 			}
 		})
 	}

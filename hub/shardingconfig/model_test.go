@@ -41,6 +41,13 @@ import (
 // the test ends. It returns the working model.
 func startHub(t *testing.T) (store *state.Store, stop func()) {
 	t.Helper()
+	return startHubWith(t, 0)
+}
+
+// startHubWith is startHub with the validity of rules in Fleet scope
+// (hub.Options.RulesValidity); 0 for the default.
+func startHubWith(t *testing.T, rulesValidity time.Duration) (store *state.Store, stop func()) {
+	t.Helper()
 	store, err := state.New()
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +62,7 @@ func startHub(t *testing.T) (store *state.Store, stop func()) {
 		t.Fatal(err)
 	}
 	changes := make(chan event.GenericEvent)
-	if err := (&clusters.Reconciler{Store: store, Options: clusters.Options{AutoAccept: true, Changes: changes}}).SetupWithManager(mgr); err != nil {
+	if err := (&clusters.Reconciler{Store: store, Options: clusters.Options{AutoAccept: true, Changes: changes, RulesValidity: rulesValidity}}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	metrics, err := shardingconfig.NewMetrics(prometheus.NewRegistry())
@@ -64,7 +71,7 @@ func startHub(t *testing.T) (store *state.Store, stop func()) {
 	}
 	if err := (&shardingconfig.Reconciler{
 		Client: mgr.GetClient(), Writer: &propagation.Writer{Client: mgr.GetClient()}, Store: store, ClusterChanges: changes,
-		Recorder: mgr.GetEventRecorderFor("ctrlmesh-hub"), Metrics: metrics,
+		Recorder: mgr.GetEventRecorderFor("ctrlmesh-hub"), Metrics: metrics, RulesValidity: rulesValidity,
 	}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +124,9 @@ func rowsOf(store *state.Store, config types.NamespacedName) rows {
 	v := store.Snapshot()
 	out := rows{published: map[string]state.Revision{}, reported: map[string][]string{}}
 	for _, p := range v.PublishedOf(config) {
-		out.published[p.Cluster] = p.Revision
+		// When the hub knew it published is the hub's own: a restarted
+		// hub knows it later.
+		out.published[p.Cluster] = state.Revision{Generation: p.Generation, RulesHash: p.RulesHash}
 	}
 	for _, r := range v.ReportsOf(config) {
 		var pods []string
@@ -145,9 +154,16 @@ func workOf(t *testing.T, ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConf
 // the Work carries, and the rules applied.
 func reportPods(t *testing.T, ctx context.Context, work *workv1alpha1.Work, pods ...string) {
 	t.Helper()
+	if err := writeReport(ctx, work, pods...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeReport is reportPods, returning its error.
+func writeReport(ctx context.Context, work *workv1alpha1.Work, pods ...string) error {
 	route, err := routework.Decode(work)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	var reported []ctrlmeshv1alpha1.PodRouteStatus
 	for i, pod := range pods {
@@ -160,7 +176,7 @@ func reportPods(t *testing.T, ctx context.Context, work *workv1alpha1.Work, pods
 			Reason: ctrlmeshv1alpha1.ReasonRulesValid, Message: "applied", LastTransitionTime: metav1.Now()}},
 	})
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	work.Status.Conditions = []metav1.Condition{{Type: workv1alpha1.WorkApplied, Status: metav1.ConditionTrue, Reason: "AppliedSuccessful",
 		ObservedGeneration: work.Generation, LastTransitionTime: metav1.Now()}}
@@ -170,9 +186,7 @@ func reportPods(t *testing.T, ctx context.Context, work *workv1alpha1.Work, pods
 		Health: workv1alpha1.ResourceHealthy,
 		Status: &runtime.RawExtension{Raw: status},
 	}}
-	if err := hub.Client.Status().Update(ctx, work); err != nil {
-		t.Fatal(err)
-	}
+	return hub.Client.Status().Update(ctx, work)
 }
 
 // TestWorkingModelFollowsWorks: the working model holds what the Works of

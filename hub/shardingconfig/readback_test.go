@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
@@ -105,7 +106,7 @@ func TestReadBack(t *testing.T) {
 	}, {
 		name: "a status that cannot be read is no report",
 		before: func(t *testing.T, s *state.Store) {
-			if _, err := s.ReadBack(readBackConfig, "c1", publishedRoute("c1", 1), &state.Report{Pods: []state.Pod{{Name: "op-0"}}}); err != nil {
+			if _, err := s.ReadBack(readBackConfig, "c1", publishedRoute("c1", 1), &state.Report{Pods: []state.Pod{{Name: "op-0"}}}, time.Time{}); err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -118,7 +119,7 @@ func TestReadBack(t *testing.T) {
 	}, {
 		name: "rules that cannot be read leave the model as it was",
 		before: func(t *testing.T, s *state.Store) {
-			if _, err := s.ReadBack(readBackConfig, "c1", publishedRoute("c1", 1), report); err != nil {
+			if _, err := s.ReadBack(readBackConfig, "c1", publishedRoute("c1", 1), report, time.Time{}); err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -141,7 +142,7 @@ func TestReadBack(t *testing.T) {
 	}, {
 		name: "a cached Work that does not show the last publish yet keeps it, and brings its report",
 		before: func(t *testing.T, s *state.Store) {
-			if err := s.RecordPublish(readBackConfig, "c1", publishedRoute("c1", 2)); err != nil {
+			if err := s.RecordPublish(readBackConfig, "c1", publishedRoute("c1", 2), time.Time{}); err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -166,7 +167,7 @@ func TestReadBack(t *testing.T) {
 			if tc.before != nil {
 				tc.before(t, s)
 			}
-			unreadable := readBack(logr.Discard(), s, readBackConfig, tc.works(t))
+			unreadable := readBack(logr.Discard(), s, readBackConfig, tc.works(t), time.Now())
 			if got := slices.Sorted(maps.Keys(unreadable)); !slices.Equal(got, tc.wantUnreadable) {
 				t.Errorf("unreadable %v, want %v", unreadable, tc.wantUnreadable)
 			}

@@ -14,7 +14,8 @@
 //     knows every ManagedCluster yet.
 //   - published, by (ShardingConfig, cluster): the ShardRoute published, its
 //     generation and rules hash, and the last revisions, which map the
-//     hashes proxies report to generations. The ShardingConfig controller
+//     hashes proxies report to generations, each with when the hub first
+//     knew the Work to carry it. The ShardingConfig controller
 //     writes it when it publishes (RecordPublish) and when it reads the
 //     Works back (ReadBack), and reads it per config (index config).
 //   - reports, by (ShardingConfig, cluster): what the member's agent
@@ -98,6 +99,17 @@ func (c Cluster) equal(o Cluster) bool {
 type Revision struct {
 	Generation int64
 	RulesHash  string
+	// Since is when the hub first knew the Work to carry the revision, on
+	// the hub's clock: when it published it, or, for a revision it did not
+	// publish itself (its predecessor's, before a restart), when it first
+	// read it back. The Work carried it at Since at the latest.
+	Since time.Time
+}
+
+// same reports whether two revisions are one publication: the same
+// generation and rules hash, whenever they were seen.
+func (r Revision) same(o Revision) bool {
+	return r.Generation == o.Generation && r.RulesHash == o.RulesHash
 }
 
 // Published is the rules the hub published for one ShardingConfig to one
@@ -119,6 +131,20 @@ type Published struct {
 
 // HistoryLength is how many publications Published.History keeps.
 const HistoryLength = 8
+
+// CarriedAt is the newest generation of History that the Work carried at
+// t by the hub's knowledge (published at or before t), and when the next
+// newer one was published; 0 and zero when it knows of none, or of no
+// newer one.
+func (p Published) CarriedAt(t time.Time) (generation int64, next time.Time) {
+	for _, r := range p.History {
+		if !r.Since.After(t) {
+			return r.Generation, next
+		}
+		next = r.Since
+	}
+	return 0, next
+}
 
 // GenerationOf maps the rules hash a proxy reports to the generation it was
 // published as; false when the hash is none of History.
@@ -299,13 +325,13 @@ func (s *Store) DeleteCluster(name string) (existed bool, err error) {
 	return existed, err
 }
 
-// RecordPublish records that route was published for config to cluster.
-// Generations only grow: an older generation, or the current one with
-// another hash, is refused; the current one with its own hash again is no
-// change.
-func (s *Store) RecordPublish(config types.NamespacedName, cluster string, route *ctrlmeshv1alpha1.ShardRoute) error {
+// RecordPublish records that route was published for config to cluster,
+// the hub knowing it written at at. Generations only grow: an older
+// generation, or the current one with another hash, is refused; the
+// current one with its own hash again is no change (its Since stays).
+func (s *Store) RecordPublish(config types.NamespacedName, cluster string, route *ctrlmeshv1alpha1.ShardRoute, at time.Time) error {
 	return s.write(func(txn *memdb.Txn) error {
-		_, err := recordRoute(txn, config, cluster, route, false)
+		_, err := recordRoute(txn, config, cluster, route, false, at)
 		return err
 	})
 }
@@ -313,15 +339,15 @@ func (s *Store) RecordPublish(config types.NamespacedName, cluster string, route
 // ReadBack records, in one transaction, what the Work of config for cluster
 // carries and reports: route, the ShardRoute it carries, and report, what
 // the member's agent reflected into its status (nil when it reflected
-// nothing yet, which removes an earlier report). The report's Config and
-// Cluster are set from config and cluster.
+// nothing yet, which removes an earlier report), read at at. The report's
+// Config and Cluster are set from config and cluster.
 //
 // The Work is the truth about what was published, with one exception: read
 // from a cache, it may not show the hub's own last write yet. A route of a
 // generation older than the one recorded is therefore ignored, and ReadBack
 // reports the Work as behind; a route of the recorded generation with
 // another hash (someone else wrote the Work) replaces the record.
-func (s *Store) ReadBack(config types.NamespacedName, cluster string, route *ctrlmeshv1alpha1.ShardRoute, report *Report) (behind bool, err error) {
+func (s *Store) ReadBack(config types.NamespacedName, cluster string, route *ctrlmeshv1alpha1.ShardRoute, report *Report, at time.Time) (behind bool, err error) {
 	var row *reportRow
 	if report != nil {
 		if row, err = newReportRow(config, cluster, *report); err != nil {
@@ -329,7 +355,7 @@ func (s *Store) ReadBack(config types.NamespacedName, cluster string, route *ctr
 		}
 	}
 	err = s.write(func(txn *memdb.Txn) error {
-		if behind, err = recordRoute(txn, config, cluster, route, true); err != nil {
+		if behind, err = recordRoute(txn, config, cluster, route, true, at); err != nil {
 			return err
 		}
 		if row == nil {
@@ -346,15 +372,15 @@ func (s *Store) ReadBack(config types.NamespacedName, cluster string, route *ctr
 	return behind, err
 }
 
-// recordRoute stores route as the latest published for config to cluster.
-// A route older than the one stored, or of its generation with another
-// hash, is refused, unless readBack: the older one is then ignored (behind),
-// the other hash stored.
-func recordRoute(txn *memdb.Txn, config types.NamespacedName, cluster string, route *ctrlmeshv1alpha1.ShardRoute, readBack bool) (behind bool, err error) {
+// recordRoute stores route as the latest published for config to cluster,
+// known carried since at. A route older than the one stored, or of its
+// generation with another hash, is refused, unless readBack: the older one
+// is then ignored (behind), the other hash stored.
+func recordRoute(txn *memdb.Txn, config types.NamespacedName, cluster string, route *ctrlmeshv1alpha1.ShardRoute, readBack bool, at time.Time) (behind bool, err error) {
 	if route == nil {
 		return false, fmt.Errorf("state: rules of %s for cluster %q: no ShardRoute", config, cluster)
 	}
-	next := Revision{Generation: route.Spec.RoutingGeneration, RulesHash: route.Spec.RulesHash}
+	next := Revision{Generation: route.Spec.RoutingGeneration, RulesHash: route.Spec.RulesHash, Since: at}
 	if config.Name == "" || cluster == "" || next.Generation < 1 || next.RulesHash == "" {
 		return false, fmt.Errorf("state: rules of config %q for cluster %q, generation %d, hash %q: all must be set, the generation at least 1",
 			config, cluster, next.Generation, next.RulesHash)
@@ -368,7 +394,7 @@ func recordRoute(txn *memdb.Txn, config types.NamespacedName, cluster string, ro
 	if raw != nil {
 		cur := raw.(*publishedRow).Published
 		switch {
-		case cur.Revision == next:
+		case cur.same(next):
 			return false, nil
 		case readBack && next.Generation < cur.Generation:
 			return true, nil

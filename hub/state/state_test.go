@@ -290,7 +290,7 @@ func TestReports(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t)
 			for i, r := range tc.readBacks {
-				_, err := s.ReadBack(r.config, r.cluster, route(1, "h1"), r.report)
+				_, err := s.ReadBack(r.config, r.cluster, route(1, "h1"), r.report, time.Time{})
 				if r.wantErr != "" {
 					if err == nil || !strings.Contains(err.Error(), r.wantErr) {
 						t.Errorf("read-back %d: err = %v, want %q", i, err, r.wantErr)
@@ -320,7 +320,7 @@ func TestReportRecordsAreCopies(t *testing.T) {
 		Leaders:      []state.Leader{{Shard: "1", Pod: "b"}, {Shard: "0", Pod: "a"}},
 	}
 	published := route(1, "h1")
-	if _, err := s.ReadBack(cfgA, "c1", published, report); err != nil {
+	if _, err := s.ReadBack(cfgA, "c1", published, report, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	report.RulesApplied.Message, report.Pods[0].Name, report.Leaders[0].Pod = "changed by the caller", "changed", "changed"
@@ -396,7 +396,7 @@ func TestPublished(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t)
 			for i, p := range tc.publishes {
-				err := s.RecordPublish(cfgA, "c1", route(p.generation, p.hash))
+				err := s.RecordPublish(cfgA, "c1", route(p.generation, p.hash), time.Time{})
 				if p.wantErr == "" && err != nil || p.wantErr != "" && (err == nil || !strings.Contains(err.Error(), p.wantErr)) {
 					t.Errorf("publish %d (%d, %q): err = %v, want %q", i, p.generation, p.hash, err, p.wantErr)
 				}
@@ -426,8 +426,12 @@ func TestPublished(t *testing.T) {
 }
 
 // ReadBack takes a Work's rules as published, except those of a Work that
-// does not show the hub's last write yet.
+// does not show the hub's last write yet. Each revision keeps when the hub
+// first knew the Work to carry it: the step (a second apart) that
+// published it or first read it back.
 func TestReadBackPublished(t *testing.T) {
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(step int) time.Time { return base.Add(time.Duration(step) * time.Second) }
 	type step struct {
 		readBack   bool // else RecordPublish
 		generation int64
@@ -437,14 +441,12 @@ func TestReadBackPublished(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		steps       []step
-		wantCurrent state.Revision
-		wantHistory []state.Revision
+		wantHistory []state.Revision // newest first: the current one
 	}{
 		{
 			name:        "a restarted hub takes what the Work carries",
 			steps:       []step{{readBack: true, generation: 7, hash: "h7"}},
-			wantCurrent: state.Revision{Generation: 7, RulesHash: "h7"},
-			wantHistory: []state.Revision{{Generation: 7, RulesHash: "h7"}},
+			wantHistory: []state.Revision{{Generation: 7, RulesHash: "h7", Since: at(0)}},
 		},
 		{
 			name: "a cached Work older than the last publish is behind",
@@ -452,10 +454,10 @@ func TestReadBackPublished(t *testing.T) {
 				{readBack: true, generation: 1, hash: "h1"},
 				{generation: 2, hash: "h2"},
 				{readBack: true, generation: 1, hash: "h1", wantBehind: true},
+				// Read back later, it was carried since the publish.
 				{readBack: true, generation: 2, hash: "h2"},
 			},
-			wantCurrent: state.Revision{Generation: 2, RulesHash: "h2"},
-			wantHistory: []state.Revision{{Generation: 2, RulesHash: "h2"}, {Generation: 1, RulesHash: "h1"}},
+			wantHistory: []state.Revision{{Generation: 2, RulesHash: "h2", Since: at(1)}, {Generation: 1, RulesHash: "h1", Since: at(0)}},
 		},
 		{
 			name: "a Work rewritten at the recorded generation replaces its hash",
@@ -464,8 +466,7 @@ func TestReadBackPublished(t *testing.T) {
 				{generation: 2, hash: "h2"},
 				{readBack: true, generation: 2, hash: "other"},
 			},
-			wantCurrent: state.Revision{Generation: 2, RulesHash: "other"},
-			wantHistory: []state.Revision{{Generation: 2, RulesHash: "other"}, {Generation: 1, RulesHash: "h1"}},
+			wantHistory: []state.Revision{{Generation: 2, RulesHash: "other", Since: at(2)}, {Generation: 1, RulesHash: "h1", Since: at(0)}},
 		},
 		{
 			name: "a newer Work is taken",
@@ -474,20 +475,19 @@ func TestReadBackPublished(t *testing.T) {
 				{readBack: true, generation: 3, hash: "h3"},
 				{generation: 4, hash: "h4"},
 			},
-			wantCurrent: state.Revision{Generation: 4, RulesHash: "h4"},
-			wantHistory: []state.Revision{{Generation: 4, RulesHash: "h4"}, {Generation: 3, RulesHash: "h3"}, {Generation: 1, RulesHash: "h1"}},
+			wantHistory: []state.Revision{{Generation: 4, RulesHash: "h4", Since: at(2)}, {Generation: 3, RulesHash: "h3", Since: at(1)}, {Generation: 1, RulesHash: "h1", Since: at(0)}},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t)
 			for i, st := range tc.steps {
 				if !st.readBack {
-					if err := s.RecordPublish(cfgA, "c1", route(st.generation, st.hash)); err != nil {
+					if err := s.RecordPublish(cfgA, "c1", route(st.generation, st.hash), at(i)); err != nil {
 						t.Fatalf("step %d: %v", i, err)
 					}
 					continue
 				}
-				behind, err := s.ReadBack(cfgA, "c1", route(st.generation, st.hash), &state.Report{Pods: []state.Pod{{Name: st.hash}}})
+				behind, err := s.ReadBack(cfgA, "c1", route(st.generation, st.hash), &state.Report{Pods: []state.Pod{{Name: st.hash}}}, at(i))
 				if err != nil {
 					t.Fatalf("step %d: %v", i, err)
 				}
@@ -500,11 +500,45 @@ func TestReadBackPublished(t *testing.T) {
 				}
 			}
 			got := s.Snapshot().PublishedOf(cfgA)[0]
-			if got.Revision != tc.wantCurrent || !reflect.DeepEqual(got.History, tc.wantHistory) ||
-				got.Route.Spec.RoutingGeneration != tc.wantCurrent.Generation || got.Route.Spec.RulesHash != tc.wantCurrent.RulesHash {
-				t.Errorf("Published = %+v, want current %+v and history %+v", got, tc.wantCurrent, tc.wantHistory)
+			want := tc.wantHistory[0]
+			if got.Revision != want || !reflect.DeepEqual(got.History, tc.wantHistory) ||
+				got.Route.Spec.RoutingGeneration != want.Generation || got.Route.Spec.RulesHash != want.RulesHash {
+				t.Errorf("Published = %+v, want current %+v and history %+v", got, want, tc.wantHistory)
 			}
 		})
+	}
+}
+
+// CarriedAt is the newest generation the hub knew the Work to carry at a
+// time, and when the next one came.
+func TestCarriedAt(t *testing.T) {
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := newStore(t)
+	for g := int64(1); g <= 3; g++ {
+		if err := s.RecordPublish(cfgA, "c1", route(g, fmt.Sprintf("h%d", g)), base.Add(time.Duration(g)*10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := s.Snapshot().PublishedOf(cfgA)[0]
+	for _, tc := range []struct {
+		at       time.Duration
+		wantGen  int64
+		wantNext time.Duration // 0: none
+	}{
+		{at: 5 * time.Second, wantGen: 0, wantNext: 10 * time.Second},
+		{at: 10 * time.Second, wantGen: 1, wantNext: 20 * time.Second},
+		{at: 25 * time.Second, wantGen: 2, wantNext: 30 * time.Second},
+		{at: 30 * time.Second, wantGen: 3},
+		{at: time.Hour, wantGen: 3},
+	} {
+		gen, next := p.CarriedAt(base.Add(tc.at))
+		wantNext := time.Time{}
+		if tc.wantNext != 0 {
+			wantNext = base.Add(tc.wantNext)
+		}
+		if gen != tc.wantGen || !next.Equal(wantNext) {
+			t.Errorf("CarriedAt(+%v) = %d, %v; want %d, %v", tc.at, gen, next, tc.wantGen, wantNext)
+		}
 	}
 }
 
@@ -569,12 +603,12 @@ func TestRowRemoval(t *testing.T) {
 				for _, c := range clusters {
 					// c3's rules are published, not yet reported.
 					if c == "c3" {
-						if err := s.RecordPublish(config, c, route(1, "h1")); err != nil {
+						if err := s.RecordPublish(config, c, route(1, "h1"), time.Time{}); err != nil {
 							t.Fatal(err)
 						}
 						continue
 					}
-					if _, err := s.ReadBack(config, c, route(1, "h1"), &state.Report{Pods: []state.Pod{{Name: "p"}}}); err != nil {
+					if _, err := s.ReadBack(config, c, route(1, "h1"), &state.Report{Pods: []state.Pod{{Name: "p"}}}, time.Time{}); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -625,7 +659,7 @@ func TestConcurrentReadersSeeWholeWrites(t *testing.T) {
 			for j := range pods {
 				pods[j] = state.Pod{Name: fmt.Sprintf("pod-%d", j), AppliedRulesHash: hash}
 			}
-			if _, err := s.ReadBack(cfgA, "c1", route(int64(i), hash), &state.Report{Pods: pods}); err != nil {
+			if _, err := s.ReadBack(cfgA, "c1", route(int64(i), hash), &state.Report{Pods: pods}, time.Time{}); err != nil {
 				t.Error(err)
 				return
 			}

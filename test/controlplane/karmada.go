@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,6 +66,19 @@ const frontProxyClientName = "front-proxy-client"
 // Karmada's default is 10s, shortened so that tests see a Cluster Ready soon.
 const KarmadaClusterStatusUpdateFrequency = 2 * time.Second
 
+// How soon Karmada marks a pull member's Cluster not Ready (Ready Unknown)
+// once its karmada-agent stops: karmada-controller-manager checks every
+// KarmadaClusterMonitorPeriod whether the agent renewed the cluster's lease
+// (every KarmadaClusterLeaseDuration/4) within
+// KarmadaClusterMonitorGracePeriod. Karmada's defaults are 5 s, 40 s and
+// 40 s; shortened so that tests see it within 15–17 s, and still four
+// renewals long, so that a loaded machine does not make a Cluster flap.
+const (
+	KarmadaClusterMonitorPeriod      = time.Second
+	KarmadaClusterMonitorGracePeriod = 15 * time.Second
+	KarmadaClusterLeaseDuration      = 15 * time.Second
+)
+
 // Karmada is the Karmada side of a control plane started with Spec.Karmada:
 // karmada-aggregated-apiserver serving cluster.karmada.io through the
 // kube-apiserver's aggregation layer, and karmada-controller-manager.
@@ -77,8 +91,17 @@ type Karmada struct {
 	assets string
 
 	mu sync.Mutex
-	// agents are the karmada-agents of the members joined in pull mode.
-	agents []*Process
+	// agents are the karmada-agents of the members joined in pull mode, by
+	// member.
+	agents map[string]*pullAgent
+}
+
+// pullAgent is the karmada-agent of a member joined in pull mode.
+type pullAgent struct {
+	name, logPath string
+	args          []string
+	// process is the running agent; nil while stopped (StopAgent).
+	process *Process
 }
 
 // karmadaPaths are the files the kube-apiserver of a Karmada control plane
@@ -226,6 +249,8 @@ func startKarmada(ctx context.Context, c *Cluster, p karmadaPaths, assets string
 		"--metrics-bind-address=0",
 		"--health-probe-bind-address=0",
 		"--cluster-status-update-frequency="+KarmadaClusterStatusUpdateFrequency.String(),
+		"--cluster-monitor-period="+KarmadaClusterMonitorPeriod.String(),
+		"--cluster-monitor-grace-period="+KarmadaClusterMonitorGracePeriod.String(),
 	)
 	if err != nil {
 		return k, err
@@ -297,7 +322,13 @@ func (k *Karmada) Err() error {
 func (k *Karmada) processes() []*Process {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return append(slices.Clone(k.agents), k.controllerManager, k.aggregatedAPIServer)
+	var out []*Process
+	for _, member := range slices.Sorted(maps.Keys(k.agents)) {
+		if p := k.agents[member].process; p != nil {
+			out = append(out, p)
+		}
+	}
+	return append(out, k.controllerManager, k.aggregatedAPIServer)
 }
 
 // stop kills the Karmada components.
@@ -408,24 +439,81 @@ func JoinPull(ctx context.Context, karmada, member *Cluster) error {
 	if err := member.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("clusters: joining %q: creating namespace %s in the member: %w", member.Name, ns.Name, err)
 	}
-	agent, err := StartProcess(KarmadaAgentBinary+" of "+member.Name, filepath.Join(k.Dir, "agent-"+member.Name+".log"), false,
-		filepath.Join(k.assets, KarmadaAgentBinary),
-		"--karmada-kubeconfig="+karmada.KubeconfigPath,
-		"--kubeconfig="+member.KubeconfigPath,
-		"--cluster-name="+member.Name,
-		"--cluster-api-endpoint="+member.Config.Host,
-		"--report-secrets=None",
-		"--metrics-bind-address=0",
-		"--health-probe-bind-address=0",
-		"--cluster-status-update-frequency="+KarmadaClusterStatusUpdateFrequency.String(),
-	)
-	if err != nil {
-		return fmt.Errorf("clusters: joining %q: %w", member.Name, err)
+	agent := &pullAgent{
+		name: KarmadaAgentBinary + " of " + member.Name, logPath: filepath.Join(k.Dir, "agent-"+member.Name+".log"),
+		args: []string{
+			"--karmada-kubeconfig=" + karmada.KubeconfigPath,
+			"--kubeconfig=" + member.KubeconfigPath,
+			"--cluster-name=" + member.Name,
+			"--cluster-api-endpoint=" + member.Config.Host,
+			"--report-secrets=None",
+			"--metrics-bind-address=0",
+			"--health-probe-bind-address=0",
+			"--cluster-status-update-frequency=" + KarmadaClusterStatusUpdateFrequency.String(),
+			"--cluster-lease-duration=" + KarmadaClusterLeaseDuration.String(),
+		},
 	}
 	k.mu.Lock()
-	k.agents = append(k.agents, agent)
-	k.mu.Unlock()
+	defer k.mu.Unlock()
+	if k.agents[member.Name] != nil {
+		return fmt.Errorf("clusters: joining %q: it already joined in pull mode", member.Name)
+	}
+	if err := k.startAgentLocked(agent); err != nil {
+		return fmt.Errorf("clusters: joining %q: %w", member.Name, err)
+	}
+	if k.agents == nil {
+		k.agents = map[string]*pullAgent{}
+	}
+	k.agents[member.Name] = agent
 	return nil
+}
+
+// startAgentLocked runs a pull member's karmada-agent. The caller holds mu.
+func (k *Karmada) startAgentLocked(a *pullAgent) error {
+	p, err := StartProcess(a.name, a.logPath, false, filepath.Join(k.assets, KarmadaAgentBinary), a.args...)
+	if err != nil {
+		return err
+	}
+	a.process = p
+	return nil
+}
+
+// StopAgent kills the karmada-agent of a member joined in pull mode, as a
+// crash of its pod would: the member's Works are no longer applied nor
+// their status reported, and once the agent's cluster lease is not renewed
+// for KarmadaClusterMonitorGracePeriod, karmada-controller-manager marks
+// the Cluster's Ready Unknown. StartAgent runs it again.
+func (k *Karmada) StopAgent(member string) error {
+	k.mu.Lock()
+	a := k.agents[member]
+	var p *Process
+	if a != nil {
+		p, a.process = a.process, nil
+	}
+	k.mu.Unlock()
+	if a == nil {
+		return fmt.Errorf("clusters: %q did not join in pull mode: it has no karmada-agent", member)
+	}
+	if p != nil {
+		p.Kill()
+	}
+	return nil
+}
+
+// StartAgent runs the karmada-agent of a member joined in pull mode again
+// after StopAgent, with the same flags; its log goes on. A running agent
+// is left running.
+func (k *Karmada) StartAgent(member string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	a := k.agents[member]
+	if a == nil {
+		return fmt.Errorf("clusters: %q did not join in pull mode: it has no karmada-agent", member)
+	}
+	if a.process != nil {
+		return nil
+	}
+	return k.startAgentLocked(a)
 }
 
 // ShardRouteInterpreterFile is the ResourceInterpreterCustomization ctrlmesh

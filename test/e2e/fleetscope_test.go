@@ -2,15 +2,10 @@ package e2e_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/test/controlplane"
-	"github.com/ctrlmesh/ctrlmesh/test/env"
 	"github.com/ctrlmesh/ctrlmesh/test/fleettest"
 	"github.com/ctrlmesh/ctrlmesh/test/localfleet"
 )
@@ -32,41 +27,13 @@ func TestFleetScope(t *testing.T) {
 	defer cancel()
 	f := fleettest.StartFleet(t, ctx, localfleet.Options{Members: []string{member1, member2},
 		HubFeatureGates: []string{controlplane.FeatureShardedListAndWatch}})
-	// An operator whose proxy stops serving loses its leader election and
-	// exits; the kubelet would start it again.
-	f.RestartOperators = true
-	for _, m := range []string{member1, member2} {
-		for i := range 2 {
-			f.AddPod(m, fmt.Sprintf("%s-%d", m, i), true, nil)
+	run := f.FleetScope(t, ctx)
+	run.CutOff("member2 cut off", member2, func() time.Time {
+		t0 := time.Now()
+		if err := f.StopAgent(member2); err != nil {
+			t.Fatal(err)
 		}
-	}
-	objects := []fleettest.ClusterObjects{{Cluster: localfleet.HubName, Client: f.Hub.Client, Keys: fleettest.ManagedObjects(t, ctx, f.Hub.Client)}}
-	fleetDomain := func(string) string { return "fleet" }
-
-	sc := fleettest.ShardingConfig(ctrlmeshv1alpha1.ScopeFleet)
-	env.Create(t, ctx, f.Hub.Client, sc)
-	w := &fleettest.Waiter{F: f, Key: client.ObjectKeyFromObject(sc)}
-	// Ready may come before the second member's agent reported its pods;
-	// the placement then spreads over both.
-	got := w.Ready("initial placement", time.Now(), 90*time.Second, func(sc *ctrlmeshv1alpha1.ShardingConfig) bool {
-		return fleettest.ServesIn(sc, member1) && fleettest.ServesIn(sc, member2)
+		return t0
 	})
-	f.CheckReconciledBy("initial placement", got, objects, fleetDomain)
-
-	touching := fleettest.StartTouching(ctx, objects)
-	defer touching.Stop()
-	phases := []fleettest.Phase{{Name: "steady", Start: time.Now()}}
-	time.Sleep(2 * time.Second)
-
-	t0 := time.Now()
-	phases = append(phases, fleettest.Phase{Name: "member2 cut off", Start: t0})
-	if err := f.StopAgent(member2); err != nil {
-		t.Fatal(err)
-	}
-	moved := w.Served("member2 cut off", t0, func(sc *ctrlmeshv1alpha1.ShardingConfig) bool {
-		return !fleettest.ServesIn(sc, member2)
-	})
-	f.CheckReconciledBy("member2 cut off", moved, objects, fleetDomain)
-
-	f.Finish(touching, phases, fleetDomain)
+	run.Finish()
 }

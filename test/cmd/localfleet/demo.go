@@ -11,11 +11,14 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/go-logr/logr"
+	clusterv1alpha1 "github.com/karmada-io/karmada/pkg/apis/cluster/v1alpha1"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
@@ -41,14 +44,20 @@ const (
 
 var demoMembers = []string{"member1", "member2"}
 
+// karmadaSyncModes are the members' sync modes with --karmada: the two
+// ways Karmada joins a member.
+var karmadaSyncModes = map[string]clusterv1alpha1.ClusterSyncMode{"member1": clusterv1alpha1.Push, "member2": clusterv1alpha1.Pull}
+
 // fleetFlags are the flags demo and up share.
 type fleetFlags struct {
-	binDir string
-	keep   bool
+	binDir  string
+	keep    bool
+	karmada bool
 }
 
 func (ff *fleetFlags) bind(cmd *cobra.Command, keepUsage string) {
-	cmd.Flags().StringVar(&ff.binDir, "bin-dir", "", "directory with kube-apiserver and etcd (make tools), ctrlmesh-proxy and demo-operator (make build); empty: bin/ of the checkout")
+	cmd.Flags().StringVar(&ff.binDir, "bin-dir", "", "directory with kube-apiserver and etcd (make tools, and Karmada's components with --karmada), ctrlmesh-proxy and demo-operator (make build); empty: bin/ of the checkout")
+	cmd.Flags().BoolVar(&ff.karmada, "karmada", false, "make the hub a Karmada control plane (karmada-aggregated-apiserver, karmada-controller-manager) and join member1 to it in push mode, member2 in pull mode (karmada-agent): Karmada applies the Works and reports their status, the agents run in Karmada mode")
 	if keepUsage != "" {
 		cmd.Flags().BoolVar(&ff.keep, "keep", false, keepUsage)
 	}
@@ -69,9 +78,16 @@ It then applies a ShardingConfig over both members, waits until it is Ready
 and prints the placement; adds a canary pod and canary steps and prints the
 placement at each step; kills a pod and prints the placement once its
 buckets have moved. Run it from the ctrlmesh checkout after make tools and
-make build (make demo does all of it).`,
+make build (make demo does all of it).
+
+With --karmada the hub is a Karmada control plane: member1 joins it in push
+mode (karmada-controller-manager applies its Works), member2 in pull mode
+(karmada-agent in the member does), the agents run in Karmada mode (they
+apply nothing), and each member's sync mode, read back from Karmada's
+Cluster, is printed beside every placement (make demo-karmada).`,
 		Example: `  localfleet demo
-  localfleet demo --keep   # stay up afterwards, until Ctrl-C`,
+  localfleet demo --karmada  # on a Karmada control plane, one push and one pull member
+  localfleet demo --keep     # stay up afterwards, until Ctrl-C`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runFleet(cmd.Context(), cmd.OutOrStdout(), ff, (*session).demo)
@@ -89,7 +105,8 @@ func newUpCommand() *cobra.Command {
 		Long: `up starts the fleet of localfleet demo — a hub, two members, their
 agents and the demo operator's pods — applies the ShardingConfig, waits until
 it is Ready, prints the placement and the kubeconfigs, and stays up until
-Ctrl-C.`,
+Ctrl-C. With --karmada the hub is a Karmada control plane, member1 joined in
+push mode and member2 in pull mode, as with demo --karmada.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ff.keep = true
@@ -107,6 +124,8 @@ type session struct {
 	fleet *localfleet.Fleet
 	pods  map[string]*localfleet.Pod
 	sc    *ctrlmeshv1alpha1.ShardingConfig
+	// karmada: the hub is a Karmada control plane (--karmada).
+	karmada bool
 }
 
 // step prints a progress line with the time since the start.
@@ -119,7 +138,7 @@ func (s *session) step(format string, args ...any) {
 // directory is removed at the end, unless something failed: its logs then
 // tell why.
 func runFleet(ctx context.Context, out io.Writer, ff fleetFlags, then func(*session, context.Context) error) (err error) {
-	s := &session{out: out, start: time.Now(), pods: map[string]*localfleet.Pod{}}
+	s := &session{out: out, start: time.Now(), pods: map[string]*localfleet.Pod{}, karmada: ff.karmada}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	binDir, crdDirs, err := checkout(ff.binDir)
@@ -147,12 +166,17 @@ func runFleet(ctx context.Context, out io.Writer, ff fleetFlags, then func(*sess
 	ctrllog.SetLogger(logr.Discard())
 	klog.SetLogger(logr.Discard())
 
-	s.step("starting %d API servers (kube-apiserver + etcd each): %s, %s", 1+len(demoMembers), localfleet.HubName, strings.Join(demoMembers, ", "))
-	s.fleet, err = localfleet.Start(ctx, localfleet.Options{
+	opts := localfleet.Options{
 		BinDir: binDir, CRDDirs: crdDirs, WorkDir: workDir, Members: demoMembers,
 		// Range mode: the canary serves single namespaces besides buckets.
 		MemberFeatureGates: []string{controlplane.FeatureShardedListAndWatch},
-	})
+	}
+	s.step("starting %d API servers (kube-apiserver + etcd each): %s, %s", 1+len(demoMembers), localfleet.HubName, strings.Join(demoMembers, ", "))
+	if s.karmada {
+		opts.Karmada = karmadaSyncModes
+		s.step("%s is a Karmada control plane: Karmada's CRDs, karmada-aggregated-apiserver serving cluster.karmada.io, karmada-controller-manager; the ShardRoute interpreter", localfleet.HubName)
+	}
+	s.fleet, err = localfleet.Start(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -196,12 +220,23 @@ func checkout(binDir string) (string, []string, error) {
 // up runs the hub, joins the members, starts the pods, applies the
 // ShardingConfig and prints its placement once it is Ready.
 func (s *session) up(ctx context.Context) error {
-	s.step("hub: namespace ctrlmesh, RBAC, ctrlmesh-hub (auto-accepting members)")
+	if s.karmada {
+		s.step("hub: namespace ctrlmesh, RBAC, ctrlmesh-hub (auto-accepting members; Karmada's finalizer on its Works)")
+	} else {
+		s.step("hub: namespace ctrlmesh, RBAC, ctrlmesh-hub (auto-accepting members)")
+	}
 	if err := s.fleet.StartHub(ctx); err != nil {
 		return err
 	}
 	for _, m := range demoMembers {
-		s.step("joining %s: RBAC on the hub and the member, ctrlmesh-agent in standalone mode", m)
+		switch {
+		case !s.karmada:
+			s.step("joining %s: RBAC on the hub and the member, ctrlmesh-agent in standalone mode", m)
+		case karmadaSyncModes[m] == clusterv1alpha1.Push:
+			s.step("joining %s: to Karmada in push mode (a Cluster with its credentials: karmada-controller-manager applies its Works), then RBAC on the hub and the member, ctrlmesh-agent in Karmada mode", m)
+		default:
+			s.step("joining %s: to Karmada in pull mode (karmada-agent in the member registers its Cluster and applies its Works), then RBAC on the hub and the member, ctrlmesh-agent in Karmada mode", m)
+		}
 		if err := s.fleet.Join(ctx, m); err != nil {
 			return err
 		}
@@ -212,7 +247,10 @@ func (s *session) up(ctx context.Context) error {
 	}
 	for _, m := range demoMembers {
 		s.step("%s: %d pods of %s (Pod object; ctrlmesh-proxy and demo-operator processes)", m, podsPerMember, demoName)
-		if err := s.fleet.Members[m].Client.Create(ctx, ns.DeepCopy()); err != nil {
+		// With --karmada it may be there already: Karmada's namespace
+		// controller propagates the namespaces of its control plane (the
+		// hub's) to every member.
+		if err := s.fleet.Members[m].Client.Create(ctx, ns.DeepCopy()); err != nil && !(s.karmada && apierrors.IsAlreadyExists(err)) {
 			return fmt.Errorf("creating namespace %s in %s: %w", demoNamespace, m, err)
 		}
 		for i := range podsPerMember {
@@ -307,7 +345,10 @@ func (s *session) waitAndPrint(ctx context.Context, what string, matches func(*c
 		if st.ObservedGeneration == sc.Generation && meta.IsStatusConditionTrue(st.Conditions, ctrlmeshv1alpha1.ConditionReady) &&
 			st.ReadyShards == st.Shards && matches(&sc) {
 			s.step("%s:", what)
-			return printers.ShardingConfig(s.out, &sc)
+			if err := printers.ShardingConfig(s.out, &sc); err != nil {
+				return err
+			}
+			return s.printSyncModes(ctx)
 		}
 		if err := s.fleet.Err(); err != nil {
 			return err
@@ -324,6 +365,28 @@ func (s *session) waitAndPrint(ctx context.Context, what string, matches func(*c
 	}
 }
 
+// printSyncModes prints, on a Karmada fleet, each member's sync mode as
+// Karmada's Cluster has it: who applies the member's Works.
+func (s *session) printSyncModes(ctx context.Context) error {
+	if !s.karmada {
+		return nil
+	}
+	w := tabwriter.NewWriter(s.out, 0, 0, 3, ' ', 0)
+	fmt.Fprintln(w, "CLUSTER\tKARMADA SYNC MODE\tWORKS APPLIED BY")
+	for _, m := range demoMembers {
+		mode, err := s.fleet.KarmadaSyncMode(ctx, m)
+		if err != nil {
+			return err
+		}
+		by := "karmada-controller-manager"
+		if mode == clusterv1alpha1.Pull {
+			by = "karmada-agent in " + m
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\n", m, mode, by)
+	}
+	return w.Flush()
+}
+
 func (s *session) printKubeconfigs() {
 	fmt.Fprintln(s.out, "The fleet stays up until Ctrl-C. Kubeconfigs (admin):")
 	fmt.Fprintf(s.out, "  %-8s %s\n", localfleet.HubName, s.fleet.Hub.KubeconfigPath)
@@ -332,6 +395,10 @@ func (s *session) printKubeconfigs() {
 	}
 	fmt.Fprintf(s.out, "Logs: %s\nFor example:\n  ctrlmeshctl status %s -n %s --kubeconfig %s\n",
 		filepath.Join(s.fleet.WorkDir, "logs"), demoName, demoNamespace, s.fleet.Hub.KubeconfigPath)
+	if s.karmada {
+		fmt.Fprintf(s.out, "  kubectl get clusters.cluster.karmada.io,works.work.karmada.io -A --kubeconfig %s   # the hub is the Karmada API server\n",
+			s.fleet.Hub.KubeconfigPath)
+	}
 }
 
 // watchFailure closes the returned channel once a part of the fleet fails.
