@@ -23,13 +23,15 @@ import (
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/hub/clusters"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
+	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
 // TestKarmadaOwnsExecutionNamespaces runs the controller on a real Karmada
 // control plane, as an admin who could create any namespace: an accepted
 // member Karmada does not know gets no execution namespace from the hub,
-// only its Available condition saying to join it to Karmada; once Karmada has a
+// only, once its agent heartbeats, its Available condition saying to join it
+// to Karmada; once Karmada has a
 // Cluster of that name, Karmada's cluster controller makes karmada-es-<name>
 // and the hub never wrote it.
 func TestKarmadaOwnsExecutionNamespaces(t *testing.T) {
@@ -97,6 +99,13 @@ func TestKarmadaOwnsExecutionNamespaces(t *testing.T) {
 	err = karmada.Client.Get(ctx, client.ObjectKey{Name: executionSpace}, &corev1.Namespace{})
 	if !apierrors.IsNotFound(err) {
 		t.Fatalf("namespace %s of a member Karmada does not know: %v, want NotFound (Karmada owns it)", executionSpace, err)
+	}
+	// The member's agent heartbeats in its cluster namespace (the hub
+	// admin's on Karmada): Karmada's part is all that is missing.
+	env.Create(t, ctx, karmada.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ctrlmeshv1alpha1.ClusterNamespace(name)}})
+	hb := &membership.Heartbeat{Hub: karmada.Client, ClusterName: name, Identity: "agent-0", LeaseDuration: 10 * time.Minute}
+	if err := hb.Renew(ctx); err != nil {
+		t.Fatal(err)
 	}
 	env.Eventually(t, time.Minute, "Available False with "+ctrlmeshv1alpha1.ReasonKarmadaClusterNotFound, func() error {
 		var mc clusterv1.ManagedCluster

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 	clusterv1alpha1 "github.com/karmada-io/karmada/pkg/apis/cluster/v1alpha1"
+	policyv1alpha1 "github.com/karmada-io/karmada/pkg/apis/policy/v1alpha1"
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
 	"github.com/karmada-io/karmada/pkg/util/names"
 	corev1 "k8s.io/api/core/v1"
@@ -130,8 +131,9 @@ func TestKarmadaRegistration(t *testing.T) {
 }
 
 // join joins name as an agent running in cluster in would: its claims (the
-// cluster ID of in) and, once the hub accepted it and made its cluster
-// namespace, a heartbeat fresh for the test.
+// cluster ID of in) and, in its cluster namespace (the hub admin's on
+// Karmada, as the hub chart's target=karmada makes it: the hub creates no
+// namespace there), a heartbeat fresh for the test.
 func join(t *testing.T, ctx context.Context, name string, in *env.Cluster) {
 	t.Helper()
 	dc, err := discovery.NewDiscoveryClientForConfig(in.Config)
@@ -141,9 +143,8 @@ func join(t *testing.T, ctx context.Context, name string, in *env.Cluster) {
 	if err := membership.Join(ctx, karmada.Client, membership.JoinOptions{ClusterName: name, Member: dc, MemberClient: in.Client}); err != nil {
 		t.Fatal(err)
 	}
-	env.Eventually(t, 30*time.Second, "the cluster namespace of "+name, func() error {
-		return karmada.Client.Get(ctx, client.ObjectKey{Name: ctrlmeshv1alpha1.ClusterNamespace(name)}, &corev1.Namespace{})
-	})
+	env.Create(t, ctx, karmada.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ctrlmeshv1alpha1.ClusterNamespace(name),
+		Labels: map[string]string{policyv1alpha1.NamespaceSkipAutoPropagationLabel: "true"}}})
 	hb := &membership.Heartbeat{Hub: karmada.Client, ClusterName: name, Identity: "agent-0", LeaseDuration: 10 * time.Minute}
 	if err := hb.Renew(ctx); err != nil {
 		t.Fatal(err)
@@ -157,7 +158,7 @@ type controller struct{ store *state.Store }
 var userOnce sync.Once
 
 // startController runs the clusters controller, accepting every cluster,
-// as a user with exactly its RBAC (clusters.RBACRules), on a new manager
+// as a user with exactly its RBAC on Karmada (clusters.KarmadaRBACRules), on a new manager
 // and Store, until the test ends or stop is called.
 func startController(t *testing.T) (c *controller, stop func()) {
 	t.Helper()
@@ -166,7 +167,7 @@ func startController(t *testing.T) (c *controller, stop func()) {
 	const user = "ctrlmesh-hub-clusters"
 	userOnce.Do(func() {
 		for _, obj := range []client.Object{
-			&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: clusters.RBACRules(opts)},
+			&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: clusters.KarmadaRBACRules(opts)},
 			&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user},
 				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
 				Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}}},
