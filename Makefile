@@ -138,7 +138,7 @@ $(HELM_STAMP):
 
 .PHONY: test
 test: tools node-packages ## Unit, fuzz-seed and envtest suites against real API servers, with -race.
-	CTRLMESH_TEST_ASSETS=$(BIN) $(GO) test -race -count=1 -timeout 20m ./...
+	CTRLMESH_TEST_ASSETS=$(BIN) $(GO) test -race -count=1 -timeout 30m ./...
 
 # The chaos suite (test/chaos) in full; make test runs its short part (with
 # -race). Without -race here: its bounds are timings, and the race detector's
