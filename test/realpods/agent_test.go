@@ -91,6 +91,8 @@ func TestAgentChartOnRealNode(t *testing.T) {
 	const cluster = "member1"
 	hubObjects := []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: membership.AgentNamespace}},
+		// The cluster namespace, where the agent renews its heartbeat.
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ctrlmeshv1alpha1.ClusterNamespace(cluster)}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: names.GenerateExecutionSpaceName(cluster)}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: membership.AgentNamespace, Name: membership.AgentServiceAccount(cluster)}},
 	}
@@ -174,7 +176,7 @@ func TestAgentChartOnRealNode(t *testing.T) {
 	}
 	// And it keeps a heartbeat: its Lease on the hub, held by an agent pod,
 	// renewed again and again.
-	key := client.ObjectKey{Namespace: names.GenerateExecutionSpaceName(cluster), Name: ctrlmeshv1alpha1.HeartbeatLeaseName}
+	key := client.ObjectKey{Namespace: ctrlmeshv1alpha1.ClusterNamespace(cluster), Name: ctrlmeshv1alpha1.HeartbeatLeaseName}
 	var first, lease coordinationv1.Lease
 	env.Eventually(t, 2*time.Minute, "the agent's heartbeat Lease", func() error {
 		if err := hub.Client.Get(ctx, key, &first); err != nil {
