@@ -41,6 +41,11 @@ type Image struct {
 	Files map[string]string
 	// Entrypoint is the command the image runs.
 	Entrypoint []string
+	// User the entrypoint runs as, numeric ("65532"), as the images of
+	// deploy/docker set it; empty: root. A container with runAsNonRoot
+	// (the injected proxy's) needs a numeric non-root user here, or the
+	// kubelet refuses to start it.
+	User string
 }
 
 // BuildStatic builds the main package pkg (as go build names it, relative
@@ -84,6 +89,7 @@ func WriteOCI(file, dir string, img Image) error {
 	config = config.DeepCopy()
 	config.OS, config.Architecture = "linux", runtime.GOARCH
 	config.Config.Entrypoint = img.Entrypoint
+	config.Config.User = img.User
 	if image, err = mutate.ConfigFile(image, config); err != nil {
 		return fmt.Errorf("images: the config of %s: %w", img.Name, err)
 	}

@@ -20,7 +20,7 @@ func TestWriteOCI(t *testing.T) {
 		t.Fatal(err)
 	}
 	file := filepath.Join(dir, "image.tar")
-	img := Image{Name: "ctrlmesh.test/hello:1", Files: map[string]string{"/usr/bin/hello": bin}, Entrypoint: []string{"/usr/bin/hello"}}
+	img := Image{Name: "ctrlmesh.test/hello:1", Files: map[string]string{"/usr/bin/hello": bin}, Entrypoint: []string{"/usr/bin/hello"}, User: "65532"}
 	if err := WriteOCI(file, dir, img); err != nil {
 		t.Fatal(err)
 	}
@@ -51,8 +51,8 @@ func TestWriteOCI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if config.OS != "linux" || len(config.Config.Entrypoint) != 1 || config.Config.Entrypoint[0] != "/usr/bin/hello" {
-		t.Fatalf("config: os %q, entrypoint %q", config.OS, config.Config.Entrypoint)
+	if config.OS != "linux" || len(config.Config.Entrypoint) != 1 || config.Config.Entrypoint[0] != "/usr/bin/hello" || config.Config.User != "65532" {
+		t.Fatalf("config: os %q, entrypoint %q, user %q", config.OS, config.Config.Entrypoint, config.Config.User)
 	}
 	layers, err := image.Layers()
 	if err != nil || len(layers) != 1 {

@@ -45,7 +45,9 @@ const agentImage = "ctrlmesh.test/ctrlmesh-agent:test"
 // the chart's RBAC only, and the agent joins the hub: its ManagedCluster
 // carries the agent's claims (not accepted: that is the hub's), and an
 // agent pod renews the member's heartbeat Lease on the hub. The member's
-// API server calls the agent's injection webhook in its pods.
+// API server calls the agent's injection webhook in its pods. Its step
+// InjectedSidecar then runs an operator with the injected proxy
+// (checkInjectedSidecar).
 func TestAgentChartOnRealNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -77,20 +79,28 @@ func TestAgentChartOnRealNode(t *testing.T) {
 	t.Logf("hub and member1 with their nodes started in %s", time.Since(start).Round(time.Millisecond))
 
 	built := time.Now()
-	bin := filepath.Join(t.TempDir(), "ctrlmesh-agent")
-	if err := images.BuildStatic(ctx, root, "./cmd/ctrlmesh-agent", bin); err != nil {
-		t.Fatal(err)
+	// The agent's image, the proxy's it injects, and the demo operator's.
+	for _, img := range []struct {
+		name, pkg, user string
+	}{{agentImage, "./cmd/ctrlmesh-agent", ""}, {proxyImage, "./cmd/ctrlmesh-proxy", "65532"}, {operatorImage, "./scenarios/demo-operator", ""}} {
+		file := "/" + filepath.Base(img.pkg)
+		bin := filepath.Join(t.TempDir(), filepath.Base(img.pkg))
+		if err := images.BuildStatic(ctx, root, img.pkg, bin); err != nil {
+			t.Fatal(err)
+		}
+		if err := member.Node.ImportImages(ctx, images.Image{Name: img.name, Files: map[string]string{file: bin}, Entrypoint: []string{file}, User: img.user}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := member.Node.ImportImages(ctx, images.Image{Name: agentImage, Files: map[string]string{"/ctrlmesh-agent": bin}, Entrypoint: []string{"/ctrlmesh-agent"}}); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("image %s built and imported in %s", agentImage, time.Since(built).Round(time.Millisecond))
+	t.Logf("images %s, %s and %s built and imported in %s", agentImage, proxyImage, operatorImage, time.Since(built).Round(time.Millisecond))
 
 	// The hub admin's part: the member's identity on the hub, and its
 	// token in a kubeconfig for the member.
 	const cluster = "member1"
 	hubObjects := []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: membership.AgentNamespace}},
+		// The cluster namespace, where the agent renews its heartbeat.
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ctrlmeshv1alpha1.ClusterNamespace(cluster)}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: names.GenerateExecutionSpaceName(cluster)}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: membership.AgentNamespace, Name: membership.AgentServiceAccount(cluster)}},
 	}
@@ -124,9 +134,11 @@ func TestAgentChartOnRealNode(t *testing.T) {
 		Data:       map[string][]byte{"kubeconfig": kubeconfig},
 	})
 	repository, tag, _ := strings.Cut(agentImage, ":")
+	proxyRepository, proxyTag, _ := strings.Cut(proxyImage, ":")
 	installed := time.Now()
 	helmInstall(t, ctx, helm, member.KubeconfigPath, namespace, filepath.Join(root, "deploy", "charts", "ctrlmesh-agent"),
 		"clusterName="+cluster, "image.repository="+repository, "image.tag="+tag, "image.pullPolicy=Never",
+		"proxyImage.repository="+proxyRepository, "proxyImage.tag="+proxyTag,
 		// The test clusters start with ctrlmesh's CRDs, as a cluster
 		// whose CRDs are managed apart from the chart.
 		"crds.install=false")
@@ -174,7 +186,7 @@ func TestAgentChartOnRealNode(t *testing.T) {
 	}
 	// And it keeps a heartbeat: its Lease on the hub, held by an agent pod,
 	// renewed again and again.
-	key := client.ObjectKey{Namespace: names.GenerateExecutionSpaceName(cluster), Name: ctrlmeshv1alpha1.HeartbeatLeaseName}
+	key := client.ObjectKey{Namespace: ctrlmeshv1alpha1.ClusterNamespace(cluster), Name: ctrlmeshv1alpha1.HeartbeatLeaseName}
 	var first, lease coordinationv1.Lease
 	env.Eventually(t, 2*time.Minute, "the agent's heartbeat Lease", func() error {
 		if err := hub.Client.Get(ctx, key, &first); err != nil {
@@ -227,6 +239,10 @@ func TestAgentChartOnRealNode(t *testing.T) {
 	if !strings.HasPrefix(holder, "ctrlmesh-agent-") {
 		t.Errorf("the Lease's holder is %q, want an agent pod (ctrlmesh-agent-...)", holder)
 	}
+
+	// Then an operator sharded on this member: its injected sidecar run by
+	// the kubelet.
+	t.Run("InjectedSidecar", func(t *testing.T) { checkInjectedSidecar(t, ctx, hub, member, cluster) })
 }
 
 // helmInstall installs chart as release ctrlmesh-agent into namespace of
