@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/go-logr/logr"
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
@@ -120,24 +118,7 @@ func (a *agent) start(t *testing.T) (stop func()) {
 	if err := applier.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("manager: %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Error("the manager did not stop within 30 s")
-			}
-		})
-	}
-	t.Cleanup(stop)
+	_, stop = env.StartManager(t, mgr)
 	return stop
 }
 

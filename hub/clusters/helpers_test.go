@@ -172,9 +172,7 @@ func startController(t *testing.T, opts clusters.Options) (c *controller, stop f
 	if err := (&clusters.Reconciler{Store: store, Options: opts}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
+	ctx, stop := env.StartManager(t, mgr)
 	go func() {
 		for {
 			select {
@@ -187,21 +185,6 @@ func startController(t *testing.T, opts clusters.Options) (c *controller, stop f
 			}
 		}
 	}()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("manager: %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Error("the manager did not stop in 30 s")
-			}
-		})
-	}
-	t.Cleanup(stop)
 	return c, stop
 }
 

@@ -66,15 +66,9 @@ func TestKarmadaOwnsExecutionNamespaces(t *testing.T) {
 	if err := (&clusters.Reconciler{Store: store, Options: clusters.Options{AutoAccept: true, RulesValidity: testRulesValidity}}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	mgrCtx, stopMgr := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mgrCtx) }()
-	defer func() {
-		stopMgr()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	}()
+	// Stopped before the fleet (deferred, so it runs before kfleet.Stop).
+	_, stopMgr := env.StartManager(t, mgr)
+	defer stopMgr()
 
 	const name = "edge-1"
 	executionSpace := executionNamespace(name)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -75,24 +74,7 @@ func startHubWith(t *testing.T, rulesValidity time.Duration) (store *state.Store
 	}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("hub: %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Error("the hub did not stop in 30 s")
-			}
-		})
-	}
-	t.Cleanup(stop)
+	_, stop = env.StartManager(t, mgr)
 	return store, stop
 }
 

@@ -2,6 +2,7 @@ package env
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,4 +37,36 @@ func Eventually(t testing.TB, within time.Duration, what string, check func() er
 		}
 		time.Sleep(pollInterval)
 	}
+}
+
+// Manager is what StartManager runs: a controller-runtime manager.
+type Manager interface {
+	Start(ctx context.Context) error
+}
+
+// StartManager runs mgr until the test ends or stop is called. ctx is the
+// context it runs with, done once it is told to stop. stop, which the test's
+// cleanup calls too, waits up to 30 s for mgr to return and fails t if it
+// did not, or returned an error.
+func StartManager(t testing.TB, mgr Manager) (ctx context.Context, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("manager: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Error("the manager did not stop within 30 s")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return ctx, stop
 }

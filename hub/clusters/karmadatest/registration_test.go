@@ -202,24 +202,7 @@ func startController(t *testing.T) (c *controller, stop func()) {
 	if err := (&clusters.Reconciler{Store: store, Options: opts}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(runCtx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("manager: %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Error("the manager did not stop in 30 s")
-			}
-		})
-	}
-	t.Cleanup(stop)
+	_, stop = env.StartManager(t, mgr)
 	return &controller{store: store}, stop
 }
 
