@@ -185,17 +185,7 @@ func TestWorkingModelFollowsWorks(t *testing.T) {
 	joinCluster(t, ctx, leaving)
 	namespace := unique("model-ops")
 	env.Create(t, ctx, hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})
-	sc := &ctrlmeshv1alpha1.ShardingConfig{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "op"},
-		Spec: ctrlmeshv1alpha1.ShardingConfigSpec{
-			Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "op"}},
-			Limits: ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{
-				APIGroups: []string{""}, Resources: []string{"configmaps"},
-			}}}},
-			Clusters: ctrlmeshv1alpha1.ClusterSelection{Names: []string{staying, leaving}},
-			Scope:    ctrlmeshv1alpha1.ScopePerCluster,
-		},
-	}
+	sc := configOver(namespace, ctrlmeshv1alpha1.ScopePerCluster, staying, leaving)
 	env.Create(t, ctx, hub.Client, sc)
 	config := client.ObjectKeyFromObject(sc)
 
@@ -297,4 +287,20 @@ func TestWorkingModelFollowsWorks(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// configOver is a ShardingConfig "op" in namespace sharding the ConfigMaps
+// of pods labeled app=op in clusters, in scope.
+func configOver(namespace string, scope ctrlmeshv1alpha1.ShardingScope, clusters ...string) *ctrlmeshv1alpha1.ShardingConfig {
+	return &ctrlmeshv1alpha1.ShardingConfig{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "op"},
+		Spec: ctrlmeshv1alpha1.ShardingConfigSpec{
+			Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "op"}},
+			Limits: ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{
+				APIGroups: []string{""}, Resources: []string{"configmaps"},
+			}}}},
+			Clusters: ctrlmeshv1alpha1.ClusterSelection{Names: clusters},
+			Scope:    scope,
+		},
+	}
 }

@@ -40,17 +40,7 @@ func TestMemberOutsideOutlivesItsRules(t *testing.T) {
 	joinCluster(t, ctx, c2)
 	namespace := unique("outlive-ops")
 	env.Create(t, ctx, hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})
-	sc := &ctrlmeshv1alpha1.ShardingConfig{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "op"},
-		Spec: ctrlmeshv1alpha1.ShardingConfigSpec{
-			Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "op"}},
-			Limits: ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{
-				APIGroups: []string{""}, Resources: []string{"configmaps"},
-			}}}},
-			Clusters: ctrlmeshv1alpha1.ClusterSelection{Names: []string{c1, c2}},
-			Scope:    ctrlmeshv1alpha1.ScopeFleet,
-		},
-	}
+	sc := configOver(namespace, ctrlmeshv1alpha1.ScopeFleet, c1, c2)
 	env.Create(t, ctx, hub.Client, sc)
 
 	// Each member's agent, simulated: it reports its pod ready, its proxy
