@@ -167,18 +167,7 @@ func checkShardRouteWork(ctx context.Context, t *testing.T, karmada, member *con
 			Shards: []ctrlmeshv1alpha1.RouteShard{{ID: "0", Buckets: "0-31", Pods: []ctrlmeshv1alpha1.RoutePod{{Name: "op-0"}}}},
 		},
 	}
-	work := routework.NewWork(routework.WorkKey(member.Name, route.Namespace, route.Name))
-	if err := routework.SetManifests(work, route, nil); err != nil {
-		t.Fatal(err)
-	}
-	// The writer of a Work puts the execution controller's finalizer on
-	// it, as Karmada's binding controller does and the hub does in
-	// Karmada mode: the execution controller adds none, and without it a
-	// deleted Work leaves its objects in the member.
-	work.Finalizers = []string{util.ExecutionControllerFinalizer}
-	if err := karmada.Client.Create(ctx, work); err != nil {
-		t.Fatal(err)
-	}
+	work := createWork(ctx, t, karmada, member.Name, route, nil)
 	applied := &ctrlmeshv1alpha1.ShardRoute{}
 	eventually(ctx, t, karmada, "the ShardRoute in the member", func() (bool, string, error) {
 		err := member.Client.Get(ctx, client.ObjectKeyFromObject(route), applied)
@@ -278,14 +267,7 @@ func checkShardRouteBesideLabelerRBAC(ctx context.Context, t *testing.T, karmada
 		},
 	}
 	rbac, _ := routework.NewLabelerRBAC(route.Namespace, route.Name, route.Spec.Limits, "ctrlmesh")
-	work := routework.NewWork(routework.WorkKey(member.Name, route.Namespace, route.Name))
-	if err := routework.SetManifests(work, route, rbac); err != nil {
-		t.Fatal(err)
-	}
-	work.Finalizers = []string{util.ExecutionControllerFinalizer}
-	if err := karmada.Client.Create(ctx, work); err != nil {
-		t.Fatal(err)
-	}
+	work := createWork(ctx, t, karmada, member.Name, route, rbac)
 	applied := &ctrlmeshv1alpha1.ShardRoute{}
 	eventually(ctx, t, karmada, "the ShardRoute and the labeler's ClusterRole in the member", func() (bool, string, error) {
 		if err := member.Client.Get(ctx, client.ObjectKeyFromObject(route), applied); err != nil {
@@ -414,4 +396,22 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return data
+}
+
+// createWork creates on karmada the Work of route (and the labeler's RBAC)
+// for member, as the hub writes it. The writer of a Work puts the execution
+// controller's finalizer on it, as Karmada's binding controller does and the
+// hub does in Karmada mode: the execution controller adds none, and without
+// it a deleted Work leaves its objects in the member.
+func createWork(ctx context.Context, t *testing.T, karmada *controlplane.Cluster, member string, route *ctrlmeshv1alpha1.ShardRoute, rbac *routework.LabelerRBAC) *workv1alpha1.Work {
+	t.Helper()
+	work := routework.NewWork(routework.WorkKey(member, route.Namespace, route.Name))
+	if err := routework.SetManifests(work, route, rbac); err != nil {
+		t.Fatal(err)
+	}
+	work.Finalizers = []string{util.ExecutionControllerFinalizer}
+	if err := karmada.Client.Create(ctx, work); err != nil {
+		t.Fatal(err)
+	}
+	return work
 }
