@@ -147,6 +147,12 @@ test: tools node-packages ## Unit, fuzz-seed and envtest suites against real API
 test-chaos: tools ## Chaos suite on the local fleet: partition, deselection, clock skew, API server restart, hub killed mid-handover.
 	CTRLMESH_TEST_ASSETS=$(BIN) CTRLMESH_CHAOS=full $(GO) test -count=1 -timeout 30m -v ./test/chaos
 
+# The real-pod suite (test/realpods) alone, verbose, for its measured
+# figures; make test runs it too. Needs root (real nodes).
+.PHONY: test-realpods
+test-realpods: tools node-packages ## Real pods (root): the agent chart, the injected sidecar, no double reconcile through scaling, pod deletion, a rolling update and kubelet restarts.
+	CTRLMESH_TEST_ASSETS=$(BIN) $(GO) test -race -count=1 -timeout 30m -v ./test/realpods
+
 # Every fuzz target, as package:Target. Their seed corpora also run in make test.
 FUZZ_TARGETS := \
 	./pkg/sharding:FuzzParseSet ./pkg/sharding:FuzzShardSelector \

@@ -523,7 +523,7 @@ func (w *Waiter) Served(what string, since time.Time, matches func(*ctrlmeshv1al
 		if matches != nil && !matches(&sc) {
 			return fmt.Errorf("placement %s", Placement(&sc))
 		}
-		return partition(&sc)
+		return Partition(&sc)
 	})
 	w.F.Logf("%s: every bucket served %.1fs after the start", what, time.Since(since).Seconds())
 	return &sc
@@ -538,9 +538,9 @@ func domainOf(sc *ctrlmeshv1alpha1.ShardingConfig, p ctrlmeshv1alpha1.ShardPlace
 	return p.Cluster
 }
 
-// partition checks, per domain, that the serving shards' buckets are
+// Partition checks, per domain, that the serving shards' buckets are
 // disjoint and cover every bucket: no orphan, no bucket served twice.
-func partition(sc *ctrlmeshv1alpha1.ShardingConfig) error {
+func Partition(sc *ctrlmeshv1alpha1.ShardingConfig) error {
 	buckets := int(sc.Spec.Sharding.Buckets)
 	if buckets == 0 {
 		buckets = 32
@@ -590,10 +590,10 @@ func partition(sc *ctrlmeshv1alpha1.ShardingConfig) error {
 	return errors.Join(errs...)
 }
 
-// owners are the pods the placement gives a namespace's objects to, in
+// Owners are the pods the placement gives a namespace's objects to, in
 // domain: a shard that names the namespace, else the shard serving its
 // bucket.
-func owners(sc *ctrlmeshv1alpha1.ShardingConfig, domain, namespace string) []string {
+func Owners(sc *ctrlmeshv1alpha1.ShardingConfig, domain, namespace string) []string {
 	var byBucket []string
 	space := sharding.MustSpace(32)
 	for _, p := range sc.Status.Placement {
@@ -629,7 +629,7 @@ func (f *Fleet) CheckReconciledBy(what string, sc *ctrlmeshv1alpha1.ShardingConf
 				return fmt.Errorf("%s: %d managed objects, want %d", o.Cluster, len(list.Items), len(o.Keys))
 			}
 			for _, cm := range list.Items {
-				want := owners(sc, domain(o.Cluster), cm.Namespace)
+				want := Owners(sc, domain(o.Cluster), cm.Namespace)
 				if got := cm.Annotations[operator.ReconciledByAnnotation]; !slices.Contains(want, got) {
 					wrong = append(wrong, fmt.Sprintf("%s %s/%s by %q, owners %v", o.Cluster, cm.Namespace, cm.Name, got, want))
 				}
@@ -697,7 +697,7 @@ func (f *Fleet) ReconciledSince(what string, since time.Time, within time.Durati
 		if err := f.Err(); err != nil {
 			return err
 		}
-		served, err := f.firstReconciles(since, sc, objectsCluster)
+		served, err := FirstReconciles(f.recordDir, since, sc, objectsCluster)
 		if err != nil {
 			return err
 		}
@@ -722,12 +722,13 @@ func (f *Fleet) ReconciledSince(what string, since time.Time, within time.Durati
 	return last
 }
 
-// firstReconciles reads the records so far and returns, by "<cluster>/<namespace>/<name>",
+// FirstReconciles reads the records so far in recordDir (one file per pod,
+// <cluster>--<pod>.jsonl) and returns, by "<cluster>/<namespace>/<name>",
 // when the first run since since by an owner in sc that found its object
 // ended. A record being written may be cut short: the error says so and the
 // caller reads again.
-func (f *Fleet) firstReconciles(since time.Time, sc *ctrlmeshv1alpha1.ShardingConfig, objectsCluster func(string) string) (map[string]time.Time, error) {
-	files, err := filepath.Glob(filepath.Join(f.recordDir, "*.jsonl"))
+func FirstReconciles(recordDir string, since time.Time, sc *ctrlmeshv1alpha1.ShardingConfig, objectsCluster func(string) string) (map[string]time.Time, error) {
+	files, err := filepath.Glob(filepath.Join(recordDir, "*.jsonl"))
 	if err != nil {
 		return nil, err
 	}
@@ -745,7 +746,7 @@ func (f *Fleet) firstReconciles(since time.Time, sc *ctrlmeshv1alpha1.ShardingCo
 		}
 		for _, r := range rs {
 			if r.Start.Before(since) || (r.Outcome != operator.OutcomeWritten && r.Outcome != operator.OutcomeUnchanged) ||
-				!slices.Contains(owners(sc, domain, r.Namespace), r.Pod) {
+				!slices.Contains(Owners(sc, domain, r.Namespace), r.Pod) {
 				continue
 			}
 			key := cluster + "/" + r.Namespace + "/" + r.Name

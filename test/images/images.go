@@ -52,7 +52,19 @@ type Image struct {
 // to dir, such as "./test/images/pause") into a static Linux binary at out,
 // which any image can hold.
 func BuildStatic(ctx context.Context, dir, pkg, out string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg)
+	return BuildStaticVersion(ctx, dir, pkg, out, "")
+}
+
+// BuildStaticVersion is BuildStatic with ctrlmesh's version
+// (pkg/version.Version) set to version, as the Makefile's builds set it;
+// empty leaves "dev". Two builds of one package that differ in version
+// make two images, such as the old and the new of a rolling update.
+func BuildStaticVersion(ctx context.Context, dir, pkg, out, version string) error {
+	ldflags := "-s -w"
+	if version != "" {
+		ldflags += " -X github.com/ctrlmesh/ctrlmesh/pkg/version.Version=" + version
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags="+ldflags, "-o", out, pkg)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
 	if output, err := cmd.CombinedOutput(); err != nil {
