@@ -412,6 +412,7 @@ func (r *run) step(name string, t0 time.Time, act func(m *realMember) error) {
 		return nil
 	})
 	overlaps := r.checkOverlaps(name)
+	r.waitTerminated(name)
 	for _, m := range r.members {
 		res := stepResult{step: name, member: m.name, mode: m.mode, ready: readyAt[m.name], served: served[m.name], overlaps: overlaps[m.name]}
 		r.results = append(r.results, res)
@@ -523,6 +524,44 @@ func (r *run) checkShardLocks() {
 			}
 			return nil
 		})
+	}
+}
+
+// waitTerminated waits until no operator pod is terminating any more, so
+// that the next step starts from the Deployment's pods alone, and fails the
+// test for a pod seen after its deletionTimestamp (the deletion's time plus
+// its 30 s grace period): the kubelet had to kill it, as when the operator
+// or its proxy does not exit on SIGTERM.
+func (r *run) waitTerminated(step string) {
+	r.t.Helper()
+	start := time.Now()
+	outlived := map[string]bool{}
+	env.Eventually(r.t, 2*time.Minute, step+": the deleted operator pods gone", func() error {
+		var terminating []string
+		for _, m := range r.members {
+			pods, err := r.pods(m)
+			if err != nil {
+				return err
+			}
+			for _, p := range pods {
+				if p.DeletionTimestamp == nil {
+					continue
+				}
+				terminating = append(terminating, m.name+"/"+p.Name)
+				if time.Now().After(p.DeletionTimestamp.Add(time.Second)) && !outlived[p.Name] {
+					outlived[p.Name] = true
+					r.t.Errorf("%s: pod %s/%s still there after its grace period (deletionTimestamp %s): %s",
+						step, m.name, p.Name, p.DeletionTimestamp.Format(time.TimeOnly), podState(&p))
+				}
+			}
+		}
+		if len(terminating) > 0 {
+			return fmt.Errorf("terminating: %v", terminating)
+		}
+		return nil
+	})
+	if d := time.Since(start); d > time.Second {
+		r.logf("%s: the deleted pods gone %.1fs after the step's checks", step, d.Seconds())
 	}
 }
 
