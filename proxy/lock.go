@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -22,6 +24,19 @@ var lockResources = []schema.GroupResource{
 }
 
 func isLockResource(gr schema.GroupResource) bool { return slices.Contains(lockResources, gr) }
+
+// lockScheme knows the kinds of lockResources, whose protobuf bodies the
+// proxy decodes to rename: those and no others, for a scheme of every API
+// would cost each sidecar memory for types it never decodes.
+func lockScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{coordinationv1.AddToScheme, corev1.AddToScheme} {
+		if err := add(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
 
 // renameNameSegment replaces the object-name segment of an API path. parts
 // are the path segments RequestInfo found after the group, version and

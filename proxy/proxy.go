@@ -34,7 +34,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
-	ctrlmeshscheme "github.com/ctrlmesh/ctrlmesh/pkg/scheme"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 	"github.com/ctrlmesh/ctrlmesh/proxy/internal/apistatus"
 	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
@@ -187,7 +186,7 @@ func (e *expiries) handOver(next *expiries, unchanged func(schema.GroupResource)
 
 // New builds a proxy. It serves 503 for sharded requests until SetRules.
 func New(cfg Config) (*Proxy, error) {
-	scheme, err := ctrlmeshscheme.New()
+	scheme, err := lockScheme()
 	if err != nil {
 		return nil, err
 	}

@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 	"github.com/ctrlmesh/ctrlmesh/proxy/webhook"
@@ -80,7 +79,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("upstream client: %w", err)
 	}
-	mapper, err := apiutil.NewDynamicRESTMapper(opts.Upstream, httpClient)
+	mapper, err := newDiscoveryMapper(opts.Upstream.Host, httpClient)
 	if err != nil {
 		return fmt.Errorf("discovery: %w", err)
 	}

@@ -6,12 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
@@ -21,9 +22,14 @@ import (
 )
 
 func main() {
+	// SIGTERM (the kubelet stopping the pod) and SIGINT end the proxy
+	// gracefully.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	cmd := newCommand(proxy.Run)
-	cmd.SetContext(ctrl.SetupSignalHandler())
-	if err := cmd.Execute(); err != nil {
+	cmd.SetContext(ctx)
+	err := cmd.Execute()
+	stop()
+	if err != nil {
 		os.Exit(1)
 	}
 }
