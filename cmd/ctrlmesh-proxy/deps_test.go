@@ -24,6 +24,9 @@ var forbiddenDeps = []struct{ prefix, why string }{
 	{"k8s.io/client-go/informers", "informers of every built-in API"},
 	{"k8s.io/kube-openapi/", "OpenAPI documents the proxy never reads"},
 	{"github.com/google/gnostic-models/", "OpenAPI protobuf models, registered at init"},
+	{"k8s.io/apiserver/", "its feature gates and metrics registries; the proxy parses requests with its copy of RequestInfoFactory (proxy/internal/request)"},
+	{"k8s.io/component-base/", "feature gates and metrics of Kubernetes' own components"},
+	{"k8s.io/api/core/", "the proxy renames lock bodies field by field (proxy/lock.go), decoding no typed object"},
 }
 
 // allowedDeps are exceptions to forbiddenDeps.
