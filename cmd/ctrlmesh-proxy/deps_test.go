@@ -26,6 +26,7 @@ var forbiddenDeps = []struct{ prefix, why string }{
 	{"github.com/google/gnostic-models/", "OpenAPI protobuf models, registered at init"},
 	{"k8s.io/apiserver/", "its feature gates and metrics registries; the proxy parses requests with its copy of RequestInfoFactory (proxy/internal/request)"},
 	{"k8s.io/component-base/", "feature gates and metrics of Kubernetes' own components"},
+	{"github.com/spf13/cobra", "a command framework (and text/template) for one command; the flags are pflag's"},
 	{"k8s.io/api/core/", "the proxy renames lock bodies field by field (proxy/lock.go), decoding no typed object"},
 }
 
