@@ -27,7 +27,7 @@ const (
 	heavyPayload  = 1024
 	// goalProxyRSS bounds each sidecar's RSS beside its loaded operator.
 	goalProxyRSS = 25 << 20
-	goalEditP99     = time.Second
+	goalEditP99  = time.Second
 	// goalKarmadaEditP99 is the same with Karmada applying the Works.
 	goalKarmadaEditP99 = 1500 * time.Millisecond
 	goalFailover       = localfleet.OperatorLeaseDuration + 3*time.Second
