@@ -225,3 +225,7 @@ bench-proxy: tools ## Proxy overhead vs direct against a real API server (GET, L
 .PHONY: bench-fleet
 bench-fleet: tools build ## Local fleet: operator RSS 1 vs 4 pods (20k objects), ShardingConfig edit -> enforced p50/p99 standalone and on Karmada, failover after a pod kill.
 	CTRLMESH_TEST_ASSETS=$(BIN) $(GO) run ./test/bench/fleetbench $(BENCH_ARGS)
+
+.PHONY: bench-fleet-heavy
+bench-fleet-heavy: tools build ## The fleet benchmark's memory phase on the heavier workload its RSS goal is stated on: 50,000 ConfigMaps of 1 KiB.
+	CTRLMESH_TEST_ASSETS=$(BIN) $(GO) run ./test/bench/fleetbench -phases=memory -objects=50000 -payload=1024 -namespaces=500 $(BENCH_ARGS)

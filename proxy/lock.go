@@ -1,17 +1,20 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"mime"
 	"slices"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/api/meta"
+	"google.golang.org/protobuf/encoding/protowire"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"sigs.k8s.io/yaml"
+
+	"github.com/ctrlmesh/ctrlmesh/proxy/watchstream"
 )
 
 // lockResources are the kinds client-go's leader election can lock on.
@@ -66,15 +69,27 @@ func renameFieldSelector(selector, name, newName string) (string, bool, error) {
 }
 
 // bodyRenamer reads and rewrites metadata.name of request bodies in the
-// encodings client-go sends: JSON (handled as generic JSON, so fields this
-// build does not know survive) and protobuf (through the space).
-type bodyRenamer struct {
-	codecs serializer.CodecFactory
-}
+// encodings clients send: JSON (handled as generic JSON, so fields this
+// build does not know survive), Kubernetes protobuf (field by field: every
+// object's metadata is field 1 and its name field 1 of that, so the bytes
+// of every other field pass as they came, whatever the kind) and, to read
+// a name only, YAML. It decodes no typed object, so the proxy links no API
+// types for it.
+type bodyRenamer struct{}
 
 // name returns metadata.name of the body.
 func (b bodyRenamer) name(contentType string, body []byte) (string, error) {
-	if isJSON(contentType) {
+	mediaType, err := bodyMediaType(contentType)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case mediaType == mediaTypeYAML:
+		if body, err = yaml.YAMLToJSON(body); err != nil {
+			return "", fmt.Errorf("decoding the YAML body: %w", err)
+		}
+		fallthrough
+	case isJSONMediaType(mediaType):
 		var obj struct {
 			Metadata struct {
 				Name string `json:"name"`
@@ -84,25 +99,28 @@ func (b bodyRenamer) name(contentType string, body []byte) (string, error) {
 			return "", fmt.Errorf("decoding the JSON body: %w", err)
 		}
 		return obj.Metadata.Name, nil
+	case mediaType == watchstream.MediaTypeProtobuf:
+		_, metadata, err := protobufMetadata(body)
+		if err != nil {
+			return "", fmt.Errorf("decoding the protobuf body: %w", err)
+		}
+		fields, err := protoFields(metadata, 1)
+		if err != nil {
+			return "", fmt.Errorf("decoding the protobuf body's metadata: %w", err)
+		}
+		return string(fields[1]), nil
 	}
-	obj, _, err := b.decoder(contentType)
-	if err != nil {
-		return "", err
-	}
-	decoded, _, err := obj.Decode(body, nil, nil)
-	if err != nil {
-		return "", fmt.Errorf("decoding the %s body: %w", contentType, err)
-	}
-	acc, err := meta.Accessor(decoded)
-	if err != nil {
-		return "", err
-	}
-	return acc.GetName(), nil
+	return "", fmt.Errorf("content type %q is not supported for named objects: send JSON or protobuf", contentType)
 }
 
 // rename sets metadata.name of the body to newName.
 func (b bodyRenamer) rename(contentType string, body []byte, newName string) ([]byte, error) {
-	if isJSON(contentType) {
+	mediaType, err := bodyMediaType(contentType)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case isJSONMediaType(mediaType):
 		var obj map[string]any
 		if err := json.Unmarshal(body, &obj); err != nil {
 			return nil, fmt.Errorf("decoding the JSON body: %w", err)
@@ -113,40 +131,94 @@ func (b bodyRenamer) rename(contentType string, body []byte, newName string) ([]
 		}
 		md["name"] = newName
 		return json.Marshal(obj)
+	case mediaType == watchstream.MediaTypeProtobuf:
+		envelope, metadata, err := protobufMetadata(body)
+		if err != nil {
+			return nil, fmt.Errorf("decoding the protobuf body: %w", err)
+		}
+		if metadata, err = setProtoField(metadata, 1, []byte(newName)); err != nil {
+			return nil, fmt.Errorf("renaming in the protobuf body's metadata: %w", err)
+		}
+		raw := envelope[2]
+		if raw, err = setProtoField(raw, 1, metadata); err != nil {
+			return nil, err
+		}
+		unknown, err := setProtoField(bytes.TrimPrefix(body, protobufMagic), 2, raw)
+		if err != nil {
+			return nil, err
+		}
+		return append(bytes.Clone(protobufMagic), unknown...), nil
 	}
-	dec, ser, err := b.decoder(contentType)
-	if err != nil {
-		return nil, err
-	}
-	decoded, _, err := dec.Decode(body, nil, nil)
-	if err != nil {
-		return nil, fmt.Errorf("decoding the %s body: %w", contentType, err)
-	}
-	acc, err := meta.Accessor(decoded)
-	if err != nil {
-		return nil, err
-	}
-	acc.SetName(newName)
-	var sb strings.Builder
-	if err := ser.Encode(decoded, &sb); err != nil {
-		return nil, fmt.Errorf("encoding the %s body: %w", contentType, err)
-	}
-	return []byte(sb.String()), nil
+	return nil, fmt.Errorf("content type %q is not supported for lock objects: send JSON or protobuf", contentType)
 }
 
-func (b bodyRenamer) decoder(contentType string) (runtime.Decoder, runtime.Encoder, error) {
-	mediaType, _, err := mime.ParseMediaType(contentType)
-	if err != nil {
-		return nil, nil, fmt.Errorf("content type %q: %w", contentType, err)
-	}
-	info, ok := runtime.SerializerInfoForMediaType(b.codecs.SupportedMediaTypes(), mediaType)
+// protobufMetadata reads an enveloped protobuf object: the envelope's
+// fields (runtime.Unknown: 2 is the object) and the object's metadata.
+func protobufMetadata(body []byte) (map[protowire.Number][]byte, []byte, error) {
+	unknown, ok := bytes.CutPrefix(body, protobufMagic)
 	if !ok {
-		return nil, nil, fmt.Errorf("content type %q is not supported for lock objects", contentType)
+		return nil, nil, errors.New("not an enveloped Kubernetes protobuf object")
 	}
-	return info.Serializer, info.Serializer, nil
+	envelope, err := protoFields(unknown, 2)
+	if err != nil {
+		return nil, nil, err
+	}
+	object, err := protoFields(envelope[2], 1)
+	if err != nil {
+		return nil, nil, err
+	}
+	if object[1] == nil {
+		return nil, nil, errors.New("the object has no metadata")
+	}
+	return envelope, object[1], nil
 }
 
-func isJSON(contentType string) bool {
+// setProtoField sets the length-delimited field num of a protobuf message
+// to value, where it was, or at the end when it was absent; every other
+// field's bytes stay as they were. A field num twice, or of another wire
+// type, is an error (see protoFields).
+func setProtoField(msg []byte, num protowire.Number, value []byte) ([]byte, error) {
+	out := make([]byte, 0, len(msg)+len(value)+8)
+	found := false
+	for rest := msg; len(rest) > 0; {
+		n, typ, tagLen := protowire.ConsumeTag(rest)
+		if tagLen < 0 {
+			return nil, protowire.ParseError(tagLen)
+		}
+		valueLen := protowire.ConsumeFieldValue(n, typ, rest[tagLen:])
+		if valueLen < 0 {
+			return nil, protowire.ParseError(valueLen)
+		}
+		if n == num {
+			if typ != protowire.BytesType {
+				return nil, fmt.Errorf("protobuf field %d has wire type %d, not length-delimited", num, typ)
+			}
+			if found {
+				return nil, fmt.Errorf("protobuf field %d appears twice", num)
+			}
+			found = true
+			out = protowire.AppendBytes(protowire.AppendTag(out, num, protowire.BytesType), value)
+		} else {
+			out = append(out, rest[:tagLen+valueLen]...)
+		}
+		rest = rest[tagLen+valueLen:]
+	}
+	if !found {
+		out = protowire.AppendBytes(protowire.AppendTag(out, num, protowire.BytesType), value)
+	}
+	return out, nil
+}
+
+const mediaTypeYAML = "application/yaml"
+
+func bodyMediaType(contentType string) (string, error) {
 	mediaType, _, err := mime.ParseMediaType(contentType)
-	return err == nil && (mediaType == "application/json" || strings.HasSuffix(mediaType, "+json"))
+	if err != nil {
+		return "", fmt.Errorf("content type %q: %w", contentType, err)
+	}
+	return mediaType, nil
+}
+
+func isJSONMediaType(mediaType string) bool {
+	return mediaType == "application/json" || strings.HasSuffix(mediaType, "+json")
 }

@@ -52,15 +52,17 @@ func TestDemoOperatorShardedByTwoProxies(t *testing.T) {
 			recorders := map[string]*operator.MemoryRecorder{}
 			done := make(chan error, 2)
 			for _, pod := range []string{"pod-a", "pod-b"} {
-				proxies[pod] = startProxy(t, ctx, cluster.Config, pod, rulesFile, tc.mode)
-				recorders[pod] = &operator.MemoryRecorder{}
+				// The goroutine gets its own copies: the maps are written
+				// while the other pod's operator runs.
+				px, recorder := startProxy(t, ctx, cluster.Config, pod, rulesFile, tc.mode), &operator.MemoryRecorder{}
+				proxies[pod], recorders[pod] = px, recorder
 				go func() {
 					done <- operator.Run(ctx, operator.Options{
-						Config: proxies[pod].config, PodName: pod,
+						Config: px.config, PodName: pod,
 						LeaderElectionID: "demo-op", LeaderElectionNamespace: "operators",
 						LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
 						HealthAddr: "0", MetricsAddr: "0",
-						Recorder: recorders[pod], ReconcileDelay: 20 * time.Millisecond,
+						Recorder: recorder, ReconcileDelay: 20 * time.Millisecond,
 						// controller-runtime goroutines may log after Run
 						// returns, which a testr logger would turn into a
 						// write to a finished test.

@@ -23,18 +23,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ctrlmesh/ctrlmesh/proxy/internal/request"
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/rest"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
-	ctrlmeshscheme "github.com/ctrlmesh/ctrlmesh/pkg/scheme"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 	"github.com/ctrlmesh/ctrlmesh/proxy/internal/apistatus"
 	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
@@ -187,10 +185,6 @@ func (e *expiries) handOver(next *expiries, unchanged func(schema.GroupResource)
 
 // New builds a proxy. It serves 503 for sharded requests until SetRules.
 func New(cfg Config) (*Proxy, error) {
-	scheme, err := ctrlmeshscheme.New()
-	if err != nil {
-		return nil, err
-	}
 	metrics := cfg.Metrics
 	if metrics == nil {
 		metrics = NewMetrics()
@@ -204,7 +198,6 @@ func New(cfg Config) (*Proxy, error) {
 			APIPrefixes:          sets.NewString("api", "apis"),
 			GrouplessAPIPrefixes: sets.NewString("api"),
 		},
-		bodies:         bodyRenamer{codecs: serializer.NewCodecFactory(scheme)},
 		selections:     newSelections(),
 		appliedChanged: make(chan struct{}),
 		settleTimeout:  cfg.SettleTimeout,
@@ -213,6 +206,7 @@ func New(cfg Config) (*Proxy, error) {
 	if p.settleTimeout == 0 {
 		p.settleTimeout = DefaultSettleTimeout
 	}
+	var err error
 	if p.reverse, err = p.newReverse(cfg.Upstream); err != nil {
 		return nil, fmt.Errorf("upstream: %w", err)
 	}

@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 	"github.com/ctrlmesh/ctrlmesh/proxy/webhook"
@@ -76,11 +75,18 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Pod == "" {
 		return errors.New("the pod name is needed: the rules assign buckets by pod")
 	}
+	// Every client of the proxy speaks HTTP/1.1, as its forwarding does
+	// (newReverse): a sidecar that never runs Go's HTTP/2 client does not
+	// pay for its code and buffers.
+	opts.Upstream = http1Only(opts.Upstream)
+	if opts.OwnCluster != nil {
+		opts.OwnCluster = http1Only(opts.OwnCluster)
+	}
 	httpClient, err := rest.HTTPClientFor(opts.Upstream)
 	if err != nil {
 		return fmt.Errorf("upstream client: %w", err)
 	}
-	mapper, err := apiutil.NewDynamicRESTMapper(opts.Upstream, httpClient)
+	mapper, err := newDiscoveryMapper(opts.Upstream.Host, httpClient)
 	if err != nil {
 		return fmt.Errorf("discovery: %w", err)
 	}
@@ -171,6 +177,14 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	opts.Log.Info("proxy serving", "api", apiListener.Addr().String(), "upstream", opts.Upstream.Host, "ownCluster", own.Host, "pod", opts.Pod)
 	return g.Wait()
+}
+
+// http1Only returns a copy of cfg whose TLS connections offer only
+// HTTP/1.1.
+func http1Only(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.TLSClientConfig.NextProtos = []string{"http/1.1"}
+	return c
 }
 
 func healthMux(p *Proxy) http.Handler {

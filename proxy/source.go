@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,17 +13,15 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
-	ctrlmeshscheme "github.com/ctrlmesh/ctrlmesh/pkg/scheme"
 	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 )
 
@@ -156,28 +155,14 @@ const discoveryRetry = 5 * time.Second
 
 // Run watches the rules until ctx ends.
 func (s *APISource) Run(ctx context.Context) error {
-	scheme, err := ctrlmeshscheme.New()
+	shardRoutes, err := shardRouteClient(s.Config)
 	if err != nil {
-		return err
+		return fmt.Errorf("rules client: %w", err)
 	}
-	c, err := cache.New(s.Config, cache.Options{
-		Scheme:            scheme,
-		DefaultNamespaces: map[string]cache.Config{s.Namespace: {}},
-		ByObject: map[client.Object]cache.ByObject{
-			&ctrlmeshv1alpha1.ShardRoute{}: {Field: fields.OneTermEqualSelector("metadata.name", s.Name)},
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("rules cache: %w", err)
-	}
-	writer, err := client.New(s.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		return fmt.Errorf("rules status client: %w", err)
-	}
-	informer, err := c.GetInformer(ctx, &ctrlmeshv1alpha1.ShardRoute{})
-	if err != nil {
-		return fmt.Errorf("rules informer: %w", err)
-	}
+	// The one ShardRoute, read with the pod's own rights in its namespace.
+	informer := toolscache.NewSharedIndexInformer(
+		toolscache.NewListWatchFromClient(shardRoutes, shardRoutesResource, s.Namespace, fields.OneTermEqualSelector("metadata.name", s.Name)),
+		&ctrlmeshv1alpha1.ShardRoute{}, 0, toolscache.Indexers{})
 	// The latest route seen, for the reporter to compare its status with.
 	latest := make(chan *ctrlmeshv1alpha1.ShardRoute, 1)
 	// offered is the route (object and generation) last offered; handle
@@ -251,8 +236,28 @@ func (s *APISource) Run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	go s.report(ctx, writer, latest)
-	return c.Start(ctx)
+	go s.report(ctx, shardRoutes, latest)
+	informer.RunWithContext(ctx)
+	return nil
+}
+
+// shardRoutesResource is the resource of ShardRoutes.
+const shardRoutesResource = "shardroutes"
+
+// shardRouteClient is a REST client of ctrlmesh.io/v1alpha1 that knows
+// only ShardRoutes: the proxy reads nothing else of the API, and a scheme of
+// every API would cost each sidecar memory for types it never sees.
+func shardRouteClient(cfg *rest.Config) (*rest.RESTClient, error) {
+	scheme := runtime.NewScheme()
+	if err := ctrlmeshv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion = &ctrlmeshv1alpha1.GroupVersion
+	c.APIPath = "/apis"
+	c.ContentType = runtime.ContentTypeJSON
+	c.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
+	return rest.RESTClientFor(c)
 }
 
 // podReport is what a proxy reports of itself in status.pods[name=<pod>]:
@@ -317,7 +322,7 @@ const renewalPause = time.Second
 // (someone overwrote the entry). A granted request renews the rules'
 // validity from when it was sent, and the next request follows. Failed
 // writes are retried with backoff. Driven by events, never by a ticker.
-func (s *APISource) report(ctx context.Context, c client.Client, latest <-chan *ctrlmeshv1alpha1.ShardRoute) {
+func (s *APISource) report(ctx context.Context, c *rest.RESTClient, latest <-chan *ctrlmeshv1alpha1.ShardRoute) {
 	const initialBackoff = 100 * time.Millisecond
 	backoff := initialBackoff
 	var route *ctrlmeshv1alpha1.ShardRoute
@@ -376,7 +381,7 @@ func (s *APISource) report(ctx context.Context, c client.Client, latest <-chan *
 	}
 }
 
-func (s *APISource) apply(ctx context.Context, c client.Client, route *ctrlmeshv1alpha1.ShardRoute, report podReport) error {
+func (s *APISource) apply(ctx context.Context, c *rest.RESTClient, route *ctrlmeshv1alpha1.ShardRoute, report podReport) error {
 	entry := map[string]any{"name": s.Loader.Pod}
 	if report.hash != "" {
 		entry["appliedRulesHash"] = report.hash
@@ -384,13 +389,18 @@ func (s *APISource) apply(ctx context.Context, c client.Client, route *ctrlmeshv
 	if report.request != 0 {
 		entry["renewalRequest"] = report.request
 	}
-	patch := &unstructured.Unstructured{Object: map[string]any{
+	patch, err := json.Marshal(map[string]any{
 		"apiVersion": ctrlmeshv1alpha1.GroupVersion.String(),
 		"kind":       ctrlmeshv1alpha1.ShardRouteGVK.Kind,
 		"metadata":   map[string]any{"namespace": route.Namespace, "name": route.Name},
 		"status":     map[string]any{"pods": []any{entry}},
-	}}
-	return c.Status().Patch(ctx, patch, client.Apply, client.FieldOwner(ctrlmeshv1alpha1.ProxyFieldManager(s.Loader.Pod)), client.ForceOwnership)
+	})
+	if err != nil {
+		return err
+	}
+	return c.Patch(types.ApplyPatchType).Namespace(route.Namespace).Resource(shardRoutesResource).Name(route.Name).SubResource("status").
+		Param("fieldManager", ctrlmeshv1alpha1.ProxyFieldManager(s.Loader.Pod)).Param("force", "true").
+		Body(patch).Do(ctx).Error()
 }
 
 func setReported(route *ctrlmeshv1alpha1.ShardRoute, pod string, report podReport) {

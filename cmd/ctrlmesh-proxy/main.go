@@ -3,15 +3,18 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
-	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
@@ -21,9 +24,12 @@ import (
 )
 
 func main() {
-	cmd := newCommand(proxy.Run)
-	cmd.SetContext(ctrl.SetupSignalHandler())
-	if err := cmd.Execute(); err != nil {
+	// SIGTERM (the kubelet stopping the pod) and SIGINT end the proxy
+	// gracefully.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	err := newCommand(proxy.Run).execute(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
 		os.Exit(1)
 	}
 }
@@ -32,16 +38,21 @@ func main() {
 // line.
 type runFunc func(context.Context, proxy.Options) error
 
-// newCommand builds the command line. Flag defaults that come from the
-// environment (POD_NAME, POD_NAMESPACE) are read when it is built.
-func newCommand(run runFunc) *cobra.Command {
-	opts := proxy.Options{}
-	var upstreamKubeconfig, rulesKubeconfig, mode string
-	zapOpts := zap.Options{}
-	cmd := &cobra.Command{
-		Use:   "ctrlmesh-proxy",
-		Short: "ctrlmesh proxy: makes one operator pod see, write and lead only its shard",
-		Long: `ctrlmesh-proxy runs next to an operator container, between the operator and
+// command is the command line: its flags, and what runs once they are
+// parsed. It is plain pflag, not a command framework: a sidecar in every
+// operator pod has one command, and pays in memory for every package it
+// links.
+type command struct {
+	flags *pflag.FlagSet
+	run   func(ctx context.Context) error
+}
+
+// usage is the command's help text, above its flags.
+const usage = `ctrlmesh-proxy: makes one operator pod see, write and lead only its shard
+
+Usage: ctrlmesh-proxy [flags]
+
+ctrlmesh-proxy runs next to an operator container, between the operator and
 kube-apiserver. Point the operator's kubeconfig at --listen-address (see
 --operator-kubeconfig). The proxy then:
 
@@ -69,11 +80,48 @@ Upstream it uses verified TLS and the operator's own credentials: in-cluster
 service-account credentials, or --upstream-kubeconfig. When the upstream is
 another API server than the pod's own (Fleet scope over the hub's objects),
 --rules-kubeconfig names the pod's own cluster, where its ShardRoute and its
-shards' leader-election locks live.`,
-		Version:      version.Version,
-		SilenceUsage: true,
-		Args:         cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+shards' leader-election locks live.`
+
+// execute parses args and runs the proxy until ctx ends. --help and
+// --version print to stdout and return nil; errors are printed to stderr
+// and returned.
+func (c *command) execute(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c.flags.SetOutput(stderr)
+	err := c.flags.Parse(args)
+	switch {
+	case errors.Is(err, pflag.ErrHelp):
+		_, _ = fmt.Fprintf(stdout, "%s\n\nFlags:\n%s", usage, c.flags.FlagUsages())
+		return nil
+	case err != nil:
+	case c.flags.NArg() > 0:
+		err = fmt.Errorf("unexpected arguments: %v", c.flags.Args())
+	case c.version():
+		_, _ = fmt.Fprintln(stdout, "ctrlmesh-proxy version", version.Version)
+		return nil
+	default:
+		err = c.run(ctx)
+	}
+	if err != nil {
+		_, _ = fmt.Fprintln(stderr, "Error:", err)
+	}
+	return err
+}
+
+func (c *command) version() bool {
+	v, _ := c.flags.GetBool("version")
+	return v
+}
+
+// newCommand builds the command line. Flag defaults that come from the
+// environment (POD_NAME, POD_NAMESPACE) are read when it is built.
+func newCommand(run runFunc) *command {
+	opts := proxy.Options{}
+	var upstreamKubeconfig, rulesKubeconfig, mode string
+	zapOpts := zap.Options{}
+	f := pflag.NewFlagSet("ctrlmesh-proxy", pflag.ContinueOnError)
+	cmd := &command{
+		flags: f,
+		run: func(ctx context.Context) error {
 			log := zap.New(zap.UseFlagOptions(&zapOpts))
 			upstream, err := loadKubeconfig(upstreamKubeconfig)
 			if err != nil {
@@ -96,10 +144,10 @@ shards' leader-election locks live.`,
 			}
 			opts.Upstream = upstream
 			opts.Log = log
-			return run(cmd.Context(), opts)
+			return run(ctx, opts)
 		},
 	}
-	f := cmd.Flags()
+	f.Bool("version", false, "print the version and exit")
 	f.StringVar(&opts.ListenAddress, ctrlmeshv1alpha1.ProxyFlagListenAddress, fmt.Sprintf("127.0.0.1:%d", ctrlmeshv1alpha1.ProxyListenPort), "address serving the operator's API requests (plain HTTP; keep it on loopback)")
 	f.StringVar(&opts.HealthAddress, ctrlmeshv1alpha1.ProxyFlagHealthAddress, fmt.Sprintf(":%d", ctrlmeshv1alpha1.ProxyHealthPort), "address serving /healthz, /readyz and /metrics; empty disables")
 	f.StringVar(&upstreamKubeconfig, "upstream-kubeconfig", "", "kubeconfig with the operator's own credentials for the real API server; empty uses in-cluster credentials")

@@ -91,10 +91,7 @@ func TestFlagsMapOntoOptions(t *testing.T) {
 				got = &o
 				return nil
 			})
-			cmd.SetArgs(tt.args)
-			cmd.SetOut(&strings.Builder{})
-			cmd.SetErr(&strings.Builder{})
-			err := cmd.ExecuteContext(context.Background())
+			err := cmd.execute(context.Background(), tt.args, &strings.Builder{}, &strings.Builder{})
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
@@ -131,10 +128,35 @@ func TestFlagsMapOntoOptions(t *testing.T) {
 func TestRunErrorIsReturned(t *testing.T) {
 	member := writeKubeconfig(t, t.TempDir(), "member", "https://member.example:6443")
 	cmd := newCommand(func(context.Context, proxy.Options) error { return errors.New("listen: address in use") })
-	cmd.SetArgs([]string{"--upstream-kubeconfig", member, "--pod-name", "p", "--pod-namespace", "ops", "--rules-name", "demo"})
-	cmd.SetOut(&strings.Builder{})
-	cmd.SetErr(&strings.Builder{})
-	if err := cmd.ExecuteContext(context.Background()); err == nil || err.Error() != "listen: address in use" {
+	args := []string{"--upstream-kubeconfig", member, "--pod-name", "p", "--pod-namespace", "ops", "--rules-name", "demo"}
+	if err := cmd.execute(context.Background(), args, &strings.Builder{}, &strings.Builder{}); err == nil || err.Error() != "listen: address in use" {
 		t.Fatalf("error %v, want the proxy's", err)
+	}
+}
+
+// TestHelpVersionAndArguments: --help and --version print and run nothing;
+// positional arguments are refused.
+func TestHelpVersionAndArguments(t *testing.T) {
+	for _, tt := range []struct {
+		args             []string
+		wantOut, wantErr string
+	}{
+		{args: []string{"--help"}, wantOut: "--upstream-kubeconfig"},
+		{args: []string{"--version"}, wantOut: "ctrlmesh-proxy version"},
+		{args: []string{"extra"}, wantErr: "unexpected arguments: [extra]"},
+		{args: []string{"--no-such-flag"}, wantErr: "unknown flag: --no-such-flag"},
+	} {
+		ran := false
+		var stdout, stderr strings.Builder
+		err := newCommand(func(context.Context, proxy.Options) error { ran = true; return nil }).execute(context.Background(), tt.args, &stdout, &stderr)
+		if ran {
+			t.Errorf("%v: the proxy ran", tt.args)
+		}
+		switch {
+		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(stderr.String(), tt.wantErr)):
+			t.Errorf("%v: error %v (stderr %q), want %q", tt.args, err, stderr.String(), tt.wantErr)
+		case tt.wantErr == "" && (err != nil || !strings.Contains(stdout.String(), tt.wantOut)):
+			t.Errorf("%v: error %v, stdout %q, want it to contain %q", tt.args, err, stdout.String(), tt.wantOut)
+		}
 	}
 }

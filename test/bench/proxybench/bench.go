@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -17,7 +16,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,7 +29,6 @@ import (
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
-	"github.com/ctrlmesh/ctrlmesh/proxy"
 	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
@@ -67,6 +64,7 @@ type bench struct {
 	// to the same kube-apiserver.
 	direct, proxied kubernetes.Interface
 	proxyURL        string
+	proxy           *proxyProcess
 }
 
 func (b *bench) progress(format string, args ...any) {
@@ -83,6 +81,14 @@ type results struct {
 	list1kDirect, list1kProxied []time.Duration
 	list10kDirect, list10kProx  []time.Duration
 	list1kItems, list10kItems   int
+
+	// cpu* are the proxy's CPU time over each measurement's proxied
+	// requests (warm-up included).
+	cpuGet, cpuList1k, cpuList10k, cpuConcurrent cpuCost
+	concDirect, concProxied                      []concurrentRun
+	// proxyRSSIdle is the proxy's VmRSS once serving, before the
+	// measurements; proxyRSSLoaded after them.
+	proxyRSSIdle, proxyRSSLoaded int64
 
 	watchWrite                     time.Duration // the writers' time for all events
 	watchLiveDirect, watchLiveProx time.Duration
@@ -128,7 +134,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 	}
 	res.seedTime = time.Since(seedStart)
 
-	stopProxy, err := b.startProxy(ctx, upstream)
+	stopProxy, err := b.startProxy(ctx, fleet.Cluster("bench").KubeconfigPath)
 	if err != nil {
 		return err
 	}
@@ -151,7 +157,13 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 			err = errors.Join(err, f.Close())
 		}()
 	}
+	if res.proxyRSSIdle, err = b.proxy.rss(); err != nil {
+		return err
+	}
 	if err := b.measure(ctx, &res); err != nil {
+		return err
+	}
+	if res.proxyRSSLoaded, err = b.proxy.rss(); err != nil {
 		return err
 	}
 	report(stdout, o, &res)
@@ -251,9 +263,10 @@ func shardRoute() *ctrlmeshv1alpha1.ShardRoute {
 	}
 }
 
-// startProxy runs the proxy in-process and waits until it enforces the
-// rules. The returned function stops it.
-func (b *bench) startProxy(ctx context.Context, upstream *rest.Config) (func() error, error) {
+// startProxy builds ctrlmesh-proxy and runs it in its own process, as a
+// sidecar runs, and waits until it enforces the rules. The returned
+// function stops it.
+func (b *bench) startProxy(ctx context.Context, upstreamKubeconfig string) (func() error, error) {
 	dir, err := os.MkdirTemp("", "proxybench-")
 	if err != nil {
 		return nil, err
@@ -267,57 +280,39 @@ func (b *bench) startProxy(ctx context.Context, upstream *rest.Config) (func() e
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("writing the rules file: %w", err)
 	}
+	b.progress("building ctrlmesh-proxy as its image does (CGO_ENABLED=0, -trimpath, -s -w)")
+	binary, err := buildProxy(ctx, dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	api, err := freeAddress()
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	args := []string{"--upstream-kubeconfig=" + upstreamKubeconfig, "--pod-name=" + podName, "--rules-file=" + rulesFile,
+		"--listen-address=" + api, "--health-address="}
 	// Range mode: let the proxy detect the gate, as in production. Label
 	// mode: the API server has no gate; say so rather than probe.
-	var mode rules.Mode
 	if b.o.mode == string(rules.ModeLabel) {
-		mode = rules.ModeLabel
+		args = append(args, "--selector-mode=label")
 	}
+	b.progress("starting the proxy (mode %s)", b.o.mode)
 	// The proxy logs nothing per request at Info level: its few lines
 	// (serving, rules in force, mode detected) are progress.
-	log := funcr.New(func(prefix, args string) {
-		b.progress("proxy: %s %s", prefix, args)
-	}, funcr.Options{})
-
-	proxyCtx, cancel := context.WithCancel(ctx)
-	ready := make(chan net.Addr, 1)
-	errc := make(chan error, 1)
-	go func() {
-		errc <- proxy.Run(proxyCtx, proxy.Options{
-			Upstream: upstream, ListenAddress: "127.0.0.1:0", HealthAddress: "", Pod: podName,
-			RulesFile: rulesFile, RulesFileInterval: time.Second, Mode: mode,
-			Ready: func(api, _ net.Addr) { ready <- api },
-			Log:   log,
-		})
-	}()
+	if b.proxy, err = startProcess(binary, args, func(line string) { b.progress("proxy: %s", line) }); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
 	stop := func() error {
-		cancel()
 		defer func() { _ = os.RemoveAll(dir) }()
-		select {
-		case err := <-errc:
-			if err != nil {
-				return fmt.Errorf("proxy: %w", err)
-			}
-			return nil
-		case <-time.After(10 * time.Second):
-			return errors.New("proxy: did not stop within 10s")
-		}
+		return b.proxy.stop()
 	}
 	fail := func(err error) (func() error, error) {
 		return nil, errors.Join(err, stop())
 	}
-
-	b.progress("starting the proxy (mode %s)", b.o.mode)
-	var api net.Addr
-	select {
-	case api = <-ready:
-	case err := <-errc:
-		errc <- err // for stop
-		return fail(fmt.Errorf("proxy: %w", err))
-	case <-time.After(proxyStartTimeout):
-		return fail(fmt.Errorf("proxy: not serving after %s", proxyStartTimeout))
-	}
-	b.proxyURL = "http://" + api.String()
+	b.proxyURL = "http://" + api
 	if b.proxied, err = kubernetes.NewForConfig(tune(&rest.Config{Host: b.proxyURL}, b.o.content)); err != nil {
 		return fail(err)
 	}
@@ -333,7 +328,7 @@ func (b *bench) startProxy(ctx context.Context, upstream *rest.Config) (func() e
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	b.progress("proxy serving on %s with rules in force", api)
+	b.progress("proxy serving on %s with rules in force (pid %d)", api, b.proxy.cmd.Process.Pid)
 	return stop, nil
 }
 
@@ -437,10 +432,13 @@ func (b *bench) measure(ctx context.Context, res *results) error {
 	ns, name := objectKey(0)
 	b.progress("GET %s/%s: %d warm-up + %d interleaved requests each way", ns, name, getWarmup, b.o.gets)
 	var err error
-	res.getDirect, res.getProxied, err = b.interleave(ctx, "GET", getWarmup, b.o.gets, 1, func(ctx context.Context, cs kubernetes.Interface) (time.Duration, int, error) {
-		start := time.Now()
-		_, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
-		return time.Since(start), 1, err
+	res.cpuGet, err = b.measureCPU(getWarmup+b.o.gets, func() (err error) {
+		res.getDirect, res.getProxied, err = b.interleave(ctx, "GET", getWarmup, b.o.gets, 1, func(ctx context.Context, cs kubernetes.Interface) (time.Duration, int, error) {
+			start := time.Now()
+			_, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+			return time.Since(start), 1, err
+		})
+		return err
 	})
 	if err != nil {
 		return err
@@ -459,11 +457,21 @@ func (b *bench) measure(ctx context.Context, res *results) error {
 	}
 	res.list1kItems, res.list10kItems = perNamespace, totalObjects
 	b.progress("LIST %d ConfigMaps (namespace %s): %d warm-up + %d interleaved lists each way", perNamespace, ns, listWarmup, b.o.lists)
-	if res.list1kDirect, res.list1kProxied, err = b.interleave(ctx, "LIST 1k", listWarmup, b.o.lists, perNamespace, list(ns)); err != nil {
+	if res.cpuList1k, err = b.measureCPU(listWarmup+b.o.lists, func() (err error) {
+		res.list1kDirect, res.list1kProxied, err = b.interleave(ctx, "LIST 1k", listWarmup, b.o.lists, perNamespace, list(ns))
+		return err
+	}); err != nil {
 		return err
 	}
 	b.progress("LIST %d ConfigMaps (all namespaces): %d warm-up + %d interleaved lists each way", totalObjects, listWarmup, b.o.lists)
-	if res.list10kDirect, res.list10kProx, err = b.interleave(ctx, "LIST 10k", listWarmup, b.o.lists, totalObjects, list("")); err != nil {
+	if res.cpuList10k, err = b.measureCPU(listWarmup+b.o.lists, func() (err error) {
+		res.list10kDirect, res.list10kProx, err = b.interleave(ctx, "LIST 10k", listWarmup, b.o.lists, totalObjects, list(""))
+		return err
+	}); err != nil {
+		return err
+	}
+	b.progress("concurrent: %d clients (%d GETs, then a LIST of %d, over and over) for %s each way, %d rounds alternating", b.o.clients, listEvery-1, perNamespace, b.o.concurrentFor, b.o.rounds)
+	if err := b.measureConcurrent(ctx, res); err != nil {
 		return err
 	}
 	return b.measureWatch(ctx, res)

@@ -1,10 +1,11 @@
 // Command proxybench measures what ctrlmesh-proxy costs an operator: it starts
-// a real etcd and kube-apiserver (test/env), seeds 10,000 ConfigMaps, runs
-// the proxy in-process with rules that give its pod all 32 buckets (so direct
+// a real etcd and kube-apiserver (test/env), seeds 10,000 ConfigMaps, builds
+// ctrlmesh-proxy as its image does and runs it in its own process with rules that give its pod all 32 buckets (so direct
 // and proxied requests return the same objects), and then, in one run,
 // interleaves the same requests directly and through the proxy: GET of one
-// ConfigMap, LIST of 1,000 and of 10,000 ConfigMaps, and WATCH event
-// throughput. It prints a table of the figures and ratios to stdout, progress
+// ConfigMap, LIST of 1,000 and of 10,000 ConfigMaps, 64 concurrent clients
+// of GET and LIST, and WATCH event throughput; the proxy's CPU time per
+// 1,000 requests is read from /proc/<pid>/stat. It prints a table of the figures and ratios to stdout, progress
 // to stderr, and PASS/MISS against the proxy's goals. It exits 0 whatever
 // the figures are; only an error exits non-zero.
 //
@@ -33,9 +34,13 @@ type options struct {
 	events  int
 	writers int
 	replays int
-	timeout time.Duration
-	// cpuProfile, when set, receives a CPU profile of the measurements
-	// (client, proxy and test harness alike: they share the process).
+	// clients, concurrentFor and rounds shape the concurrent measurement.
+	clients       int
+	concurrentFor time.Duration
+	rounds        int
+	timeout       time.Duration
+	// cpuProfile, when set, receives a CPU profile of the measurements in
+	// this process: the benchmark's clients (the proxy runs in its own).
 	cpuProfile string
 }
 
@@ -50,8 +55,11 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.IntVar(&o.events, "events", 5000, "ConfigMap updates the WATCH measurement generates (at most 10000: one per seeded ConfigMap)")
 	fs.IntVar(&o.writers, "writers", 8, "concurrent writers generating the WATCH events")
 	fs.IntVar(&o.replays, "replays", 5, "rounds of the WATCH replay measurement, each way")
+	fs.IntVar(&o.clients, "clients", 64, "concurrent clients of the concurrent measurement")
+	fs.DurationVar(&o.concurrentFor, "concurrent-duration", 10*time.Second, "how long each concurrent run lasts")
+	fs.IntVar(&o.rounds, "rounds", 2, "concurrent runs each way, alternating")
 	fs.DurationVar(&o.timeout, "timeout", 20*time.Minute, "bound on the whole run")
-	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measurement phase (this process: clients and proxy) to this file")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measurement phase of this process (the benchmark's clients; the proxy runs in its own process) to this file")
 	fs.Usage = func() {
 		_, _ = fmt.Fprintf(output, "usage: proxybench [flags]\n\nMeasures ctrlmesh-proxy's overhead against a real kube-apiserver: GET, LIST 1k/10k, WATCH.\n\n")
 		fs.PrintDefaults()
@@ -67,8 +75,10 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 		return o, fmt.Errorf("-mode must be range or label, not %q", o.mode)
 	case o.content != "protobuf" && o.content != "json":
 		return o, fmt.Errorf("-content must be protobuf or json, not %q", o.content)
-	case o.gets < 1 || o.lists < 1 || o.replays < 1 || o.writers < 1:
-		return o, errors.New("-gets, -lists, -replays and -writers must be at least 1")
+	case o.gets < 1 || o.lists < 1 || o.replays < 1 || o.writers < 1 || o.clients < 1 || o.rounds < 1:
+		return o, errors.New("-gets, -lists, -replays, -writers, -clients and -rounds must be at least 1")
+	case o.concurrentFor <= 0:
+		return o, errors.New("-concurrent-duration must be positive")
 	case o.events < 1 || o.events > totalObjects:
 		return o, fmt.Errorf("-events must be between 1 and %d", totalObjects)
 	case o.timeout <= 0:
