@@ -219,3 +219,7 @@ bench-proxy: tools ## Proxy overhead vs direct against a real API server (GET, L
 .PHONY: bench-fleet
 bench-fleet: tools build ## Local fleet: operator RSS 1 vs 4 pods (20k objects), ShardingConfig edit -> enforced p50/p99 standalone and on Karmada, failover after a pod kill.
 	CTRLMESH_TEST_ASSETS=$(BIN) $(GO) run ./test/bench/fleetbench $(BENCH_ARGS)
+
+.PHONY: bench-scale
+bench-scale: tools ## The hub at fleet scale (10, 100, 1000 simulated members): apply -> Ready, hub RSS/CPU/requests, pod failure, restart, lost Fleet member; curves into docs/scale.svg.
+	CTRLMESH_TEST_ASSETS=$(BIN) $(GO) run ./test/bench/scalebench -plot docs/scale.svg $(BENCH_ARGS)

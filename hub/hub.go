@@ -56,6 +56,9 @@ type Options struct {
 	Namespace      string
 	// MetricsAddress and HealthAddress; "0" disables.
 	MetricsAddress, HealthAddress string
+	// PprofAddress serves Go's profiles (net/http/pprof) when set; empty
+	// or "0" serves none.
+	PprofAddress string
 	Log                           logr.Logger
 }
 
@@ -84,6 +87,7 @@ func Run(ctx context.Context, opts Options) error {
 		LeaderElectionReleaseOnCancel: true,
 		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddress},
 		HealthProbeBindAddress:        opts.HealthAddress,
+		PprofBindAddress:              opts.PprofAddress,
 		// Controller names are unique within one hub; Run may run again in
 		// the same process (tests).
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
