@@ -59,6 +59,8 @@ ShardingConfig.status (see "ctrlmeshctl status").`,
 	f.StringVar(&opts.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the hub, holding its leader-election Lease on the hub cluster (the Karmada API server on Karmada) (default $POD_NAMESPACE)")
 	f.StringVar(&opts.MetricsAddress, "metrics-bind-address", ":8080", "address serving Prometheus metrics; 0 disables")
 	f.StringVar(&opts.HealthAddress, "health-probe-bind-address", ":8081", "address serving /healthz and /readyz; 0 disables")
+	f.Float32Var(&opts.QPS, "kube-api-qps", hub.DefaultQPS, "requests per second the hub may send to the hub cluster's API server (client-side limit; negative: none, leaving it to the API server's priority and fairness)")
+	f.IntVar(&opts.Burst, "kube-api-burst", hub.DefaultBurst, "requests the hub may send at once above --kube-api-qps")
 	f.StringVar(&opts.PprofAddress, "pprof-bind-address", "", "address serving Go's profiles (/debug/pprof/); empty or 0 serves none")
 	logFlags := flag.NewFlagSet("log", flag.ContinueOnError)
 	zapOpts.BindFlags(logFlags)

@@ -256,7 +256,7 @@ func (b *bench) startHubIdentity(ctx context.Context, c *controlplane.Cluster, d
 	if err != nil {
 		return err
 	}
-	b.kubecf = filepath.Join(dir, "hub.kubeconfig")
+	b.kubecf = filepath.Join(dir, "hub-serviceaccount.kubeconfig")
 	return writeKubeconfig(cfg, b.kubecf)
 }
 
@@ -675,7 +675,12 @@ func (b *bench) fleetLoss(ctx context.Context, r *result) error {
 			return false, "", err
 		}
 		onLost := func(p ctrlmeshv1alpha1.ShardPlacement) bool { return p.Cluster == lost && p.Buckets != "" }
-		return isReady(&sc, onLost), progress(&sc, onLost), nil
+		// Ready stays False while a selected member is unavailable
+		// (ClusterUnavailable): served elsewhere is every shard ready and
+		// none on the lost member.
+		served := sc.Status.ObservedGeneration == sc.Generation && sc.Status.Shards > 0 && sc.Status.ReadyShards == sc.Status.Shards &&
+			!slices.ContainsFunc(sc.Status.Placement, onLost)
+		return served, progress(&sc, onLost), nil
 	})
 	r.fleetLoss = time.Since(start)
 	b.logf("Fleet member lost: buckets served elsewhere after %s (%v)", r.fleetLoss.Round(time.Millisecond), err)

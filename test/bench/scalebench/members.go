@@ -109,6 +109,10 @@ type loadAgent struct {
 	proxies map[types.NamespacedName]*proxyState
 }
 
+// conflictRetry is how soon a status write refused for a stale read is
+// tried again.
+const conflictRetry = 100 * time.Millisecond
+
 type proxyState struct {
 	enforced string
 	pending  string
@@ -253,9 +257,14 @@ func (a *loadAgent) reconcile(ctx context.Context, key types.NamespacedName) (ti
 	}
 	work.Status = *want
 	if err := a.client.Status().Update(ctx, &work); err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			// A newer Work is on its way as an event.
+		if apierrors.IsNotFound(err) {
 			return 0, nil
+		}
+		if apierrors.IsConflict(err) {
+			// The cache is behind: a newer spec comes as an event, but the
+			// load agent's own last status write does not (it reacts to
+			// spec changes only), so it tries again.
+			return max(requeue, conflictRetry), nil
 		}
 		return 0, fmt.Errorf("writing the status of Work %s: %w", key, err)
 	}
