@@ -89,7 +89,7 @@ type Options struct {
 	// PprofAddress serves Go's profiles (net/http/pprof) when set; empty
 	// or "0" serves none.
 	PprofAddress string
-	Log                           logr.Logger
+	Log          logr.Logger
 }
 
 // Run runs the hub until ctx ends.
