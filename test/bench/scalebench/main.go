@@ -44,6 +44,7 @@ import (
 	"os"
 	"os/signal"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -66,6 +67,8 @@ type config struct {
 	options
 	scales []scale
 	plot   string
+	save   string
+	load   []string
 	total  time.Duration
 }
 
@@ -84,13 +87,20 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	fs.DurationVar(&c.stepWithin, "step-within", 5*time.Minute, "bound on each later step (pod failure, restart, lost member)")
 	fs.DurationVar(&c.total, "total", 90*time.Minute, "bound on the whole run")
 	fs.StringVar(&c.plot, "plot", "", "write the curves over the scales to this SVG file")
+	fs.StringVar(&c.save, "save", "", "save the results as JSON to this file")
+	loads := fs.String("load", "", "comma-separated JSON files of -save: report and plot their results, measured before, with this run's (-scales= measures nothing new)")
 	fs.StringVar(&c.workDir, "work-dir", "", "directory for the hub's logs and heap profiles (default: a temporary one, kept)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	var err error
-	if c.scales, err = parseScales(*scales); err != nil {
-		return nil, err
+	if *scales != "" {
+		if c.scales, err = parseScales(*scales); err != nil {
+			return nil, err
+		}
+	}
+	if *loads != "" {
+		c.load = strings.Split(*loads, ",")
 	}
 	if c.pods < 2 {
 		return nil, fmt.Errorf("-pods=%d: a pod failure needs a survivor; give at least 2", c.pods)
@@ -121,7 +131,7 @@ func mainErr(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	c.assets = os.Getenv(env.AssetsEnv)
-	if c.assets == "" {
+	if c.assets == "" && len(c.scales) > 0 {
 		return fmt.Errorf("%s is not set: run make bench-scale, which builds the API server and etcd", env.AssetsEnv)
 	}
 	c.log = out
@@ -130,6 +140,13 @@ func mainErr(ctx context.Context, args []string, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, c.total)
 	defer cancel()
 	var results []*result
+	for _, path := range c.load {
+		loaded, err := load(path)
+		if err != nil {
+			return err
+		}
+		results = append(results, loaded...)
+	}
 	for _, s := range c.scales {
 		opts := c.options
 		opts.fleetSize = min(opts.fleetSize, s.clusters)
@@ -144,7 +161,14 @@ func mainErr(ctx context.Context, args []string, out io.Writer) error {
 			break
 		}
 	}
+	slices.SortStableFunc(results, func(a, b *result) int { return a.clusters*100000 + a.configs - b.clusters*100000 - b.configs })
 	report(out, results, c.options)
+	if c.save != "" {
+		loadavg, _ := os.ReadFile("/proc/loadavg")
+		if err := save(c.save, results, strings.TrimSpace(string(loadavg))); err != nil {
+			return err
+		}
+	}
 	if c.plot != "" && len(results) > 0 {
 		if err := plotCurves(c.plot, results); err != nil {
 			return err
