@@ -47,6 +47,13 @@ func startHub(t *testing.T) (store *state.Store, stop func()) {
 // (hub.Options.RulesValidity); 0 for the default.
 func startHubWith(t *testing.T, rulesValidity time.Duration) (store *state.Store, stop func()) {
 	t.Helper()
+	return startHubWriting(t, rulesValidity, nil)
+}
+
+// startHubWriting is startHubWith whose Works are written through
+// writer(the manager's client); nil writes through that client.
+func startHubWriting(t *testing.T, rulesValidity time.Duration, writer func(client.Client) client.Client) (store *state.Store, stop func()) {
+	t.Helper()
 	store, err := state.New()
 	if err != nil {
 		t.Fatal(err)
@@ -68,8 +75,12 @@ func startHubWith(t *testing.T, rulesValidity time.Duration) (store *state.Store
 	if err != nil {
 		t.Fatal(err)
 	}
+	writes := mgr.GetClient()
+	if writer != nil {
+		writes = writer(writes)
+	}
 	if err := (&shardingconfig.Reconciler{
-		Client: mgr.GetClient(), Writer: &propagation.Writer{Client: mgr.GetClient()}, Store: store, ClusterChanges: changes,
+		Client: mgr.GetClient(), Writer: &propagation.Writer{Client: writes}, Store: store, ClusterChanges: changes,
 		Recorder: mgr.GetEventRecorderFor("ctrlmesh-hub"), Metrics: metrics, RulesValidity: rulesValidity,
 	}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)

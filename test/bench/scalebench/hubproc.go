@@ -1,0 +1,242 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// hubProcess is one ctrlmesh-hub replica: the shipped binary, run with the
+// flags its chart gives it (--leader-elect, --auto-accept) under a
+// kubeconfig with exactly the hub's RBAC.
+type hubProcess struct {
+	name    string
+	cmd     *exec.Cmd
+	metrics string // host:port
+	pprof   string
+	exited  chan error
+}
+
+// buildHub builds cmd/ctrlmesh-hub into dir.
+func buildHub(ctx context.Context, root, dir string) (string, error) {
+	bin := filepath.Join(dir, "ctrlmesh-hub")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/ctrlmesh-hub")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building ctrlmesh-hub: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// writeKubeconfig writes cfg (a client-certificate user) as a kubeconfig.
+func writeKubeconfig(cfg *rest.Config, path string) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["hub"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["hub"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	kc.Contexts["hub"] = &clientcmdapi.Context{Cluster: "hub", AuthInfo: "hub"}
+	kc.CurrentContext = "hub"
+	return clientcmd.WriteToFile(*kc, path)
+}
+
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// startHub starts a replica; its log goes to logPath.
+func startHub(bin, kubeconfig, namespace, name, logPath string) (*hubProcess, error) {
+	metrics, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	pprof, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--namespace="+namespace, "--leader-elect=true", "--auto-accept",
+		"--metrics-bind-address="+metrics, "--health-probe-bind-address=0", "--pprof-bind-address="+pprof)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	h := &hubProcess{name: name, cmd: cmd, metrics: metrics, pprof: pprof, exited: make(chan error, 1)}
+	go func() {
+		h.exited <- cmd.Wait()
+		logFile.Close()
+	}()
+	return h, nil
+}
+
+// stop ends the replica as Kubernetes does: SIGTERM (the hub releases its
+// leader Lease on the way out), SIGKILL after grace.
+func (h *hubProcess) stop(grace time.Duration) error {
+	if h.cmd.ProcessState != nil {
+		return nil
+	}
+	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-h.exited:
+		return err
+	case <-time.After(grace):
+		_ = h.cmd.Process.Kill()
+		<-h.exited
+		return fmt.Errorf("%s did not stop within %s; killed", h.name, grace)
+	}
+}
+
+// memory is the replica's resident memory now and at its peak (VmRSS,
+// VmHWM of /proc/<pid>/status), in bytes.
+func (h *hubProcess) memory() (rss, peak int64, err error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", h.cmd.Process.Pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	s := bufio.NewScanner(bytes.NewReader(data))
+	for s.Scan() {
+		name, value, ok := strings.Cut(s.Text(), ":")
+		if !ok || (name != "VmRSS" && name != "VmHWM") {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("/proc status %s: %w", name, err)
+		}
+		if name == "VmRSS" {
+			rss = kb << 10
+		} else {
+			peak = kb << 10
+		}
+	}
+	return rss, peak, nil
+}
+
+// cpuSeconds is the replica's user and system CPU time so far
+// (/proc/<pid>/stat; clock ticks of 1/100 s, as on every Linux the
+// benchmark runs on).
+func (h *hubProcess) cpuSeconds() (float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", h.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name is in parentheses and may hold spaces.
+	_, rest, ok := strings.Cut(string(data), ") ")
+	if !ok {
+		return 0, fmt.Errorf("/proc stat: %q", data)
+	}
+	fields := strings.Fields(rest)
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("/proc stat: %q", data)
+	}
+	utime, err1 := strconv.ParseFloat(fields[11], 64)
+	stime, err2 := strconv.ParseFloat(fields[12], 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc stat: %q", data)
+	}
+	return (utime + stime) / 100, nil
+}
+
+// scrape reads a Prometheus text endpoint.
+func scrape(ctx context.Context, do func(*http.Request) (*http.Response, error), url string) (map[string]*dto.MetricFamily, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("%s: %s: %s", url, resp.Status, body)
+	}
+	var parser expfmt.TextParser
+	return parser.TextToMetricFamilies(resp.Body)
+}
+
+// requests are the hub's API requests so far by HTTP method, from its
+// client-go metrics (rest_client_requests_total); watches are GETs.
+func (h *hubProcess) requests(ctx context.Context) (map[string]float64, error) {
+	families, err := scrape(ctx, http.DefaultClient.Do, "http://"+h.metrics+"/metrics")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	if f := families["rest_client_requests_total"]; f != nil {
+		for _, m := range f.GetMetric() {
+			method := ""
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "method" {
+					method = l.GetValue()
+				}
+			}
+			out[method] += m.GetCounter().GetValue()
+		}
+	}
+	return out, nil
+}
+
+// leads reports whether the replica holds the hub's leader Lease, by its
+// leader-election metric.
+func (h *hubProcess) leads(ctx context.Context) bool {
+	families, err := scrape(ctx, http.DefaultClient.Do, "http://"+h.metrics+"/metrics")
+	if err != nil {
+		return false
+	}
+	f := families["leader_election_master_status"]
+	if f == nil {
+		return false
+	}
+	for _, m := range f.GetMetric() {
+		if m.GetGauge().GetValue() == 1 {
+			return true
+		}
+	}
+	return false
+}
+
+// heapProfile saves the replica's heap profile to path.
+func (h *hubProcess) heapProfile(ctx context.Context, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+h.pprof+"/debug/pprof/heap", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
+}

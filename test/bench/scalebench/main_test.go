@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ctrlmesh/ctrlmesh/test/controlplane"
+	"github.com/ctrlmesh/ctrlmesh/test/env"
+)
+
+// TestSmallFleet is make bench-scale at a small scale, in make test: every
+// step runs against the real hub binary and API server, and the hub's
+// promises hold whatever the timings — a pod failure and a restart each
+// write the affected member's Work and nothing else, no Work is rewritten
+// with the rules it had, the hub at rest makes no more requests than its
+// leader election and the members' heartbeats call for, and a lost Fleet
+// member's buckets go to the others.
+func TestSmallFleet(t *testing.T) {
+	assets := os.Getenv(env.AssetsEnv)
+	if assets == "" {
+		root, err := controlplane.RepoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		assets = filepath.Join(root, "bin")
+	}
+	if err := controlplane.CheckBinaries(assets, "run make tools", "kube-apiserver", "etcd"); err != nil {
+		t.Fatal(err)
+	}
+	opts := options{
+		assets: assets, pods: 3, fleetSize: 3, steady: 10 * time.Second, proxyDelay: 100 * time.Millisecond,
+		lease: 10 * time.Second, renew: 2 * time.Second, readyWithin: 5 * time.Minute, stepWithin: 3 * time.Minute,
+		workDir: t.TempDir(), log: testWriter{t},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	r, err := run(ctx, opts, scale{clusters: 4, configs: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.readyDone {
+		t.Fatalf("not every ShardingConfig Ready within %s", r.ready)
+	}
+	if want := 4*3 + 3; r.works != want {
+		t.Errorf("%d Works, want one per member and PerCluster config plus one per Fleet member: %d", r.works, want)
+	}
+	if want := []string{workKeyOf(cfgKey(0), clusterName(0)).String()}; !slices.Equal(r.podFailureWrites, want) {
+		t.Errorf("a pod failure wrote Works %v, want only the affected member's %v", r.podFailureWrites, want)
+	}
+	if want := []string{workKeyOf(cfgKey(1), clusterName(1)).String()}; !slices.Equal(r.restartWrites, want) {
+		t.Errorf("the new leader wrote Works %v, want only the one of the pod that failed %v", r.restartWrites, want)
+	}
+	if len(r.restartUnchanged) > 0 {
+		t.Errorf("the new leader rewrote Works with the rules they had: %v", r.restartUnchanged)
+	}
+	if r.steadyWorkWrites > 0 {
+		t.Errorf("%d Works written at rest", r.steadyWorkWrites)
+	}
+	// At rest the hub renews its leader Lease (every 2 s) and reads nothing
+	// else: the members' heartbeats land in its watch.
+	if perSec, bound := r.steadyRate(), 0.5+r.heartbeatsPerSec; perSec > bound {
+		t.Errorf("the hub made %.2f requests/s at rest besides %d Event writes (%v), more than its leader election and the heartbeats (%.2f/s)", perSec, r.steadyEvents, r.steady, bound)
+	}
+	t.Logf("apply to Ready %s, pod failure %s, restart %s, Fleet member lost %s", r.ready, r.podFailure, r.restartHealed, r.fleetLoss)
+}
+
+func cfgKey(i int) (k struct{ Namespace, Name string }) {
+	k.Namespace, k.Name = configName(i), configName(i)
+	return k
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}
+
+var _ io.Writer = testWriter{}

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"time"
+)
+
+// record is a result as saved with -save and read back with -load, so that
+// the curves and the table can join scales measured in separate runs (the
+// largest runs once, late).
+type record struct {
+	Clusters, Configs, Pods, Works  int
+	Ready                           time.Duration
+	ReadyDone                       bool
+	CPU                             float64
+	RSS, Peak                       int64
+	Requests                        map[string]float64
+	SteadyWindow                    time.Duration
+	Steady                          map[string]float64
+	Heartbeats                      float64
+	SteadyWorkWrites, SteadyEvents  int
+	PodFailure                      time.Duration
+	PodFailureWrites                []string
+	RestartLeads, RestartHealed     time.Duration
+	RestartWrites, RestartUnchanged []string
+	RestartRSS                      int64
+	FleetLoss                       time.Duration
+	Load                            string
+}
+
+func toRecord(r *result, load string) record {
+	return record{
+		Clusters: r.clusters, Configs: r.configs, Pods: r.pods, Works: r.works, Ready: r.ready, ReadyDone: r.readyDone, CPU: r.cpu,
+		RSS: r.rss, Peak: r.peak, Requests: r.requests, SteadyWindow: r.steadyWindow, Steady: r.steady, Heartbeats: r.heartbeatsPerSec,
+		SteadyWorkWrites: r.steadyWorkWrites, SteadyEvents: r.steadyEvents, PodFailure: r.podFailure, PodFailureWrites: r.podFailureWrites,
+		RestartLeads: r.restartLeads, RestartHealed: r.restartHealed, RestartWrites: r.restartWrites, RestartUnchanged: r.restartUnchanged,
+		RestartRSS: r.restartRSS, FleetLoss: r.fleetLoss, Load: load,
+	}
+}
+
+func (c record) result() *result {
+	return &result{
+		scale: scale{clusters: c.Clusters, configs: c.Configs}, pods: c.Pods, works: c.Works, ready: c.Ready, readyDone: c.ReadyDone, cpu: c.CPU,
+		rss: c.RSS, peak: c.Peak, requests: c.Requests, steadyWindow: c.SteadyWindow, steady: c.Steady, heartbeatsPerSec: c.Heartbeats,
+		steadyWorkWrites: c.SteadyWorkWrites, steadyEvents: c.SteadyEvents, podFailure: c.PodFailure, podFailureWrites: c.PodFailureWrites,
+		restartLeads: c.RestartLeads, restartHealed: c.RestartHealed, restartWrites: c.RestartWrites, restartUnchanged: c.RestartUnchanged,
+		restartRSS: c.RestartRSS, fleetLoss: c.FleetLoss,
+	}
+}
+
+func save(path string, results []*result, load string) error {
+	var out []record
+	for _, r := range results {
+		out = append(out, toRecord(r, load))
+	}
+	data, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
+}
+
+func load(path string) ([]*result, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var in []record
+	if err := json.Unmarshal(data, &in); err != nil {
+		return nil, err
+	}
+	var out []*result
+	for _, c := range in {
+		out = append(out, c.result())
+	}
+	return out, nil
+}
