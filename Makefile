@@ -63,6 +63,14 @@ HELM_LDFLAGS := -s -w \
 	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 \
 	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=36
 
+# promtool, Prometheus' rule checker and rule unit-test runner, built from
+# source by go install (only the Go module proxy is needed) for the alert
+# tests of deploy/monitoring. remove_all_sd leaves out Prometheus' service
+# discovery plugins, which promtool's rule commands never use. The stamp
+# file names the version, so changing PROMETHEUS_VERSION rebuilds it.
+PROMETHEUS_VERSION := v0.316.0
+PROMTOOL_STAMP     := $(BIN)/.promtool-$(PROMETHEUS_VERSION)
+
 # Container images (make images, needs Docker).
 IMAGE_REGISTRY ?= ghcr.io/ctrlmesh
 IMAGE_TAG      ?= $(VERSION)
@@ -90,7 +98,7 @@ generate: ## Generate deepcopy code and CRDs; copy third-party CRDs.
 	install -m 0644 $(OCM_DIR)/cluster/v1/0000_00_clusters.open-cluster-management.io_managedclusters.crd.yaml deploy/crds/third-party/
 
 .PHONY: tools
-tools: $(KUBE_APISERVER) $(ETCD) $(KUBE_NODE_STAMP) $(HELM_STAMP) $(KARMADA_STAMP) ## Build kube-apiserver, etcd, the node components, helm and Karmada's components from source (once).
+tools: $(KUBE_APISERVER) $(ETCD) $(KUBE_NODE_STAMP) $(HELM_STAMP) $(KARMADA_STAMP) $(PROMTOOL_STAMP) ## Build kube-apiserver, etcd, the node components, helm, Karmada's components and promtool from source (once).
 
 $(KUBE_APISERVER): test/tools/go.mod test/tools/go.sum
 	@mkdir -p $(BIN)
@@ -134,6 +142,13 @@ $(HELM_STAMP):
 	@echo "building helm $(HELM_VERSION) from source"
 	GOBIN=$(BIN) $(GO) install -trimpath -ldflags '$(HELM_LDFLAGS)' helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 	@rm -f $(BIN)/.helm-*
+	@touch $@
+
+$(PROMTOOL_STAMP):
+	@mkdir -p $(BIN)
+	@echo "building promtool (prometheus $(PROMETHEUS_VERSION)) from source"
+	GOBIN=$(BIN) $(GO) install -trimpath -tags remove_all_sd -ldflags '-s -w' github.com/prometheus/prometheus/cmd/promtool@$(PROMETHEUS_VERSION)
+	@rm -f $(BIN)/.promtool-*
 	@touch $@
 
 .PHONY: test
@@ -182,6 +197,8 @@ manifests: $(HELM_STAMP) ## Copy the CRDs (and the ShardRoute interpreter) into 
 	install -m 0644 deploy/crds/third-party/*.yaml deploy/charts/ctrlmesh-hub/files/crds/third-party/
 	install -m 0644 deploy/crds/ctrlmesh.io_shardroutes.yaml deploy/charts/ctrlmesh-agent/files/crds/
 	install -m 0644 deploy/karmada/shardroute-interpreter.yaml deploy/charts/ctrlmesh-hub/files/karmada/
+	install -m 0644 deploy/monitoring/hub-alerts.yaml deploy/monitoring/ctrlmesh-dashboard.json deploy/charts/ctrlmesh-hub/files/monitoring/
+	install -m 0644 deploy/monitoring/member-alerts.yaml deploy/charts/ctrlmesh-agent/files/monitoring/
 	deploy/manifests/render.sh $(HELM) deploy/manifests
 
 .PHONY: images
