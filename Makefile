@@ -85,9 +85,10 @@ OCM_DIR     = $(shell $(GO) list -m -f '{{.Dir}}' open-cluster-management.io/api
 all: build
 
 .PHONY: build
-build: ## Build the ctrlmesh binaries, the demo operator and localfleet (the demo's fleet) into bin/.
+build: ## Build the ctrlmesh binaries (and kubectl-ctrlmesh, the kubectl plugin: a link to ctrlmeshctl), the demo operator and localfleet (the demo's fleet) into bin/.
 	@mkdir -p $(BIN)
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(COMMANDS)) ./scenarios/demo-operator ./test/cmd/localfleet
+	ln -sf ctrlmeshctl $(BIN)/kubectl-ctrlmesh
 
 .PHONY: generate
 generate: ## Generate deepcopy code and CRDs; copy third-party CRDs.
