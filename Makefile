@@ -122,6 +122,17 @@ node-packages: ## Install the Debian packages real nodes run on (needs root; qui
 		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $(NODE_PACKAGES); \
 	else echo "node packages installed: $(NODE_PACKAGES)"; fi
 
+# Debian's chromium, the headless browser the placement map's test
+# (hub/placementmap) drives.
+BROWSER_PACKAGES := chromium
+
+.PHONY: browser-packages
+browser-packages: ## Install Debian's chromium for the placement map's browser test (needs root; quick when installed).
+	@if [ "$$(dpkg-query -W -f '$${Status}\n' $(BROWSER_PACKAGES) 2>/dev/null | grep -c '^install ok installed$$')" != $(words $(BROWSER_PACKAGES)) ]; then \
+		if [ "$$(id -u)" != 0 ]; then echo "make browser-packages: installing $(BROWSER_PACKAGES) needs root"; exit 1; fi; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $(BROWSER_PACKAGES); \
+	else echo "browser packages installed: $(BROWSER_PACKAGES)"; fi
+
 $(ETCD): test/tools/go.mod test/tools/go.sum test/tools/etcd/main.go
 	@mkdir -p $(BIN)
 	@echo "building etcd from source"
@@ -153,7 +164,7 @@ $(PROMTOOL_STAMP):
 	@touch $@
 
 .PHONY: test
-test: tools node-packages ## Unit, fuzz-seed and envtest suites against real API servers, with -race.
+test: tools node-packages browser-packages ## Unit, fuzz-seed and envtest suites against real API servers, with -race.
 	CTRLMESH_TEST_ASSETS=$(BIN) $(GO) test -race -count=1 -timeout 30m ./...
 
 # The chaos suite (test/chaos) in full; make test runs its short part (with

@@ -59,6 +59,7 @@ ShardingConfig.status (see "ctrlmeshctl status").`,
 	f.StringVar(&opts.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the hub, holding its leader-election Lease on the hub cluster (the Karmada API server on Karmada) (default $POD_NAMESPACE)")
 	f.StringVar(&opts.MetricsAddress, "metrics-bind-address", ":8080", "address serving Prometheus metrics; 0 disables")
 	f.StringVar(&opts.HealthAddress, "health-probe-bind-address", ":8081", "address serving /healthz and /readyz; 0 disables")
+	f.BoolVar(&opts.PlacementMap, "placement-map", true, "serve the read-only placement map, a web page drawing every ShardingConfig's buckets per cluster from its status, at /placement/ on the metrics address")
 	logFlags := flag.NewFlagSet("log", flag.ContinueOnError)
 	zapOpts.BindFlags(logFlags)
 	f.AddGoFlagSet(logFlags)
