@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -98,6 +99,31 @@ func TestPlacementMapServedByHub(t *testing.T) {
 			t.Errorf("%s: no Serving, Healthy shard in %+v", d.Cluster, d.Shards)
 		}
 	}
+	// The serving metrics of the same hub say the same: every bucket
+	// served, both clusters selected and available, four shards Serving
+	// and Healthy.
+	_, scrape := get("/metrics")
+	for _, want := range []string{
+		`ctrlmesh_hub_unserved_buckets{name="demo-op",namespace="ops"} 0`,
+		`ctrlmesh_hub_clusters_selected{name="demo-op",namespace="ops"} 2`,
+		`ctrlmesh_hub_clusters_available{name="demo-op",namespace="ops"} 2`,
+		`ctrlmesh_hub_handovers_pending{name="demo-op",namespace="ops"} 0`,
+		`ctrlmesh_hub_shards{cluster="member1",health="Healthy",name="demo-op",namespace="ops",state="Serving"} 2`,
+		`ctrlmesh_hub_shards{cluster="member2",health="Healthy",name="demo-op",namespace="ops",state="Serving"} 2`,
+		`ctrlmesh_hub_proxies_behind{cluster="member1",name="demo-op",namespace="ops"} 0`,
+	} {
+		if !strings.Contains(scrape, want+"\n") {
+			t.Errorf("the hub's /metrics lacks %s", want)
+		}
+	}
+	// test/cmd/dashboardshot draws the dashboard's first row from this
+	// scrape (README's picture).
+	if path := os.Getenv("CTRLMESH_METRICS_SCRAPE"); path != "" {
+		if err := os.WriteFile(path, []byte(scrape), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	// Read-only.
 	resp, err := http.Post("http://"+address+placementmap.Path+"placement.json", "application/json", strings.NewReader("{}"))
 	if err != nil {
