@@ -63,6 +63,14 @@ HELM_LDFLAGS := -s -w \
 	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 \
 	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=36
 
+# promtool, Prometheus' rule checker and rule unit-test runner, built from
+# source by go install (only the Go module proxy is needed) for the alert
+# tests of deploy/monitoring. remove_all_sd leaves out Prometheus' service
+# discovery plugins, which promtool's rule commands never use. The stamp
+# file names the version, so changing PROMETHEUS_VERSION rebuilds it.
+PROMETHEUS_VERSION := v0.316.0
+PROMTOOL_STAMP     := $(BIN)/.promtool-$(PROMETHEUS_VERSION)
+
 # Container images (make images, needs Docker).
 IMAGE_REGISTRY ?= ghcr.io/ctrlmesh
 IMAGE_TAG      ?= $(VERSION)
@@ -77,9 +85,10 @@ OCM_DIR     = $(shell $(GO) list -m -f '{{.Dir}}' open-cluster-management.io/api
 all: build
 
 .PHONY: build
-build: ## Build the ctrlmesh binaries, the demo operator and localfleet (the demo's fleet) into bin/.
+build: ## Build the ctrlmesh binaries (and kubectl-ctrlmesh, the kubectl plugin: a link to ctrlmeshctl), the demo operator and localfleet (the demo's fleet) into bin/.
 	@mkdir -p $(BIN)
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(COMMANDS)) ./scenarios/demo-operator ./test/cmd/localfleet
+	ln -sf ctrlmeshctl $(BIN)/kubectl-ctrlmesh
 
 .PHONY: generate
 generate: ## Generate deepcopy code and CRDs; copy third-party CRDs.
@@ -90,7 +99,7 @@ generate: ## Generate deepcopy code and CRDs; copy third-party CRDs.
 	install -m 0644 $(OCM_DIR)/cluster/v1/0000_00_clusters.open-cluster-management.io_managedclusters.crd.yaml deploy/crds/third-party/
 
 .PHONY: tools
-tools: $(KUBE_APISERVER) $(ETCD) $(KUBE_NODE_STAMP) $(HELM_STAMP) $(KARMADA_STAMP) ## Build kube-apiserver, etcd, the node components, helm and Karmada's components from source (once).
+tools: $(KUBE_APISERVER) $(ETCD) $(KUBE_NODE_STAMP) $(HELM_STAMP) $(KARMADA_STAMP) $(PROMTOOL_STAMP) ## Build kube-apiserver, etcd, the node components, helm, Karmada's components and promtool from source (once).
 
 $(KUBE_APISERVER): test/tools/go.mod test/tools/go.sum
 	@mkdir -p $(BIN)
@@ -112,6 +121,17 @@ node-packages: ## Install the Debian packages real nodes run on (needs root; qui
 	@if [ "$$(dpkg-query -W -f '$${Status}\n' $(NODE_PACKAGES) 2>/dev/null | grep -c '^install ok installed$$')" != $(words $(NODE_PACKAGES)) ]; then \
 		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $(NODE_PACKAGES); \
 	else echo "node packages installed: $(NODE_PACKAGES)"; fi
+
+# Debian's chromium, the headless browser the placement map's test
+# (hub/placementmap) drives.
+BROWSER_PACKAGES := chromium
+
+.PHONY: browser-packages
+browser-packages: ## Install Debian's chromium for the placement map's browser test (needs root; quick when installed).
+	@if [ "$$(dpkg-query -W -f '$${Status}\n' $(BROWSER_PACKAGES) 2>/dev/null | grep -c '^install ok installed$$')" != $(words $(BROWSER_PACKAGES)) ]; then \
+		if [ "$$(id -u)" != 0 ]; then echo "make browser-packages: installing $(BROWSER_PACKAGES) needs root"; exit 1; fi; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $(BROWSER_PACKAGES); \
+	else echo "browser packages installed: $(BROWSER_PACKAGES)"; fi
 
 $(ETCD): test/tools/go.mod test/tools/go.sum test/tools/etcd/main.go
 	@mkdir -p $(BIN)
@@ -136,8 +156,15 @@ $(HELM_STAMP):
 	@rm -f $(BIN)/.helm-*
 	@touch $@
 
+$(PROMTOOL_STAMP):
+	@mkdir -p $(BIN)
+	@echo "building promtool (prometheus $(PROMETHEUS_VERSION)) from source"
+	GOBIN=$(BIN) $(GO) install -trimpath -tags remove_all_sd -ldflags '-s -w' github.com/prometheus/prometheus/cmd/promtool@$(PROMETHEUS_VERSION)
+	@rm -f $(BIN)/.promtool-*
+	@touch $@
+
 .PHONY: test
-test: tools node-packages ## Unit, fuzz-seed and envtest suites against real API servers, with -race.
+test: tools node-packages browser-packages ## Unit, fuzz-seed and envtest suites against real API servers, with -race.
 	CTRLMESH_TEST_ASSETS=$(BIN) $(GO) test -race -count=1 -timeout 30m ./...
 
 # The chaos suite (test/chaos) in full; make test runs its short part (with
@@ -188,6 +215,8 @@ manifests: $(HELM_STAMP) ## Copy the CRDs (and the ShardRoute interpreter) into 
 	install -m 0644 deploy/crds/third-party/*.yaml deploy/charts/ctrlmesh-hub/files/crds/third-party/
 	install -m 0644 deploy/crds/ctrlmesh.io_shardroutes.yaml deploy/charts/ctrlmesh-agent/files/crds/
 	install -m 0644 deploy/karmada/shardroute-interpreter.yaml deploy/charts/ctrlmesh-hub/files/karmada/
+	install -m 0644 deploy/monitoring/hub-alerts.yaml deploy/monitoring/ctrlmesh-dashboard.json deploy/charts/ctrlmesh-hub/files/monitoring/
+	install -m 0644 deploy/monitoring/member-alerts.yaml deploy/charts/ctrlmesh-agent/files/monitoring/
 	deploy/manifests/render.sh $(HELM) deploy/manifests
 
 .PHONY: images

@@ -24,6 +24,7 @@ import (
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/hub/clusters"
+	"github.com/ctrlmesh/ctrlmesh/hub/placementmap"
 	"github.com/ctrlmesh/ctrlmesh/hub/propagation"
 	"github.com/ctrlmesh/ctrlmesh/hub/shardingconfig"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
@@ -89,6 +90,9 @@ type Options struct {
 	// PprofAddress serves Go's profiles (net/http/pprof) when set; empty
 	// or "0" serves none.
 	PprofAddress string
+	// PlacementMap serves the read-only placement map (hub/placementmap)
+	// at placementmap.Path on MetricsAddress.
+	PlacementMap bool
 	Log          logr.Logger
 }
 
@@ -150,6 +154,11 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	if err := configs.SetupWithManager(mgr); err != nil {
 		return err
+	}
+	if opts.PlacementMap && opts.MetricsAddress != "0" {
+		if err := mgr.AddMetricsServerExtraHandler(placementmap.Path, &placementmap.Handler{Reader: mgr.GetClient()}); err != nil {
+			return fmt.Errorf("hub: placement map: %w", err)
+		}
 	}
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("hub: %w", err)

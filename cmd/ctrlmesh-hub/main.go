@@ -62,6 +62,7 @@ ShardingConfig.status (see "ctrlmeshctl status").`,
 	f.Float32Var(&opts.QPS, "kube-api-qps", hub.DefaultQPS, "requests per second the hub may send to the hub cluster's API server (client-side limit; negative: none, leaving it to the API server's priority and fairness)")
 	f.IntVar(&opts.Burst, "kube-api-burst", hub.DefaultBurst, "requests the hub may send at once above --kube-api-qps")
 	f.StringVar(&opts.PprofAddress, "pprof-bind-address", "", "address serving Go's profiles (/debug/pprof/); empty or 0 serves none")
+	f.BoolVar(&opts.PlacementMap, "placement-map", true, "serve the read-only placement map, a web page drawing every ShardingConfig's buckets per cluster from its status, at /placement/ on the metrics address")
 	logFlags := flag.NewFlagSet("log", flag.ContinueOnError)
 	zapOpts.BindFlags(logFlags)
 	f.AddGoFlagSet(logFlags)

@@ -3,6 +3,7 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -24,6 +25,15 @@ and shows where a ShardingConfig's shards run.`,
 		Version:      version.Version,
 		SilenceUsage: true,
 	}
-	root.AddCommand(newJoinCommand(), newStatusCommand())
+	if filepath.Base(os.Args[0]) == kubectlPlugin {
+		// Help and usage say "kubectl ctrlmesh ...", as kubectl's plugin
+		// convention asks.
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl ctrlmesh"}
+	}
+	root.AddCommand(newJoinCommand(), newStatusCommand(), newExplainCommand())
 	return root
 }
+
+// kubectlPlugin is the name kubectl runs ctrlmeshctl by as a plugin
+// ("kubectl ctrlmesh ..."): make build links it to ctrlmeshctl.
+const kubectlPlugin = "kubectl-ctrlmesh"

@@ -207,6 +207,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.writeStatus(ctx, &sc, outcome, canary.Canary); err != nil {
 		return reconcile.Result{}, err
 	}
+	r.Metrics.serving.observeStatus(&sc, outcome, &sc.Status, r.Clock.Now())
 	return reconcile.Result{RequeueAfter: requeue}, nil
 }
 

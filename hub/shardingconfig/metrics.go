@@ -17,6 +17,8 @@ type Metrics struct {
 	handoversPending *prometheus.GaugeVec
 	unownedBuckets   *prometheus.GaugeVec
 	clustersUsable   *prometheus.GaugeVec
+	// serving: what the status says is served (servingmetrics.go).
+	serving *servingMetrics
 }
 
 // NewMetrics makes the controller's metrics and registers them on reg, or
@@ -63,6 +65,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if m.duration, err = metricsutil.Register(reg, m.duration); err != nil {
 		return nil, err
 	}
+	if m.serving, err = newServingMetrics(reg); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 
@@ -106,4 +111,5 @@ func (m *Metrics) forget(sc *ctrlmeshv1alpha1.ShardingConfig) {
 	for _, v := range []*prometheus.GaugeVec{m.handoversPending, m.unownedBuckets, m.clustersUsable} {
 		v.DeleteLabelValues(sc.Namespace, sc.Name)
 	}
+	m.serving.forget(sc)
 }

@@ -165,8 +165,7 @@ func placementStatus(sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome) []ctrlme
 				m := out.members[id.Cluster]
 				pod, reported := m.pod(id.Name)
 				allReady = allReady && reported && pod.Ready
-				gen, ok := m.generationOf(pod.AppliedRulesHash)
-				allAcked = allAcked && reported && ok && gen >= table.Generation
+				allAcked = allAcked && m.enforces(id.Name, table.Generation)
 			}
 			if m := out.members[p.Cluster]; m != nil && m.report != nil {
 				for _, l := range m.report.Leaders {
