@@ -369,3 +369,69 @@ func (f *NodeFleet) Err() error {
 
 // Stop stops the clusters, their nodes with them. WorkDir stays.
 func (f *NodeFleet) Stop() error { return f.group.Stop() }
+
+// Memory is a container's memory as its cgroup (v1, this machine's memory
+// hierarchy) counts it, in bytes: the kubelet's working set (usage less
+// the inactive file cache, what kubectl top and evictions go by), the
+// usage, and the resident anonymous memory.
+type Memory struct {
+	WorkingSet, Usage, RSS int64
+}
+
+// ContainerMemory reads the memory of the container with CRI id (a
+// status's containerID without "containerd://") from its cgroup, which a
+// node's kubelet (cgroupfs driver) makes at
+// <node cgroup>/kubepods[/<qos>]/pod<uid>/<id>.
+func ContainerMemory(id string) (Memory, error) {
+	var dirs []string
+	for _, pattern := range []string{"/sys/fs/cgroup/memory/*/kubepods/pod*/", "/sys/fs/cgroup/memory/*/kubepods/*/pod*/"} {
+		found, err := filepath.Glob(pattern + id)
+		if err != nil {
+			return Memory{}, err
+		}
+		dirs = append(dirs, found...)
+	}
+	if len(dirs) != 1 {
+		return Memory{}, fmt.Errorf("localfleet: %d memory cgroups of container %s, want one: %v", len(dirs), id, dirs)
+	}
+	usage, err := os.ReadFile(filepath.Join(dirs[0], "memory.usage_in_bytes"))
+	if err != nil {
+		return Memory{}, fmt.Errorf("localfleet: %w", err)
+	}
+	var m Memory
+	if _, err := fmt.Sscan(string(usage), &m.Usage); err != nil {
+		return Memory{}, fmt.Errorf("localfleet: memory.usage_in_bytes of %s: %w", id, err)
+	}
+	stat, err := os.ReadFile(filepath.Join(dirs[0], "memory.stat"))
+	if err != nil {
+		return Memory{}, fmt.Errorf("localfleet: %w", err)
+	}
+	var inactiveFile int64
+	for _, line := range strings.Split(string(stat), "\n") {
+		var name string
+		var value int64
+		if _, err := fmt.Sscan(line, &name, &value); err != nil {
+			continue
+		}
+		switch name {
+		case "total_rss":
+			m.RSS = value
+		case "total_inactive_file":
+			inactiveFile = value
+		}
+	}
+	m.WorkingSet = max(0, m.Usage-inactiveFile)
+	return m, nil
+}
+
+// ContainerID is the CRI id of the pod's container name (init or not),
+// empty while it has none.
+func ContainerID(pod *corev1.Pod, name string) string {
+	for _, s := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
+		if s.Name == name {
+			_, id, _ := strings.Cut(s.ContainerID, "://")
+			return id
+		}
+	}
+	return ""
+}

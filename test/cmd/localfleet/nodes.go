@@ -80,6 +80,17 @@ func (s *session) runNodes(ctx context.Context, ff fleetFlags, opts localfleet.N
 		return nil
 	}
 	s.printKubeconfigs()
+	fmt.Fprintln(s.out, "Changes to the demo operator's pods are printed as they happen (kill a container's process, delete a pod: the kubelet and its ReplicaSet bring it back).")
+	watching, stopWatching := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		s.watchPods(watching)
+	}()
+	defer func() {
+		stopWatching()
+		<-watched
+	}()
 	select {
 	case <-ctx.Done():
 		return nil
@@ -103,9 +114,11 @@ func (s *session) upNodes(ctx context.Context) error {
 	}
 	for _, m := range demoMembers {
 		s.step("2. join %s: ctrlmeshctl join --cluster-name %s --agent-chart deploy/charts/ctrlmesh-agent (the agent's hub token from the hub into a Secret of %s, helm install of the agent chart, until the agent joined)", m, m, m)
+		joining := time.Now()
 		if err := s.nodes.Join(ctx, m); err != nil {
 			return err
 		}
+		s.step("   %s joined: its agent Ready and accepted by the hub %.1fs after ctrlmeshctl join began", m, time.Since(joining).Seconds())
 		if err := s.printPodsOf(s.member(m), "ctrlmesh", map[string]string{"app.kubernetes.io/name": "ctrlmesh-agent"}); err != nil {
 			return err
 		}
@@ -222,7 +235,64 @@ func (s *session) demoNodes(ctx context.Context) error {
 		return err
 	}
 	s.step("healed %.1fs after the deletion: %s's buckets moved, its replacement placed", time.Since(deleted).Seconds(), victim.Name)
-	return nil
+	return s.printSidecarMemory(ctx)
+}
+
+// printSidecarMemory prints the memory of each injected proxy as the
+// kubelet sees it: its container's cgroup.
+func (s *session) printSidecarMemory(ctx context.Context) error {
+	s.step("the injected proxies' memory, as the kubelet counts it (cgroup working set; usage and RSS beside it):")
+	tw := tabwriter.NewWriter(s.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLUSTER\tPOD\tWORKING SET\tUSAGE\tRSS")
+	for _, m := range demoMembers {
+		pods, err := localfleet.PodsOf(ctx, s.member(m).Client, demoNamespace, demoLabels)
+		if err != nil {
+			return err
+		}
+		for _, p := range pods {
+			mem, err := localfleet.ContainerMemory(localfleet.ContainerID(&p, ctrlmeshv1alpha1.ProxyContainerName))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%.1f MiB\t%.1f MiB\t%.1f MiB\n", m, p.Name, mib(mem.WorkingSet), mib(mem.Usage), mib(mem.RSS))
+		}
+	}
+	return tw.Flush()
+}
+
+func mib(bytes int64) float64 { return float64(bytes) / (1 << 20) }
+
+// watchPods prints, while the fleet stays up, what happens to the demo
+// operator's pods: a container restarted, a pod gone or new. The kubelet
+// and the ReplicaSets heal them; the fleet stays.
+func (s *session) watchPods(ctx context.Context) {
+	seen := map[string]string{}
+	for first := true; ctx.Err() == nil; first = false {
+		now := map[string]string{}
+		for _, m := range demoMembers {
+			pods, err := localfleet.PodsOf(ctx, s.member(m).Client, demoNamespace, demoLabels)
+			if err != nil {
+				continue
+			}
+			for _, p := range pods {
+				key := m + "/" + p.Name
+				now[key] = localfleet.PodState(&p)
+				if before, ok := seen[key]; !first && (!ok || before != now[key]) {
+					fmt.Fprintf(s.out, "pod %s on %s: %s\n", key, p.Spec.NodeName, now[key])
+				}
+			}
+		}
+		for key := range seen {
+			if _, ok := now[key]; !ok {
+				fmt.Fprintf(s.out, "pod %s: gone\n", key)
+			}
+		}
+		seen = now
+		select {
+		case <-ctx.Done():
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
 
 // placedPods are the pods of cluster the placement names, canary ones or
