@@ -57,7 +57,7 @@ type fleetFlags struct {
 }
 
 func (ff *fleetFlags) bind(cmd *cobra.Command, keepUsage string) {
-	cmd.Flags().StringVar(&ff.binDir, "bin-dir", "", "directory with kube-apiserver and etcd (make tools, and Karmada's components with --karmada), ctrlmesh-proxy and demo-operator (make build); empty: bin/ of the checkout")
+	cmd.Flags().StringVar(&ff.binDir, "bin-dir", "", "directory with kube-apiserver and etcd (make tools: also the node components and helm, or Karmada's components with --karmada), ctrlmeshctl (make build; ctrlmesh-proxy and demo-operator with --processes or --karmada); empty: bin/ of the checkout")
 	cmd.Flags().BoolVar(&ff.karmada, "karmada", false, "make the hub a Karmada control plane (karmada-aggregated-apiserver, karmada-controller-manager) and join member1 to it in push mode, member2 in pull mode (karmada-agent): Karmada applies the Works and reports their status, the agents run in Karmada mode; a fleet of processes (--processes)")
 	cmd.Flags().BoolVar(&ff.processes, "processes", false, "run the hub and the agents in this process and each pod's proxy and operator as local processes (with admin credentials), on API servers without nodes: quicker, for development loops; without it every cluster has a real node and everything runs in pods")
 	if keepUsage != "" {
@@ -71,16 +71,24 @@ func newDemoCommand() *cobra.Command {
 		Use:   "demo",
 		Short: "Run ctrlmesh on a local fleet: placement, a canary, a pod failure healed",
 		Long: `demo starts a local fleet — a hub and two member clusters, each a real
-kube-apiserver and etcd, with no Docker and no existing cluster — runs the hub
-and one agent per member (standalone mode) with their shipped RBAC, and runs
-the demo operator as pods: a Pod object in the member, and ctrlmesh-proxy and
-demo-operator as local processes with the pod's name.
+kube-apiserver and etcd with a real node (containerd, runc, the kubelet,
+kube-proxy, kube-controller-manager, kube-scheduler), with no Docker and no
+existing cluster; it needs root and the node packages (make node-packages).
+It builds the images of ctrlmesh-hub, ctrlmesh-agent, ctrlmesh-proxy and the
+demo operator into each node and runs the user's steps: installs the hub's
+Helm chart into the hub cluster, joins each member with ctrlmeshctl join
+--agent-chart (the agent's chart), applies a ShardingConfig over both
+members and deploys the demo operator there as Deployments labeled
+ctrlmesh.io/enable-proxy=true (the agent injects the proxy), and prints the
+placement once every pod is placed; then deploys a canary and prints the
+placement at each canary step, deletes a pod and prints the placement once
+its buckets moved and its replacement is placed. Run it from the ctrlmesh
+checkout after make tools and make build (make demo does all of it).
 
-It then applies a ShardingConfig over both members, waits until it is Ready
-and prints the placement; adds a canary pod and canary steps and prints the
-placement at each step; kills a pod and prints the placement once its
-buckets have moved. Run it from the ctrlmesh checkout after make tools and
-make build (make demo does all of it).
+With --processes the fleet has no nodes: the hub and one agent per member
+(standalone mode) run in this process with their shipped RBAC, and each pod
+of the demo operator is a Pod object in its member with ctrlmesh-proxy and
+demo-operator as local processes (a pod failure: both killed).
 
 With --karmada the hub is a Karmada control plane: member1 joins it in push
 mode (karmada-controller-manager applies its Works), member2 in pull mode
@@ -88,8 +96,9 @@ mode (karmada-controller-manager applies its Works), member2 in pull mode
 apply nothing), and each member's sync mode, read back from Karmada's
 Cluster, is printed beside every placement (make demo-karmada).`,
 		Example: `  localfleet demo
-  localfleet demo --karmada  # on a Karmada control plane, one push and one pull member
-  localfleet demo --keep     # stay up afterwards, until Ctrl-C`,
+  localfleet demo --processes  # no nodes: processes, for quick loops
+  localfleet demo --karmada    # processes on a Karmada control plane, one push and one pull member
+  localfleet demo --keep       # stay up afterwards, until Ctrl-C`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runFleet(cmd.Context(), cmd.OutOrStdout(), ff, (*session).demo)
@@ -107,7 +116,10 @@ func newUpCommand() *cobra.Command {
 		Long: `up starts the fleet of localfleet demo — a hub, two members, their
 agents and the demo operator's pods — applies the ShardingConfig, waits until
 it is Ready, prints the placement and the kubeconfigs, and stays up until
-Ctrl-C. With --karmada the hub is a Karmada control plane, member1 joined in
+Ctrl-C. On real nodes (without --processes) it behaves like a cluster: a
+pod's process killed or a pod deleted is healed by the kubelet and the
+ReplicaSet, and each change of the operator's pods is printed; only a node
+component that exits ends it. With --karmada the hub is a Karmada control plane, member1 joined in
 push mode and member2 in pull mode, as with demo --karmada.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
