@@ -231,8 +231,11 @@ images: ## Build the four container images with Docker (needs a Docker engine wi
 verify-generate: generate ## Fail when generated files are not checked in.
 	@git diff --exit-code -- apis deploy/crds || { echo "generated files are stale: run 'make generate' and commit"; exit 1; }
 
+# make demo and make local-up run on real nodes (root, node-packages);
+# DEMO_ARGS=--processes runs the fleet of local processes instead, and
+# make demo-karmada is one.
 .PHONY: demo
-demo: tools build ## Local fleet (hub + 2 members, no Docker): placement, canary, pod failure healed.
+demo: tools node-packages build ## Local fleet on real nodes (hub + 2 members, each with a kubelet; no Docker): the four steps, a canary, a pod deleted and healed.
 	$(BIN)/localfleet demo $(DEMO_ARGS)
 
 .PHONY: demo-karmada
@@ -240,7 +243,7 @@ demo-karmada: tools build ## The demo on a Karmada control plane: member1 joined
 	$(BIN)/localfleet demo --karmada $(DEMO_ARGS)
 
 .PHONY: local-up
-local-up: tools build ## The demo's fleet with the ShardingConfig Ready, up until Ctrl-C (DEMO_ARGS=--karmada: on Karmada).
+local-up: tools node-packages build ## The demo's fleet on real nodes with the ShardingConfig Ready, up until Ctrl-C (DEMO_ARGS=--processes or --karmada: processes).
 	$(BIN)/localfleet up $(DEMO_ARGS)
 
 .PHONY: help

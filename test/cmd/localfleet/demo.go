@@ -50,14 +50,16 @@ var karmadaSyncModes = map[string]clusterv1alpha1.ClusterSyncMode{"member1": clu
 
 // fleetFlags are the flags demo and up share.
 type fleetFlags struct {
-	binDir  string
-	keep    bool
-	karmada bool
+	binDir    string
+	keep      bool
+	karmada   bool
+	processes bool
 }
 
 func (ff *fleetFlags) bind(cmd *cobra.Command, keepUsage string) {
-	cmd.Flags().StringVar(&ff.binDir, "bin-dir", "", "directory with kube-apiserver and etcd (make tools, and Karmada's components with --karmada), ctrlmesh-proxy and demo-operator (make build); empty: bin/ of the checkout")
-	cmd.Flags().BoolVar(&ff.karmada, "karmada", false, "make the hub a Karmada control plane (karmada-aggregated-apiserver, karmada-controller-manager) and join member1 to it in push mode, member2 in pull mode (karmada-agent): Karmada applies the Works and reports their status, the agents run in Karmada mode")
+	cmd.Flags().StringVar(&ff.binDir, "bin-dir", "", "directory with kube-apiserver and etcd (make tools: also the node components and helm, or Karmada's components with --karmada), ctrlmeshctl (make build; ctrlmesh-proxy and demo-operator with --processes or --karmada); empty: bin/ of the checkout")
+	cmd.Flags().BoolVar(&ff.karmada, "karmada", false, "make the hub a Karmada control plane (karmada-aggregated-apiserver, karmada-controller-manager) and join member1 to it in push mode, member2 in pull mode (karmada-agent): Karmada applies the Works and reports their status, the agents run in Karmada mode; a fleet of processes (--processes)")
+	cmd.Flags().BoolVar(&ff.processes, "processes", false, "run the hub and the agents in this process and each pod's proxy and operator as local processes (with admin credentials), on API servers without nodes: quicker, for development loops; without it every cluster has a real node and everything runs in pods")
 	if keepUsage != "" {
 		cmd.Flags().BoolVar(&ff.keep, "keep", false, keepUsage)
 	}
@@ -69,16 +71,24 @@ func newDemoCommand() *cobra.Command {
 		Use:   "demo",
 		Short: "Run ctrlmesh on a local fleet: placement, a canary, a pod failure healed",
 		Long: `demo starts a local fleet — a hub and two member clusters, each a real
-kube-apiserver and etcd, with no Docker and no existing cluster — runs the hub
-and one agent per member (standalone mode) with their shipped RBAC, and runs
-the demo operator as pods: a Pod object in the member, and ctrlmesh-proxy and
-demo-operator as local processes with the pod's name.
+kube-apiserver and etcd with a real node (containerd, runc, the kubelet,
+kube-proxy, kube-controller-manager, kube-scheduler), with no Docker and no
+existing cluster; it needs root and the node packages (make node-packages).
+It builds the images of ctrlmesh-hub, ctrlmesh-agent, ctrlmesh-proxy and the
+demo operator into each node and runs the user's steps: installs the hub's
+Helm chart into the hub cluster, joins each member with ctrlmeshctl join
+--agent-chart (the agent's chart), applies a ShardingConfig over both
+members and deploys the demo operator there as Deployments labeled
+ctrlmesh.io/enable-proxy=true (the agent injects the proxy), and prints the
+placement once every pod is placed; then deploys a canary and prints the
+placement at each canary step, deletes a pod and prints the placement once
+its buckets moved and its replacement is placed. Run it from the ctrlmesh
+checkout after make tools and make build (make demo does all of it).
 
-It then applies a ShardingConfig over both members, waits until it is Ready
-and prints the placement; adds a canary pod and canary steps and prints the
-placement at each step; kills a pod and prints the placement once its
-buckets have moved. Run it from the ctrlmesh checkout after make tools and
-make build (make demo does all of it).
+With --processes the fleet has no nodes: the hub and one agent per member
+(standalone mode) run in this process with their shipped RBAC, and each pod
+of the demo operator is a Pod object in its member with ctrlmesh-proxy and
+demo-operator as local processes (a pod failure: both killed).
 
 With --karmada the hub is a Karmada control plane: member1 joins it in push
 mode (karmada-controller-manager applies its Works), member2 in pull mode
@@ -86,8 +96,9 @@ mode (karmada-controller-manager applies its Works), member2 in pull mode
 apply nothing), and each member's sync mode, read back from Karmada's
 Cluster, is printed beside every placement (make demo-karmada).`,
 		Example: `  localfleet demo
-  localfleet demo --karmada  # on a Karmada control plane, one push and one pull member
-  localfleet demo --keep     # stay up afterwards, until Ctrl-C`,
+  localfleet demo --processes  # no nodes: processes, for quick loops
+  localfleet demo --karmada    # processes on a Karmada control plane, one push and one pull member
+  localfleet demo --keep       # stay up afterwards, until Ctrl-C`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runFleet(cmd.Context(), cmd.OutOrStdout(), ff, (*session).demo)
@@ -105,7 +116,10 @@ func newUpCommand() *cobra.Command {
 		Long: `up starts the fleet of localfleet demo — a hub, two members, their
 agents and the demo operator's pods — applies the ShardingConfig, waits until
 it is Ready, prints the placement and the kubeconfigs, and stays up until
-Ctrl-C. With --karmada the hub is a Karmada control plane, member1 joined in
+Ctrl-C. On real nodes (without --processes) it behaves like a cluster: a
+pod's process killed or a pod deleted is healed by the kubelet and the
+ReplicaSet, and each change of the operator's pods is printed; only a node
+component that exits ends it. With --karmada the hub is a Karmada control plane, member1 joined in
 push mode and member2 in pull mode, as with demo --karmada.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -126,6 +140,9 @@ type session struct {
 	sc    *ctrlmeshv1alpha1.ShardingConfig
 	// karmada: the hub is a Karmada control plane (--karmada).
 	karmada bool
+	// nodes is the fleet on real nodes, without --processes; fleet is nil
+	// then, and pods too.
+	nodes *localfleet.NodeFleet
 }
 
 // step prints a progress line with the time since the start.
@@ -151,7 +168,7 @@ func runFleet(ctx context.Context, out io.Writer, ff fleetFlags, then func(*sess
 	}
 	defer func() {
 		interrupted := ctx.Err() != nil
-		if err != nil && !interrupted && s.fleet != nil {
+		if err != nil && !interrupted && (s.fleet != nil || s.nodes != nil) {
 			fmt.Fprintf(out, "the kubeconfigs and logs are kept in %s\n", workDir)
 			return
 		}
@@ -170,6 +187,10 @@ func runFleet(ctx context.Context, out io.Writer, ff fleetFlags, then func(*sess
 		BinDir: binDir, CRDDirs: crdDirs, WorkDir: workDir, Members: demoMembers,
 		// Range mode: the canary serves single namespaces besides buckets.
 		MemberFeatureGates: []string{controlplane.FeatureShardedListAndWatch},
+	}
+	if !ff.processes && !ff.karmada {
+		return s.runNodes(ctx, ff, localfleet.NodeOptions{BinDir: binDir, CRDDirs: crdDirs, WorkDir: workDir, Members: demoMembers,
+			MemberFeatureGates: opts.MemberFeatureGates}, then)
 	}
 	s.step("starting %d API servers (kube-apiserver + etcd each): %s, %s", 1+len(demoMembers), localfleet.HubName, strings.Join(demoMembers, ", "))
 	if s.karmada {
@@ -259,16 +280,7 @@ func (s *session) up(ctx context.Context) error {
 			}
 		}
 	}
-	s.sc = localfleet.ShardingConfig(demoNamespace, demoName, demoMembers)
-	// The canary shard appears once a pod labeled track=canary runs.
-	s.sc.Spec.Canary = &ctrlmeshv1alpha1.CanarySpec{
-		Selector: metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}},
-		Steps: []ctrlmeshv1alpha1.CanaryStep{
-			{Namespaces: []string{"team-a"}},
-			{Buckets: "0-3", Namespaces: []string{"team-a"}},
-		},
-		MinHealthySeconds: canaryHealthy,
-	}
+	s.sc = demoShardingConfig()
 	s.step("applying ShardingConfig %s/%s: configmaps sharded per cluster over %s; canary steps for pods labeled track=canary (none yet): namespace team-a, then team-a and buckets 0-3",
 		demoNamespace, demoName, strings.Join(demoMembers, ", "))
 	if err := s.fleet.Hub.Client.Create(ctx, s.sc); err != nil {
@@ -278,20 +290,33 @@ func (s *session) up(ctx context.Context) error {
 	return s.waitAndPrint(ctx, "Ready", func(*ctrlmeshv1alpha1.ShardingConfig) bool { return true })
 }
 
+// demoShardingConfig is the demo operator's ShardingConfig, with a canary
+// shard that appears once a pod labeled track=canary runs.
+func demoShardingConfig() *ctrlmeshv1alpha1.ShardingConfig {
+	sc := localfleet.ShardingConfig(demoNamespace, demoName, demoMembers)
+	sc.Spec.Canary = &ctrlmeshv1alpha1.CanarySpec{
+		Selector: metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}},
+		Steps: []ctrlmeshv1alpha1.CanaryStep{
+			{Namespaces: []string{"team-a"}},
+			{Buckets: "0-3", Namespaces: []string{"team-a"}},
+		},
+		MinHealthySeconds: canaryHealthy,
+	}
+	return sc
+}
+
 // demo shows a canary and a pod failure on the fleet up runs.
 func (s *session) demo(ctx context.Context) error {
+	if s.nodes != nil {
+		return s.demoNodes(ctx)
+	}
 	s.step("canary: pod %s in %s labeled track=canary; the hub moves to the next step after %ds healthy",
 		canaryPodName, demoMembers[0], canaryHealthy)
 	if err := s.startPod(ctx, demoMembers[0], canaryPodName, map[string]string{"track": "canary"}); err != nil {
 		return err
 	}
-	for step := range int32(len(s.sc.Spec.Canary.Steps)) {
-		s.step("waiting for canary step %d", step+1)
-		if err := s.waitAndPrint(ctx, fmt.Sprintf("Ready at canary step %d", step+1), func(sc *ctrlmeshv1alpha1.ShardingConfig) bool {
-			return sc.Status.Canary != nil && sc.Status.Canary.Step == step && servesCanaryStep(sc, sc.Spec.Canary.Steps[step])
-		}); err != nil {
-			return err
-		}
+	if err := s.canarySteps(ctx); err != nil {
+		return err
 	}
 
 	victim := s.pods[demoMembers[1]+"/"+demoName+"-0"]
@@ -308,6 +333,19 @@ func (s *session) demo(ctx context.Context) error {
 		return err
 	}
 	s.step("healed %.1fs after the kill: the dead pod's buckets moved to the other pod of %s", time.Since(killed).Seconds(), victim.Cluster)
+	return nil
+}
+
+// canarySteps waits for each canary step and prints its placement.
+func (s *session) canarySteps(ctx context.Context) error {
+	for step := range int32(len(s.sc.Spec.Canary.Steps)) {
+		s.step("waiting for canary step %d", step+1)
+		if err := s.waitAndPrint(ctx, fmt.Sprintf("Ready at canary step %d", step+1), func(sc *ctrlmeshv1alpha1.ShardingConfig) bool {
+			return sc.Status.Canary != nil && sc.Status.Canary.Step == step && servesCanaryStep(sc, sc.Spec.Canary.Steps[step])
+		}); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -338,7 +376,7 @@ func (s *session) waitAndPrint(ctx context.Context, what string, matches func(*c
 	deadline := time.Now().Add(readyTimeout)
 	var sc ctrlmeshv1alpha1.ShardingConfig
 	for {
-		if err := s.fleet.Hub.Client.Get(ctx, client.ObjectKeyFromObject(s.sc), &sc); err != nil {
+		if err := s.hub().Client.Get(ctx, client.ObjectKeyFromObject(s.sc), &sc); err != nil {
 			return fmt.Errorf("reading the ShardingConfig: %w", err)
 		}
 		st := &sc.Status
@@ -348,9 +386,12 @@ func (s *session) waitAndPrint(ctx context.Context, what string, matches func(*c
 			if err := printers.ShardingConfig(s.out, &sc); err != nil {
 				return err
 			}
+			if s.nodes != nil {
+				return s.printPods(ctx)
+			}
 			return s.printSyncModes(ctx)
 		}
-		if err := s.fleet.Err(); err != nil {
+		if err := s.fleetErr(); err != nil {
 			return err
 		}
 		if time.Now().After(deadline) {
@@ -389,9 +430,15 @@ func (s *session) printSyncModes(ctx context.Context) error {
 
 func (s *session) printKubeconfigs() {
 	fmt.Fprintln(s.out, "The fleet stays up until Ctrl-C. Kubeconfigs (admin):")
-	fmt.Fprintf(s.out, "  %-8s %s\n", localfleet.HubName, s.fleet.Hub.KubeconfigPath)
+	fmt.Fprintf(s.out, "  %-8s %s\n", localfleet.HubName, s.hub().KubeconfigPath)
 	for _, m := range demoMembers {
-		fmt.Fprintf(s.out, "  %-8s %s\n", m, s.fleet.Members[m].KubeconfigPath)
+		fmt.Fprintf(s.out, "  %-8s %s\n", m, s.member(m).KubeconfigPath)
+	}
+	if s.nodes != nil {
+		fmt.Fprintf(s.out, "Nodes (their logs, and the pods' under pod-logs/): %s\nFor example:\n  ctrlmeshctl status %s -n %s --kubeconfig %s\n",
+			filepath.Join(s.nodes.WorkDir, "<cluster>-node"), demoName, demoNamespace, s.hub().KubeconfigPath)
+		fmt.Fprintf(s.out, "  kubectl get pods -A -o wide --kubeconfig %s\n", s.member(demoMembers[0]).KubeconfigPath)
+		return
 	}
 	fmt.Fprintf(s.out, "Logs: %s\nFor example:\n  ctrlmeshctl status %s -n %s --kubeconfig %s\n",
 		filepath.Join(s.fleet.WorkDir, "logs"), demoName, demoNamespace, s.fleet.Hub.KubeconfigPath)
@@ -406,7 +453,7 @@ func (s *session) watchFailure(ctx context.Context) <-chan struct{} {
 	failed := make(chan struct{})
 	go func() {
 		for ctx.Err() == nil {
-			if s.fleet.Err() != nil {
+			if s.fleetErr() != nil {
 				close(failed)
 				return
 			}
