@@ -455,6 +455,8 @@ func redirectContainer(opts Options) corev1.Container {
 			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.RedirectFlagToPort, ctrlmeshv1alpha1.ProxyListenPort),
 			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.RedirectFlagExcludeUserID, ctrlmeshv1alpha1.ProxyUserID),
 		},
+		// Its error, in the pod's status, says what failed.
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},

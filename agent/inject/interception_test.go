@@ -254,7 +254,9 @@ func TestInterceptionConflicts(t *testing.T) {
 				t.Fatalf("annotations %v, want skipped because %q", pod.Annotations, tt.reason)
 			}
 			pod.Annotations = nil
-			if !slices.EqualFunc(pod.Spec.Containers, before.Spec.Containers, func(a, b corev1.Container) bool { return a.Name == b.Name && len(a.Env) == len(b.Env) && len(a.VolumeMounts) == len(b.VolumeMounts) }) ||
+			if !slices.EqualFunc(pod.Spec.Containers, before.Spec.Containers, func(a, b corev1.Container) bool {
+				return a.Name == b.Name && len(a.Env) == len(b.Env) && len(a.VolumeMounts) == len(b.VolumeMounts)
+			}) ||
 				len(pod.Spec.InitContainers) != len(before.Spec.InitContainers) || len(pod.Spec.Volumes) != len(before.Spec.Volumes) {
 				t.Errorf("the skipped pod changed: %+v", pod.Spec)
 			}
