@@ -10,6 +10,7 @@ package inject
 import (
 	"errors"
 	"fmt"
+	"net"
 	"path"
 	"slices"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 )
@@ -86,6 +88,16 @@ const (
 type Options struct {
 	// Image of the proxy, such as "ghcr.io/ctrlmesh/ctrlmesh-proxy:v0.1.0".
 	Image string
+	// APIServer reads the kubernetes Service's EndpointSlice
+	// (default/kubernetes) at admission, for Iptables interception, which
+	// redirects the API server's endpoints too: the agent's uncached API
+	// reader (a get of that one object; the cache would watch every
+	// EndpointSlice). Without it, pods under Iptables interception are
+	// refused.
+	APIServer client.Reader
+	// apiServerEndpoints are the API server's endpoints ("ip:port") the
+	// Handler read for one admission.
+	apiServerEndpoints []string
 	// CPURequest, MemoryRequest and MemoryLimit of the proxy container; zero
 	// values take DefaultCPURequest, DefaultMemoryRequest and
 	// DefaultMemoryLimit. No CPU limit: throttling the proxy would slow
@@ -137,7 +149,7 @@ func mutate(pod *corev1.Pod, namespace string, routes []ctrlmeshv1alpha1.ShardRo
 	if mode == ctrlmeshv1alpha1.InterceptIptables {
 		// Before the proxy: the kubelet runs it to completion first, and
 		// starts nothing after it if it fails.
-		pod.Spec.InitContainers = append(pod.Spec.InitContainers, redirectContainer(opts))
+		pod.Spec.InitContainers = append(pod.Spec.InitContainers, redirectContainer(opts, opts.apiServerEndpoints))
 	}
 	pod.Spec.InitContainers = append(pod.Spec.InitContainers, proxy)
 	emptyDir := func(name string, medium corev1.StorageMedium) corev1.Volume {
@@ -373,17 +385,20 @@ func proxyContainer(rules string, mode ctrlmeshv1alpha1.Interception, certMount 
 	fieldEnv := func(name, field string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: field}}}
 	}
+	var kubeconfigArg []string
+	if mode == ctrlmeshv1alpha1.InterceptKubeconfig {
+		kubeconfigArg = []string{ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagOperatorKubeconfig, KubeconfigPath)}
+	}
 	c := corev1.Container{
 		Name:  ctrlmeshv1alpha1.ProxyContainerName,
 		Image: opts.Image,
 		// No --upstream-kubeconfig: the proxy reaches the API server with
 		// the pod's own service account, in-cluster, so it never has rights
 		// the operator lacks.
-		Args: []string{
-			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagRulesName, rules),
+		Args: slices.Concat([]string{ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagRulesName, rules)}, kubeconfigArg, []string{
 			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagListenAddress, fmt.Sprintf("127.0.0.1:%d", ctrlmeshv1alpha1.ProxyListenPort)),
 			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagHealthAddress, fmt.Sprintf(":%d", ctrlmeshv1alpha1.ProxyHealthPort)),
-		},
+		}),
 		Env: []corev1.EnvVar{
 			fieldEnv(ctrlmeshv1alpha1.ProxyEnvPodName, "metadata.name"),
 			fieldEnv(ctrlmeshv1alpha1.ProxyEnvPodNamespace, "metadata.namespace"),
@@ -411,13 +426,16 @@ func proxyContainer(rules string, mode ctrlmeshv1alpha1.Interception, certMount 
 			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
 	}
-	switch mode {
-	case ctrlmeshv1alpha1.InterceptKubeconfig:
-		c.Args = append(c.Args, ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagOperatorKubeconfig, KubeconfigPath))
-	default:
+	if mode != ctrlmeshv1alpha1.InterceptKubeconfig {
 		names := environmentServingNames
 		if mode == ctrlmeshv1alpha1.InterceptIptables {
-			names = iptablesServingNames
+			// And the endpoints' addresses, which the operator may dial too.
+			names = slices.Clone(iptablesServingNames)
+			for _, e := range opts.apiServerEndpoints {
+				if host, _, err := net.SplitHostPort(e); err == nil {
+					names = append(names, host)
+				}
+			}
 			// The redirection leaves this user's connections alone.
 			c.SecurityContext.RunAsUser = ptr.To[int64](ctrlmeshv1alpha1.ProxyUserID)
 			c.SecurityContext.RunAsGroup = ptr.To[int64](ctrlmeshv1alpha1.ProxyUserID)
@@ -444,17 +462,23 @@ func proxyContainer(rules string, mode ctrlmeshv1alpha1.Interception, certMount 
 // namespace need both; a non-root user keeps no capabilities across exec).
 // It sends the pod's connections to the kubernetes Service's address, as
 // the kubelet sets it in the container's environment (and expands in its
-// arguments), to the proxy's port, except the proxy's user's.
-func redirectContainer(opts Options) corev1.Container {
+// arguments), and to the API server's endpoints as read at admission, to
+// the proxy's port, except the proxy's user's.
+func redirectContainer(opts Options, endpoints []string) corev1.Container {
+	args := []string{
+		ctrlmeshv1alpha1.RedirectCommand,
+		ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.RedirectFlagDestination, "$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"),
+	}
+	for _, e := range endpoints {
+		args = append(args, ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.RedirectFlagDestination, e))
+	}
+	args = append(args,
+		ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.RedirectFlagToPort, ctrlmeshv1alpha1.ProxyListenPort),
+		ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.RedirectFlagExcludeUserID, ctrlmeshv1alpha1.ProxyUserID))
 	return corev1.Container{
 		Name:  ctrlmeshv1alpha1.RedirectContainerName,
 		Image: opts.Image,
-		Args: []string{
-			ctrlmeshv1alpha1.RedirectCommand,
-			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.RedirectFlagDestination, "$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"),
-			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.RedirectFlagToPort, ctrlmeshv1alpha1.ProxyListenPort),
-			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.RedirectFlagExcludeUserID, ctrlmeshv1alpha1.ProxyUserID),
-		},
+		Args:  args,
 		// Its error, in the pod's status, says what failed.
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		Resources: corev1.ResourceRequirements{

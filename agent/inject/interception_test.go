@@ -1,13 +1,17 @@
 package inject
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 )
@@ -90,12 +94,15 @@ func TestInterceptionMutation(t *testing.T) {
 		{
 			mode: ctrlmeshv1alpha1.InterceptIptables, initContainers: []string{"setup", ctrlmeshv1alpha1.RedirectContainerName, ctrlmeshv1alpha1.ProxyContainerName},
 			volumes:      []string{"kube-api-access-abcde", "data", ServiceAccountVolume, StateVolume},
-			servingNames: []string{"$(KUBERNETES_SERVICE_HOST),kubernetes,kubernetes.default,kubernetes.default.svc,kubernetes.default.svc.cluster.local"},
+			servingNames: []string{"$(KUBERNETES_SERVICE_HOST),kubernetes,kubernetes.default,kubernetes.default.svc,kubernetes.default.svc.cluster.local,10.245.0.1"},
 			proxyUser:    ptr.To[int64](ctrlmeshv1alpha1.ProxyUserID),
 		},
 	} {
 		t.Run(string(tt.mode), func(t *testing.T) {
 			pod := interceptionPod()
+			opts := opts
+			// What the Handler read for this admission.
+			opts.apiServerEndpoints = []string{"10.245.0.1:6443"}
 			mutate(pod, "ns", interceptionRoute(tt.mode), opts)
 			if got := pod.Annotations[ctrlmeshv1alpha1.ProxyInjectionAnnotation]; got != ctrlmeshv1alpha1.ProxyInjected {
 				t.Fatalf("not injected: %s", pod.Annotations[ctrlmeshv1alpha1.ProxyInjectionReasonAnnotation])
@@ -190,7 +197,7 @@ func checkProxyUnprivileged(t *testing.T, c corev1.Container) {
 // checkRedirect: the redirect container has NET_ADMIN and nothing else.
 func checkRedirect(t *testing.T, c corev1.Container) {
 	t.Helper()
-	want := []string{"redirect", "--destination=$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)", "--to-port=15080", "--exclude-uid=15080"}
+	want := []string{"redirect", "--destination=$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)", "--destination=10.245.0.1:6443", "--to-port=15080", "--exclude-uid=15080"}
 	if c.Image != "proxy:1" || !slices.Equal(c.Args, want) || c.RestartPolicy != nil {
 		t.Errorf("redirect container %s %v (restart %v), want proxy:1 %v, run to completion", c.Image, c.Args, c.RestartPolicy, want)
 	}
@@ -270,5 +277,45 @@ func TestInterceptionConflicts(t *testing.T) {
 	mutate(pod, "ns", interceptionRoute(""), opts)
 	if got := pod.Annotations[ctrlmeshv1alpha1.ProxyInjectionAnnotation]; got != ctrlmeshv1alpha1.ProxyInjected {
 		t.Errorf("Kubeconfig interception: %s (%s)", got, pod.Annotations[ctrlmeshv1alpha1.ProxyInjectionReasonAnnotation])
+	}
+}
+
+// TestAPIServerEndpoints: the ready IPv4 endpoints of default/kubernetes,
+// each address with each TCP port, sorted; an IPv6 slice gives none (the
+// Service's address is redirected all the same); no slice, or no reader,
+// is an error, on which the Handler refuses the pod.
+func TestAPIServerEndpoints(t *testing.T) {
+	slice := func(name string, addressType discoveryv1.AddressType, endpoints ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
+		return &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: name},
+			AddressType: addressType, Endpoints: endpoints,
+			Ports: []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To[int32](6443), Protocol: ptr.To(corev1.ProtocolTCP)}},
+		}
+	}
+	ready := func(ok *bool, addrs ...string) discoveryv1.Endpoint {
+		return discoveryv1.Endpoint{Addresses: addrs, Conditions: discoveryv1.EndpointConditions{Ready: ok}}
+	}
+	for _, tt := range []struct {
+		name    string
+		objects []client.Object
+		want    []string
+		err     string
+	}{
+		{"two servers, one not ready", []client.Object{slice("kubernetes", discoveryv1.AddressTypeIPv4,
+			ready(nil, "10.0.0.2", "10.0.0.1"), ready(ptr.To(true), "10.0.0.1"), ready(ptr.To(false), "10.0.0.3"))},
+			[]string{"10.0.0.1:6443", "10.0.0.2:6443"}, ""},
+		{"IPv6", []client.Object{slice("kubernetes", discoveryv1.AddressTypeIPv6, ready(nil, "fd00::1"))}, nil, ""},
+		{"no slice", []client.Object{slice("other", discoveryv1.AddressTypeIPv4, ready(nil, "10.0.0.9"))}, nil, "reading the EndpointSlice default/kubernetes"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			reader := fake.NewClientBuilder().WithObjects(tt.objects...).Build()
+			got, err := apiServerEndpoints(context.Background(), reader)
+			if (tt.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.err)) || !slices.Equal(got, tt.want) {
+				t.Errorf("%v, %v; want %v, %q", got, err, tt.want, tt.err)
+			}
+		})
+	}
+	if _, err := apiServerEndpoints(context.Background(), nil); err == nil {
+		t.Error("no reader: no error")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -260,6 +261,17 @@ func checkInterception(t *testing.T, ctx context.Context, member *env.Cluster, s
 	)
 	probe.Spec.RestartPolicy = corev1.RestartPolicyNever
 	probe.Spec.Volumes = []corev1.Volume{caVolume}
+	endpoint, err := url.Parse(member.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mode == ctrlmeshv1alpha1.InterceptIptables {
+		// Dialling the API server's endpoint, not its Service, reaches the
+		// proxy too: with the proxy's CA bundle and token, only the proxy
+		// can answer 200.
+		probe.Spec.Containers = append(probe.Spec.Containers, corev1.Container{Name: "endpoint", Image: inClusterImage, ImagePullPolicy: corev1.PullNever, Args: []string{path},
+			Env: []corev1.EnvVar{{Name: "KUBERNETES_SERVICE_HOST", Value: endpoint.Hostname()}, {Name: "KUBERNETES_SERVICE_PORT", Value: endpoint.Port()}}})
+	}
 	env.Create(t, ctx, member.Client, probe)
 	messages := map[string]string{}
 	env.Eventually(t, 3*time.Minute, "incluster's containers terminated", func() error {
@@ -272,7 +284,7 @@ func checkInterception(t *testing.T, ctx context.Context, member *env.Cluster, s
 			}
 			messages[s.Name] = s.State.Terminated.Message
 		}
-		if len(messages) != 2 {
+		if len(messages) != len(probe.Spec.Containers) {
 			return fmt.Errorf("%s", podState(probe))
 		}
 		return nil
@@ -286,6 +298,16 @@ func checkInterception(t *testing.T, ctx context.Context, member *env.Cluster, s
 	}
 	if got := messages["cluster-ca"]; !strings.Contains(got, "host "+wantHost+"\n") || !strings.Contains(got, "x509: certificate signed by unknown authority") {
 		t.Errorf("%s: with the cluster's CA incluster reported\n%s\nwant a refusal of the proxy's certificate (x509: certificate signed by unknown authority) at %s", mode, got, wantHost)
+	}
+	if mode == ctrlmeshv1alpha1.InterceptIptables {
+		if want := fmt.Sprintf("host https://%s\nGET %s 200 %s\n", endpoint.Host, path, ns.UID); messages["endpoint"] != want {
+			t.Errorf("dialling the endpoint %s, incluster reported\n%s\nwant\n%s", endpoint.Host, messages["endpoint"], want)
+		}
+		redirect := probe.Spec.InitContainers[0]
+		if !slices.Contains(redirect.Args, "--destination="+endpoint.Host) {
+			t.Errorf("the redirect container's arguments %v lack the endpoint %s", redirect.Args, endpoint.Host)
+		}
+		t.Logf("%s: incluster dialling the endpoint %s: %q", mode, endpoint.Host, messages["endpoint"])
 	}
 	t.Logf("%s: incluster with the injected CA: %q; with the cluster's CA: %q", mode, messages["injected-ca"], strings.TrimSpace(messages["cluster-ca"]))
 }
@@ -507,7 +529,7 @@ func metricValue(metrics, series string) float64 {
 // this machine's loopback.
 func serveInjection(t *testing.T, ctx context.Context, member *env.Cluster) {
 	t.Helper()
-	handler, err := inject.NewHandler(member.Client, inject.Options{Image: proxyImage}, logr.Discard())
+	handler, err := inject.NewHandler(member.Client, inject.Options{Image: proxyImage, APIServer: member.Client}, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
