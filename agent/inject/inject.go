@@ -1,8 +1,10 @@
 // Package inject is the agent's proxy injection: a mutating admission webhook
 // that adds the ctrlmesh proxy, as a native sidecar, to every pod labeled
 // ctrlmesh.io/enable-proxy=true that a ShardRoute of its namespace selects,
-// and points the pod's containers at it through a kubeconfig the proxy
-// writes. Pods that ask for the proxy but cannot get it are admitted
+// and points the pod's containers at it: through a kubeconfig the proxy
+// writes, or, by the ShardRoute's interception, through the in-cluster
+// environment or a netfilter redirection of the API server's addresses.
+// Pods that ask for the proxy but cannot get it are admitted
 // unchanged but for an annotation saying why, and EventReconciler turns that
 // annotation into a Warning Event.
 package inject
