@@ -190,7 +190,8 @@ FUZZ_TARGETS := \
 	./proxy/watchstream:FuzzCopyProtobuf ./agent/labeler:FuzzHandler \
 	./agent/inject:FuzzPodPatch ./proxy:FuzzFence ./proxy:FuzzCheckedBody \
 	./pkg/route:FuzzCompile ./pkg/routework:FuzzReadStatus \
-	./proxy/webhook:FuzzRouteReview ./proxy:FuzzRenameProtobufBody
+	./proxy/webhook:FuzzRouteReview ./proxy:FuzzRenameProtobufBody \
+	./proxy/redirect:FuzzParseDestination
 FUZZTIME ?= 30s
 
 .PHONY: fuzz

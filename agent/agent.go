@@ -251,7 +251,9 @@ func selectorMode(ctx context.Context, opts Options, mapper meta.RESTMapper) (ru
 // replaces the pods created without the proxy and writes its configuration
 // (elected).
 func addInjection(mgr manager.Manager, opts Options) error {
-	handler, err := inject.NewHandler(mgr.GetCache(), opts.Proxy, opts.Log.WithName("inject"))
+	proxyOpts := opts.Proxy
+	proxyOpts.APIServer = mgr.GetAPIReader()
+	handler, err := inject.NewHandler(mgr.GetCache(), proxyOpts, opts.Log.WithName("inject"))
 	if err != nil {
 		return err
 	}

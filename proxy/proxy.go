@@ -64,6 +64,11 @@ type Config struct {
 	// containers use them. A path, not a bearer token: client-go drops a
 	// kubeconfig's credentials for plain-HTTP servers.
 	ClientToken string
+	// ClientTokenBearer expects ClientToken as the request's bearer token
+	// (Authorization: Bearer <token>) instead of in the path: an operator
+	// using in-cluster configuration (Environment and Iptables
+	// interception) sends the token file the proxy wrote for it, over TLS.
+	ClientTokenBearer bool
 	// Metrics to count into; NewMetrics() when nil.
 	Metrics *Metrics
 	// Log for rule changes and errors; the proxy logs nothing per request at
@@ -83,9 +88,11 @@ type Proxy struct {
 	log     logr.Logger
 	metrics *Metrics
 	scopes  rules.Scopes
-	// clientToken is Config.ClientToken.
-	clientToken string
-	reverse     *httputil.ReverseProxy
+	// clientToken is Config.ClientToken, expected as a bearer token when
+	// clientTokenBearer.
+	clientToken       string
+	clientTokenBearer bool
+	reverse           *httputil.ReverseProxy
 	// lockReverse forwards the renamed requests on the shard's lock to
 	// LockUpstream; it is reverse when the locks live upstream.
 	lockReverse *httputil.ReverseProxy
@@ -190,10 +197,11 @@ func New(cfg Config) (*Proxy, error) {
 		metrics = NewMetrics()
 	}
 	p := &Proxy{
-		log:         cfg.Log,
-		metrics:     metrics,
-		scopes:      cfg.Scopes,
-		clientToken: cfg.ClientToken,
+		log:               cfg.Log,
+		metrics:           metrics,
+		scopes:            cfg.Scopes,
+		clientToken:       cfg.ClientToken,
+		clientTokenBearer: cfg.ClientTokenBearer,
 		infos: &request.RequestInfoFactory{
 			APIPrefixes:          sets.NewString("api", "apis"),
 			GrouplessAPIPrefixes: sets.NewString("api"),
@@ -596,8 +604,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var ok bool
 		if r, ok = p.authenticated(r); !ok {
 			p.count("unknown", outcomeRefused)
-			apistatus.Write(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized,
-				"ctrlmesh proxy: only the operator may use this proxy: use the server URL of the kubeconfig the proxy wrote (--operator-kubeconfig)", nil)
+			message := "ctrlmesh proxy: only the operator may use this proxy: use the server URL of the kubeconfig the proxy wrote (--operator-kubeconfig)"
+			if p.clientTokenBearer {
+				message = "ctrlmesh proxy: only the operator may use this proxy: send the token of the service-account directory the proxy wrote (in-cluster configuration)"
+			}
+			apistatus.Write(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, message, nil)
 			return
 		}
 	}
@@ -663,9 +674,18 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// authenticated checks that r's path starts with the client token and
-// returns r without it.
+// authenticated checks that r carries the client token, as its bearer
+// token or as the first segment of its path, and returns r without it.
 func (p *Proxy) authenticated(r *http.Request) (*http.Request, bool) {
+	if p.clientTokenBearer {
+		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(token), []byte(p.clientToken)) != 1 {
+			return nil, false
+		}
+		// The director drops the header: upstream, the credentials are
+		// the pod's own.
+		return r, true
+	}
 	token, rest, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
 	if subtle.ConstantTimeCompare([]byte(token), []byte(p.clientToken)) != 1 {
 		return nil, false

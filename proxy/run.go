@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -33,8 +34,9 @@ type Options struct {
 	// another API server (Fleet scope over the hub's objects); selectors,
 	// mode detection and discovery still go to Upstream.
 	OwnCluster *rest.Config
-	// ListenAddress serves the operator's API requests (plain HTTP on
-	// loopback: only containers of the pod reach it).
+	// ListenAddress serves the operator's API requests, on loopback: only
+	// containers of the pod reach it. Plain HTTP, or TLS with
+	// OperatorServiceAccountDir.
 	ListenAddress string
 	// HealthAddress serves /healthz, /readyz and /metrics; "" disables.
 	HealthAddress string
@@ -53,6 +55,20 @@ type Options struct {
 	// operator at ListenAddress with a token made at start; the proxy then
 	// answers only requests that carry it (401 otherwise).
 	OperatorKubeconfig string
+	// OperatorServiceAccountDir, when set, makes the proxy serve the
+	// operator over TLS for in-cluster configuration (Environment and
+	// Iptables interception): it receives the proxy's CA bundle, the client
+	// token the proxy then requires as bearer token, and the pod's
+	// namespace (RulesNamespace), as rest.InClusterConfig reads them.
+	// Exclusive with OperatorKubeconfig.
+	OperatorServiceAccountDir string
+	// InterceptionStateDir keeps the proxy's CA and the client token
+	// across restarts of the proxy; mounted in the proxy only. Needed with
+	// OperatorServiceAccountDir.
+	InterceptionStateDir string
+	// ServingNames are the addresses and DNS names the operator dials,
+	// which the serving certificate names (with OperatorServiceAccountDir).
+	ServingNames []string
 	// WebhookListenAddress serves the admission webhook router (HTTPS with
 	// the operator's certificate); "" disables it.
 	WebhookListenAddress string
@@ -96,17 +112,35 @@ func Run(ctx context.Context, opts Options) error {
 	if own == nil {
 		own = opts.Upstream
 	}
-	// With an operator kubeconfig to write, only a caller that read it may
-	// use the proxy: the token is in it and nowhere else.
+	// With an operator kubeconfig or service-account directory to write,
+	// only a caller that read it may use the proxy: the token is in it and
+	// nowhere else.
 	var clientToken string
-	if opts.OperatorKubeconfig != "" {
+	var interception *InterceptionState
+	var serving *tls.Config
+	switch {
+	case opts.OperatorServiceAccountDir != "" && opts.OperatorKubeconfig != "":
+		return errors.New("an operator kubeconfig and an operator service-account directory exclude each other: the operator reaches the proxy one way")
+	case opts.OperatorServiceAccountDir != "":
+		if opts.InterceptionStateDir == "" {
+			return errors.New("the interception state directory is needed with an operator service-account directory: the proxy keeps its CA there")
+		}
+		if interception, err = LoadInterceptionState(opts.InterceptionStateDir); err != nil {
+			return err
+		}
+		if serving, err = interception.TLSConfig(opts.ServingNames); err != nil {
+			return err
+		}
+		clientToken = interception.ClientToken
+	case opts.OperatorKubeconfig != "":
 		secret := make([]byte, 32)
 		if _, err := rand.Read(secret); err != nil {
 			return fmt.Errorf("making the operator's client token: %w", err)
 		}
 		clientToken = hex.EncodeToString(secret)
 	}
-	p, err := New(Config{Upstream: opts.Upstream, LockUpstream: opts.OwnCluster, Scopes: scopes, ClientToken: clientToken, Log: opts.Log})
+	p, err := New(Config{Upstream: opts.Upstream, LockUpstream: opts.OwnCluster, Scopes: scopes, ClientToken: clientToken,
+		ClientTokenBearer: interception != nil, Log: opts.Log})
 	if err != nil {
 		return err
 	}
@@ -116,6 +150,9 @@ func Run(ctx context.Context, opts Options) error {
 	apiListener, err := net.Listen("tcp", opts.ListenAddress)
 	if err != nil {
 		return fmt.Errorf("listening for the operator on %s: %w", opts.ListenAddress, err)
+	}
+	if serving != nil {
+		apiListener = tls.NewListener(apiListener, serving)
 	}
 	servers := []*http.Server{{Handler: p, ReadHeaderTimeout: 10 * time.Second}}
 	listeners := []net.Listener{apiListener}
@@ -129,6 +166,14 @@ func Run(ctx context.Context, opts Options) error {
 		healthAddr = healthListener.Addr()
 		servers = append(servers, &http.Server{Handler: healthMux(p), ReadHeaderTimeout: 10 * time.Second})
 		listeners = append(listeners, healthListener)
+	}
+	// Written before anything serves, so before /readyz passes and the
+	// kubelet starts the operator containers.
+	if interception != nil {
+		if err := interception.WriteServiceAccountFiles(opts.OperatorServiceAccountDir, opts.RulesNamespace); err != nil {
+			_ = apiListener.Close()
+			return err
+		}
 	}
 	if opts.OperatorKubeconfig != "" {
 		if err := WriteOperatorKubeconfig(opts.OperatorKubeconfig, apiListener.Addr().String(), clientToken); err != nil {

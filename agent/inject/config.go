@@ -82,12 +82,16 @@ func WebhookConfiguration(opts WebhookOptions) (*admissionregistrationv1.Mutatin
 // the agent's ClusterRole: reading ShardRoutes (Handler), watching pods and
 // recording Events on them (EventReconciler, RouteDeletedReconciler), and
 // evicting the pods created without the proxy (Replacer) — by the eviction
-// subresource only, which PodDisruptionBudgets guard, never by delete.
+// subresource only, which PodDisruptionBudgets guard, never by delete —
+// and reading the API server's endpoints (Handler, Iptables interception).
 func MemberRBACRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{ctrlmeshv1alpha1.GroupVersion.Group}, Resources: []string{"shardroutes"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		// The API server's endpoints, for Iptables interception: the one
+		// EndpointSlice kube-apiserver keeps for the kubernetes Service.
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, ResourceNames: []string{"kubernetes"}, Verbs: []string{"get"}},
 	}
 }

@@ -2,6 +2,8 @@ package inject
 
 import (
 	"encoding/json"
+	"path"
+	"regexp"
 	"slices"
 	"testing"
 
@@ -16,10 +18,13 @@ import (
 
 const fuzzCertDir = "/certs"
 
-// FuzzPodPatch checks, for any pod, that the patch only adds (or, for the
-// annotations, overwrites), that applied it gives exactly the injected pod,
-// that a second pass adds nothing, and that no pod ends with two proxies or
-// a container with two KUBECONFIGs.
+// FuzzPodPatch checks, for any pod and each interception, that the patch
+// only adds (or, for the annotations, overwrites; under the in-cluster
+// interceptions it also removes the operator containers' service-account
+// mounts), that applied it gives exactly the injected pod, that a second
+// pass adds nothing, and that no pod ends with two proxies, a container
+// with two KUBECONFIGs, or an injected operator container that reads
+// another service-account directory than the proxy's.
 //
 // The patch is applied to the pod as encoded by this module's Pod type: the
 // API server sends an encoding of its own Pod type, never what arbitrary
@@ -44,24 +49,30 @@ func FuzzPodPatch(f *testing.F) {
 		if err != nil {
 			f.Fatal(err)
 		}
-		f.Add(data, false)
-		f.Add(data, true)
+		for mode := range uint8(len(fuzzInterceptions)) {
+			f.Add(data, false, mode)
+			f.Add(data, true, mode)
+		}
 	}
-	f.Add([]byte(`{"metadata":{"annotations":{"a/b~c":"x"},"labels":{"app":"op","ctrlmesh.io/enable-proxy":"true"}},"spec":{"containers":[{"name":"m","env":[{"name":"X"}]}],"initContainers":[],"volumes":null}}`), true)
-	f.Add([]byte(`{"Metadata":{"labels":{"app":"op","ctrlmesh.io/enable-proxy":"true"}}}`), false)
+	f.Add([]byte(`{"metadata":{"annotations":{"a/b~c":"x"},"labels":{"app":"op","ctrlmesh.io/enable-proxy":"true"}},"spec":{"containers":[{"name":"m","env":[{"name":"X"}]}],"initContainers":[],"volumes":null}}`), true, uint8(0))
+	f.Add([]byte(`{"Metadata":{"labels":{"app":"op","ctrlmesh.io/enable-proxy":"true"}}}`), false, uint8(1))
+	f.Add([]byte(`{"metadata":{"labels":{"app":"op","ctrlmesh.io/enable-proxy":"true"}},"spec":{"containers":[{"name":"m","volumeMounts":[{"name":"kube-api-access-x","mountPath":"/var/run/secrets/kubernetes.io/serviceaccount/"},{"name":"a","mountPath":"/a"}]}]}}`), false, uint8(2))
 
 	opts, err := Options{Image: "proxy"}.withDefaults()
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Fuzz(func(t *testing.T, podJSON []byte, webhook bool) {
-		routes := []ctrlmeshv1alpha1.ShardRoute{fuzzRoute("op", webhook), fuzzRoute("unrelated", false)}
+	f.Fuzz(func(t *testing.T, podJSON []byte, webhook bool, modeIndex uint8) {
+		mode := fuzzInterceptions[int(modeIndex)%len(fuzzInterceptions)]
+		route := fuzzRoute("op", webhook)
+		route.Spec.Interception = mode
+		routes := []ctrlmeshv1alpha1.ShardRoute{route, fuzzRoute("unrelated", false)}
 		ops, err := podPatch(podJSON, "ns", routes, opts)
 		if err != nil {
 			return // refused, never patched
 		}
 		for _, op := range ops {
-			if op.Operation == "remove" {
+			if op.Operation == "remove" && (mode == "" || !mountPathPattern.MatchString(op.Path)) {
 				t.Fatalf("the patch removes %s", op.Path)
 			}
 		}
@@ -119,8 +130,29 @@ func FuzzPodPatch(f *testing.F) {
 				t.Fatalf("container %q has %d KUBECONFIGs", c.Name, n)
 			}
 		}
+		if mode == "" || got.Annotations[ctrlmeshv1alpha1.ProxyInjectionAnnotation] != ctrlmeshv1alpha1.ProxyInjected {
+			return
+		}
+		for _, c := range got.Spec.Containers {
+			var sa []string
+			for _, m := range c.VolumeMounts {
+				if path.Clean(m.MountPath) == ServiceAccountMountPath {
+					sa = append(sa, m.Name)
+				}
+			}
+			if !slices.Equal(sa, []string{ServiceAccountVolume}) {
+				t.Fatalf("container %q mounts %v at the service-account directory, want only %s", c.Name, sa, ServiceAccountVolume)
+			}
+		}
 	})
 }
+
+// fuzzInterceptions are the routes' interceptions FuzzPodPatch picks from.
+var fuzzInterceptions = []ctrlmeshv1alpha1.Interception{"", ctrlmeshv1alpha1.InterceptEnvironment, ctrlmeshv1alpha1.InterceptIptables}
+
+// mountPathPattern matches the JSON pointer of an operator container's
+// volume mount, or of a field of one.
+var mountPathPattern = regexp.MustCompile(`^/spec/containers/[0-9]+/volumeMounts/[0-9]+(/.*)?$`)
 
 func fuzzPod(labels map[string]string) corev1.Pod {
 	return corev1.Pod{

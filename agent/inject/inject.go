@@ -1,8 +1,10 @@
 // Package inject is the agent's proxy injection: a mutating admission webhook
 // that adds the ctrlmesh proxy, as a native sidecar, to every pod labeled
 // ctrlmesh.io/enable-proxy=true that a ShardRoute of its namespace selects,
-// and points the pod's containers at it through a kubeconfig the proxy
-// writes. Pods that ask for the proxy but cannot get it are admitted
+// and points the pod's containers at it: through a kubeconfig the proxy
+// writes, or, by the ShardRoute's interception, through the in-cluster
+// environment or a netfilter redirection of the API server's addresses.
+// Pods that ask for the proxy but cannot get it are admitted
 // unchanged but for an annotation saying why, and EventReconciler turns that
 // annotation into a Warning Event.
 package inject
@@ -10,6 +12,7 @@ package inject
 import (
 	"errors"
 	"fmt"
+	"net"
 	"path"
 	"slices"
 	"strings"
@@ -20,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 )
@@ -37,7 +41,33 @@ const (
 	// ctrlmeshv1alpha1.ProxyListenPort; $KUBECONFIG of the operator
 	// containers names it.
 	KubeconfigPath = KubeconfigDir + "/kubeconfig"
+
+	// ServiceAccountVolume is the emptyDir, in memory, through which the
+	// proxy of an in-cluster interception (Environment, Iptables) hands the
+	// operator containers its CA bundle, client token and namespace; the
+	// proxy mounts it at ServiceAccountDir, the operator containers at
+	// ServiceAccountMountPath instead of the pod's service-account token.
+	ServiceAccountVolume = "ctrlmesh-proxy-serviceaccount"
+	ServiceAccountDir    = "/var/run/ctrlmesh/serviceaccount"
+	// ServiceAccountMountPath is where rest.InClusterConfig reads token,
+	// ca.crt and namespace.
+	ServiceAccountMountPath = "/var/run/secrets/kubernetes.io/serviceaccount"
+	// StateVolume is the emptyDir, in memory and mounted in the proxy only
+	// (at StateDir), where the proxy keeps its CA's key and the client token
+	// across its own restarts.
+	StateVolume = "ctrlmesh-proxy-state"
+	StateDir    = "/var/run/ctrlmesh/state"
 )
+
+// What the operator containers dial under Environment interception, which
+// the proxy's serving certificate names.
+var environmentServingNames = []string{"127.0.0.1", "localhost"}
+
+// What the operator containers dial under Iptables interception: the
+// kubernetes Service's ClusterIP (as the kubelet sets it, expanded by the
+// kubelet in the proxy's arguments) and its DNS names, which the proxy's
+// serving certificate names.
+var iptablesServingNames = []string{"$(KUBERNETES_SERVICE_HOST)", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
 
 // Defaults of Options.
 var (
@@ -60,6 +90,16 @@ const (
 type Options struct {
 	// Image of the proxy, such as "ghcr.io/ctrlmesh/ctrlmesh-proxy:v0.1.0".
 	Image string
+	// APIServer reads the kubernetes Service's EndpointSlice
+	// (default/kubernetes) at admission, for Iptables interception, which
+	// redirects the API server's endpoints too: the agent's uncached API
+	// reader (a get of that one object; the cache would watch every
+	// EndpointSlice). Without it, pods under Iptables interception are
+	// refused.
+	APIServer client.Reader
+	// apiServerEndpoints are the API server's endpoints ("ip:port") the
+	// Handler read for one admission.
+	apiServerEndpoints []string
 	// CPURequest, MemoryRequest and MemoryLimit of the proxy container; zero
 	// values take DefaultCPURequest, DefaultMemoryRequest and
 	// DefaultMemoryLimit. No CPU limit: throttling the proxy would slow
@@ -99,27 +139,56 @@ func mutate(pod *corev1.Pod, namespace string, routes []ctrlmeshv1alpha1.ShardRo
 		return
 	}
 	certMount, noRouter := webhookCertMount(pod, route)
+	mode := interceptionOf(route)
 	// The proxy needs the pod's service-account token, which is not mounted
 	// here: kube-apiserver runs its ServiceAccount admission plugin again
 	// after a webhook changed the pod, and that mounts the token into every
-	// container lacking it, the proxy included.
-	proxy := proxyContainer(route.Name, certMount, opts)
+	// container lacking it, the proxy included (and the redirect container).
+	proxy := proxyContainer(route.Name, mode, certMount, opts)
 	// Appended after the pod's own init containers, which may prepare what
 	// the proxy reads (such as the webhook certificate), and before the
 	// operator containers, which start once the proxy's startup probe passes.
+	if mode == ctrlmeshv1alpha1.InterceptIptables {
+		// Before the proxy: the kubelet runs it to completion first, and
+		// starts nothing after it if it fails.
+		pod.Spec.InitContainers = append(pod.Spec.InitContainers, redirectContainer(opts, opts.apiServerEndpoints))
+	}
 	pod.Spec.InitContainers = append(pod.Spec.InitContainers, proxy)
-	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{
-		Name:         KubeconfigVolume,
-		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("1Mi"))}},
-	})
+	emptyDir := func(name string, medium corev1.StorageMedium) corev1.Volume {
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: medium, SizeLimit: ptr.To(resource.MustParse("1Mi"))}}}
+	}
+	if mode == ctrlmeshv1alpha1.InterceptKubeconfig {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, emptyDir(KubeconfigVolume, corev1.StorageMediumDefault))
+	} else {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, emptyDir(ServiceAccountVolume, corev1.StorageMediumMemory), emptyDir(StateVolume, corev1.StorageMediumMemory))
+	}
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: KubeconfigVolume, MountPath: KubeconfigDir, ReadOnly: true})
-		// client-go and controller-runtime read $KUBECONFIG before the
-		// in-cluster configuration, so the operator talks to the proxy.
-		c.Env = append(c.Env, corev1.EnvVar{Name: "KUBECONFIG", Value: KubeconfigPath})
+		switch mode {
+		case ctrlmeshv1alpha1.InterceptKubeconfig:
+			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: KubeconfigVolume, MountPath: KubeconfigDir, ReadOnly: true})
+			// client-go and controller-runtime read $KUBECONFIG before the
+			// in-cluster configuration, so the operator talks to the proxy.
+			c.Env = append(c.Env, corev1.EnvVar{Name: "KUBECONFIG", Value: KubeconfigPath})
+		default:
+			// The proxy's CA bundle, client token and namespace where
+			// rest.InClusterConfig reads them, instead of the pod's token
+			// and the cluster's CA (which the proxy keeps for itself).
+			c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+				return path.Clean(m.MountPath) == ServiceAccountMountPath
+			})
+			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: ServiceAccountVolume, MountPath: ServiceAccountMountPath, ReadOnly: true})
+		}
+		if mode == ctrlmeshv1alpha1.InterceptEnvironment {
+			c.Env = append(c.Env,
+				corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: "127.0.0.1"},
+				corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: fmt.Sprint(ctrlmeshv1alpha1.ProxyListenPort)})
+		}
 	}
 	message := fmt.Sprintf("proxy for ShardRoute %q", route.Name)
+	if mode != ctrlmeshv1alpha1.InterceptKubeconfig {
+		message += fmt.Sprintf(", interception %s", mode)
+	}
 	if noRouter != "" {
 		message += "; " + noRouter
 	}
@@ -142,7 +211,7 @@ func injectionFor(pod *corev1.Pod, namespace string, routes []ctrlmeshv1alpha1.S
 	if route == nil {
 		return nil, reason
 	}
-	if reason := conflict(pod); reason != "" {
+	if reason := conflict(pod, interceptionOf(route)); reason != "" {
 		return nil, reason
 	}
 	return route, ""
@@ -201,8 +270,24 @@ func selectRoute(pod *corev1.Pod, namespace string, routes []ctrlmeshv1alpha1.Sh
 	}
 }
 
-// conflict returns why the pod's own settings rule the injection out, or "".
-func conflict(pod *corev1.Pod) string {
+// interceptionOf is the route's interception; unset is Kubeconfig.
+func interceptionOf(route *ctrlmeshv1alpha1.ShardRoute) ctrlmeshv1alpha1.Interception {
+	if route.Spec.Interception == "" {
+		return ctrlmeshv1alpha1.InterceptKubeconfig
+	}
+	return route.Spec.Interception
+}
+
+// conflict returns why the pod's own settings rule the injection with
+// interception mode out, or "".
+func conflict(pod *corev1.Pod, mode ctrlmeshv1alpha1.Interception) string {
+	switch mode {
+	case ctrlmeshv1alpha1.InterceptKubeconfig, ctrlmeshv1alpha1.InterceptEnvironment, ctrlmeshv1alpha1.InterceptIptables:
+	default:
+		// A newer hub's mode: injecting another one would leave the
+		// operator around the proxy.
+		return fmt.Sprintf("the ShardRoute asks for interception %q, which this agent does not know: upgrade the agent", mode)
+	}
 	if pod.Spec.HostNetwork {
 		return "the pod uses the node's network, where the proxy's fixed ports would clash with other pods' proxies"
 	}
@@ -215,20 +300,55 @@ func conflict(pod *corev1.Pod) string {
 		}
 	}
 	for _, v := range pod.Spec.Volumes {
-		if v.Name == KubeconfigVolume {
-			return fmt.Sprintf("the pod already has a volume named %q, which the proxy needs", KubeconfigVolume)
+		if v.Name == KubeconfigVolume || v.Name == ServiceAccountVolume || v.Name == StateVolume {
+			return fmt.Sprintf("the pod already has a volume named %q, which the proxy needs", v.Name)
 		}
 	}
 	for _, c := range pod.Spec.Containers {
 		for _, e := range c.Env {
+			switch {
 			// Overriding it would point the container at another cluster
-			// than the one its author chose.
-			if e.Name == "KUBECONFIG" {
+			// than the one its author chose; not overriding it would let
+			// the container reach the API server around the proxy.
+			case e.Name == "KUBECONFIG" && mode == ctrlmeshv1alpha1.InterceptKubeconfig:
 				return fmt.Sprintf("container %q sets KUBECONFIG itself, and the proxy works by setting it", c.Name)
+			case e.Name == "KUBECONFIG":
+				return fmt.Sprintf("container %q sets KUBECONFIG, so it may reach the API server around the proxy of interception %s", c.Name, mode)
+			case (e.Name == "KUBERNETES_SERVICE_HOST" || e.Name == "KUBERNETES_SERVICE_PORT") && mode == ctrlmeshv1alpha1.InterceptEnvironment:
+				return fmt.Sprintf("container %q sets %s itself, and the proxy works by setting it", c.Name, e.Name)
 			}
+		}
+		if mode == ctrlmeshv1alpha1.InterceptKubeconfig {
+			continue
+		}
+		for _, m := range c.VolumeMounts {
+			// The ServiceAccount admission plugin's volume is the one to
+			// replace; another is the author's choice of credentials.
+			if path.Clean(m.MountPath) == ServiceAccountMountPath && !strings.HasPrefix(m.Name, serviceAccountPluginVolumePrefix) {
+				return fmt.Sprintf("container %q mounts volume %q at %s, where the proxy's CA bundle goes under interception %s", c.Name, m.Name, ServiceAccountMountPath, mode)
+			}
+		}
+		if mode == ctrlmeshv1alpha1.InterceptIptables && runsAs(pod, c) == ctrlmeshv1alpha1.ProxyUserID {
+			return fmt.Sprintf("container %q runs as user %d, the proxy's under interception Iptables, whose connections are not redirected: run it as another user", c.Name, ctrlmeshv1alpha1.ProxyUserID)
 		}
 	}
 	return ""
+}
+
+// serviceAccountPluginVolumePrefix begins the name of the projected volume
+// the ServiceAccount admission plugin mounts at ServiceAccountMountPath.
+const serviceAccountPluginVolumePrefix = "kube-api-access-"
+
+// runsAs is the user the pod's spec sets for container c, or -1 when the
+// image decides.
+func runsAs(pod *corev1.Pod, c corev1.Container) int64 {
+	if c.SecurityContext != nil && c.SecurityContext.RunAsUser != nil {
+		return *c.SecurityContext.RunAsUser
+	}
+	if pod.Spec.SecurityContext != nil && pod.Spec.SecurityContext.RunAsUser != nil {
+		return *pod.Spec.SecurityContext.RunAsUser
+	}
+	return -1
 }
 
 // webhookCertMount returns the mount, made read-only, of the operator's
@@ -260,12 +380,16 @@ func webhookCertMount(pod *corev1.Pod, route *ctrlmeshv1alpha1.ShardRoute) (*cor
 // proxyContainer is the proxy as a native sidecar (an init container that
 // keeps running) for the ShardRoute named rules, with the webhook router
 // when certMount is set.
-func proxyContainer(rules string, certMount *corev1.VolumeMount, opts Options) corev1.Container {
+func proxyContainer(rules string, mode ctrlmeshv1alpha1.Interception, certMount *corev1.VolumeMount, opts Options) corev1.Container {
 	health := func(path string) corev1.ProbeHandler {
 		return corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(ctrlmeshv1alpha1.ProxyHealthPort)}}
 	}
 	fieldEnv := func(name, field string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: field}}}
+	}
+	var kubeconfigArg []string
+	if mode == ctrlmeshv1alpha1.InterceptKubeconfig {
+		kubeconfigArg = []string{ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagOperatorKubeconfig, KubeconfigPath)}
 	}
 	c := corev1.Container{
 		Name:  ctrlmeshv1alpha1.ProxyContainerName,
@@ -273,12 +397,10 @@ func proxyContainer(rules string, certMount *corev1.VolumeMount, opts Options) c
 		// No --upstream-kubeconfig: the proxy reaches the API server with
 		// the pod's own service account, in-cluster, so it never has rights
 		// the operator lacks.
-		Args: []string{
-			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagRulesName, rules),
-			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagOperatorKubeconfig, KubeconfigPath),
+		Args: slices.Concat([]string{ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagRulesName, rules)}, kubeconfigArg, []string{
 			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagListenAddress, fmt.Sprintf("127.0.0.1:%d", ctrlmeshv1alpha1.ProxyListenPort)),
 			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagHealthAddress, fmt.Sprintf(":%d", ctrlmeshv1alpha1.ProxyHealthPort)),
-		},
+		}),
 		Env: []corev1.EnvVar{
 			fieldEnv(ctrlmeshv1alpha1.ProxyEnvPodName, "metadata.name"),
 			fieldEnv(ctrlmeshv1alpha1.ProxyEnvPodNamespace, "metadata.namespace"),
@@ -306,6 +428,26 @@ func proxyContainer(rules string, certMount *corev1.VolumeMount, opts Options) c
 			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
 	}
+	if mode != ctrlmeshv1alpha1.InterceptKubeconfig {
+		names := environmentServingNames
+		if mode == ctrlmeshv1alpha1.InterceptIptables {
+			// And the endpoints' addresses, which the operator may dial too.
+			names = slices.Clone(iptablesServingNames)
+			for _, e := range opts.apiServerEndpoints {
+				if host, _, err := net.SplitHostPort(e); err == nil {
+					names = append(names, host)
+				}
+			}
+			// The redirection leaves this user's connections alone.
+			c.SecurityContext.RunAsUser = ptr.To[int64](ctrlmeshv1alpha1.ProxyUserID)
+			c.SecurityContext.RunAsGroup = ptr.To[int64](ctrlmeshv1alpha1.ProxyUserID)
+		}
+		c.Args = append(c.Args,
+			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagOperatorServiceAccountDir, ServiceAccountDir),
+			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagInterceptionStateDir, StateDir),
+			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagServingNames, strings.Join(names, ",")))
+		c.VolumeMounts = []corev1.VolumeMount{{Name: ServiceAccountVolume, MountPath: ServiceAccountDir}, {Name: StateVolume, MountPath: StateDir}}
+	}
 	if certMount != nil {
 		c.Args = append(c.Args,
 			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagWebhookListenAddress, fmt.Sprintf(":%d", ctrlmeshv1alpha1.ProxyWebhookRouterPort)),
@@ -314,6 +456,47 @@ func proxyContainer(rules string, certMount *corev1.VolumeMount, opts Options) c
 		c.VolumeMounts = append(c.VolumeMounts, *certMount)
 	}
 	return c
+}
+
+// redirectContainer is the init container of Iptables interception: the
+// proxy's image running "ctrlmesh-proxy redirect" as root with the
+// NET_ADMIN capability and no other (netfilter rules of the pod's network
+// namespace need both; a non-root user keeps no capabilities across exec).
+// It sends the pod's connections to the kubernetes Service's address, as
+// the kubelet sets it in the container's environment (and expands in its
+// arguments), and to the API server's endpoints as read at admission, to
+// the proxy's port, except the proxy's user's.
+func redirectContainer(opts Options, endpoints []string) corev1.Container {
+	args := []string{
+		ctrlmeshv1alpha1.RedirectCommand,
+		ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.RedirectFlagDestination, "$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"),
+	}
+	for _, e := range endpoints {
+		args = append(args, ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.RedirectFlagDestination, e))
+	}
+	args = append(args,
+		ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.RedirectFlagToPort, ctrlmeshv1alpha1.ProxyListenPort),
+		ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.RedirectFlagExcludeUserID, ctrlmeshv1alpha1.ProxyUserID))
+	return corev1.Container{
+		Name:  ctrlmeshv1alpha1.RedirectContainerName,
+		Image: opts.Image,
+		Args:  args,
+		// Its error, in the pod's status, says what failed.
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+		},
+		SecurityContext: &corev1.SecurityContext{
+			RunAsUser:                ptr.To[int64](0),
+			RunAsNonRoot:             ptr.To(false),
+			Privileged:               ptr.To(false),
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"NET_ADMIN"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+	}
 }
 
 // annotate records the outcome of the injection on the pod.

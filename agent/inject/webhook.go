@@ -3,13 +3,18 @@ package inject
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"slices"
+	"strconv"
 
 	"github.com/go-logr/logr"
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kjson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/utils/ptr"
@@ -48,6 +53,37 @@ func podPatch(podJSON []byte, namespace string, routes []ctrlmeshv1alpha1.ShardR
 		return nil, fmt.Errorf("inject: diffing the pod: %w", err)
 	}
 	return ops, nil
+}
+
+// apiServerEndpoints are the ready IPv4 endpoints ("ip:port", sorted) of
+// the kubernetes Service, from its EndpointSlice default/kubernetes, which
+// kube-apiserver keeps.
+func apiServerEndpoints(ctx context.Context, reader client.Reader) ([]string, error) {
+	if reader == nil {
+		return nil, errors.New("the agent reads no endpoints (inject.Options.APIServer is unset)")
+	}
+	var slice discoveryv1.EndpointSlice
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceDefault, Name: "kubernetes"}, &slice); err != nil {
+		return nil, fmt.Errorf("reading the EndpointSlice default/kubernetes: %w", err)
+	}
+	if slice.AddressType != discoveryv1.AddressTypeIPv4 {
+		return nil, nil
+	}
+	var endpoints []string
+	for _, e := range slice.Endpoints {
+		if e.Conditions.Ready != nil && !*e.Conditions.Ready {
+			continue
+		}
+		for _, a := range e.Addresses {
+			for _, p := range slice.Ports {
+				if p.Port != nil && (p.Protocol == nil || *p.Protocol == corev1.ProtocolTCP) {
+					endpoints = append(endpoints, net.JoinHostPort(a, strconv.Itoa(int(*p.Port))))
+				}
+			}
+		}
+	}
+	slices.Sort(endpoints)
+	return slices.Compact(endpoints), nil
 }
 
 // Handler is the mutating admission webhook: it answers admission.k8s.io/v1
@@ -98,7 +134,17 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest)
 	if err := h.routes.List(ctx, &routes, client.InNamespace(req.Namespace)); err != nil {
 		return deny(http.StatusInternalServerError, fmt.Errorf("ctrlmesh proxy injection: listing the ShardRoutes of namespace %s: %w", req.Namespace, err))
 	}
-	ops, err := podPatch(req.Object.Raw, req.Namespace, routes.Items, h.opts)
+	opts := h.opts
+	if slices.ContainsFunc(routes.Items, func(r ctrlmeshv1alpha1.ShardRoute) bool {
+		return r.Spec.Interception == ctrlmeshv1alpha1.InterceptIptables
+	}) {
+		endpoints, err := apiServerEndpoints(ctx, h.opts.APIServer)
+		if err != nil {
+			return deny(http.StatusInternalServerError, fmt.Errorf("ctrlmesh proxy injection: a ShardRoute of namespace %s asks for Iptables interception, which redirects the API server's endpoints: %w", req.Namespace, err))
+		}
+		opts.apiServerEndpoints = endpoints
+	}
+	ops, err := podPatch(req.Object.Raw, req.Namespace, routes.Items, opts)
 	if err != nil {
 		return deny(http.StatusBadRequest, fmt.Errorf("ctrlmesh proxy injection: %w", err))
 	}

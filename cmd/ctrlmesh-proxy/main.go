@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"github.com/google/nftables"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -20,6 +21,7 @@ import (
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/version"
 	"github.com/ctrlmesh/ctrlmesh/proxy"
+	"github.com/ctrlmesh/ctrlmesh/proxy/redirect"
 	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 )
 
@@ -27,11 +29,22 @@ func main() {
 	// SIGTERM (the kubelet stopping the pod) and SIGINT end the proxy
 	// gracefully.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	err := newCommand(proxy.Run).execute(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	cmd, args := commandFor(os.Args[1:], proxy.Run, applyRedirect)
+	err := cmd.execute(ctx, args, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		os.Exit(1)
 	}
+}
+
+// commandFor is the command args name, with the arguments left for it:
+// "redirect ..." is the init container of Iptables interception, anything
+// else the proxy.
+func commandFor(args []string, run runFunc, apply applyFunc) (*command, []string) {
+	if len(args) > 0 && args[0] == ctrlmeshv1alpha1.RedirectCommand {
+		return newRedirectCommand(apply), args[1:]
+	}
+	return newCommand(run), args
 }
 
 // runFunc runs the proxy: proxy.Run, or a stand-in in tests of the command
@@ -44,6 +57,8 @@ type runFunc func(context.Context, proxy.Options) error
 // links.
 type command struct {
 	flags *pflag.FlagSet
+	// usage is the help text above the flags.
+	usage string
 	run   func(ctx context.Context) error
 }
 
@@ -90,7 +105,7 @@ func (c *command) execute(ctx context.Context, args []string, stdout, stderr io.
 	err := c.flags.Parse(args)
 	switch {
 	case errors.Is(err, pflag.ErrHelp):
-		_, _ = fmt.Fprintf(stdout, "%s\n\nFlags:\n%s", usage, c.flags.FlagUsages())
+		_, _ = fmt.Fprintf(stdout, "%s\n\nFlags:\n%s", c.usage, c.flags.FlagUsages())
 		return nil
 	case err != nil:
 	case c.flags.NArg() > 0:
@@ -121,6 +136,7 @@ func newCommand(run runFunc) *command {
 	f := pflag.NewFlagSet("ctrlmesh-proxy", pflag.ContinueOnError)
 	cmd := &command{
 		flags: f,
+		usage: usage,
 		run: func(ctx context.Context) error {
 			log := zap.New(zap.UseFlagOptions(&zapOpts))
 			upstream, err := loadKubeconfig(upstreamKubeconfig)
@@ -159,6 +175,9 @@ func newCommand(run runFunc) *command {
 	f.DurationVar(&opts.RulesFileInterval, "rules-file-interval", time.Second, "how often --rules-file is checked for changes")
 	f.StringVar(&mode, "selector-mode", "auto", "how list and watch are narrowed: range (KEP-5866 shardSelector; every kube-apiserver needs the ShardedListAndWatch gate, or sharded reads are refused), label (ctrlmesh.io/sharding-hash), or auto (ask the API server)")
 	f.StringVar(&opts.OperatorKubeconfig, ctrlmeshv1alpha1.ProxyFlagOperatorKubeconfig, "", "write a kubeconfig pointing at --listen-address to this path, for the operator")
+	f.StringVar(&opts.OperatorServiceAccountDir, ctrlmeshv1alpha1.ProxyFlagOperatorServiceAccountDir, "", "serve the operator over TLS for in-cluster configuration: write the proxy's CA bundle (ca.crt), the client token it then requires (token) and the namespace into this directory, mounted in the operator containers at /var/run/secrets/kubernetes.io/serviceaccount (instead of --operator-kubeconfig)")
+	f.StringVar(&opts.InterceptionStateDir, ctrlmeshv1alpha1.ProxyFlagInterceptionStateDir, "", "directory, mounted in the proxy only, keeping its CA and the client token across its restarts (with --"+ctrlmeshv1alpha1.ProxyFlagOperatorServiceAccountDir+")")
+	f.StringSliceVar(&opts.ServingNames, ctrlmeshv1alpha1.ProxyFlagServingNames, nil, "IP addresses and DNS names the operator dials, for the serving certificate (with --"+ctrlmeshv1alpha1.ProxyFlagOperatorServiceAccountDir+")")
 	f.StringVar(&opts.WebhookListenAddress, ctrlmeshv1alpha1.ProxyFlagWebhookListenAddress, "", "address serving the operator's admission webhooks (HTTPS with the operator's certificate): each request goes to the pod whose shard owns the object's namespace; point the webhook Service's targetPort here; empty disables")
 	f.IntVar(&opts.WebhookPeerPort, "webhook-peer-port", 0, "port the other pods' webhook routers listen on; 0 uses the port of --webhook-listen-address")
 	f.StringVar(&opts.WebhookCertDir, ctrlmeshv1alpha1.ProxyFlagWebhookCertDir, "", "where the operator's webhook certificate (tls.crt, tls.key, optional ca.crt) is mounted in this container; empty uses the rules' webhook.certDir")
@@ -166,6 +185,65 @@ func newCommand(run runFunc) *command {
 	zapOpts.BindFlags(logFlags)
 	f.AddGoFlagSet(logFlags)
 	return cmd
+}
+
+// applyRedirect programs the redirection in this process's network
+// namespace: redirect.Apply, or a stand-in in tests of the command line.
+type applyFunc func(redirect.Options) error
+
+func applyRedirect(opts redirect.Options) error {
+	conn, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("netlink: %w", err)
+	}
+	return redirect.Apply(conn, opts)
+}
+
+// redirectUsage is the help text of "ctrlmesh-proxy redirect".
+const redirectUsage = `ctrlmesh-proxy redirect: the init container of Iptables interception (needs NET_ADMIN)
+
+Usage: ctrlmesh-proxy redirect [flags]
+
+redirect writes netfilter (nftables) rules into the pod's network namespace
+that send every TCP connection to the --destination addresses (the API
+server's Service and endpoints) to 127.0.0.1:--to-port, where the proxy
+serves, except connections of the user --exclude-uid (the proxy's own).
+It exits once the rules are in force, and fails on any error, so that the
+kubelet starts neither the proxy nor the operator.`
+
+// newRedirectCommand is "ctrlmesh-proxy redirect", the init container of
+// Iptables interception. main runs it when the first argument is
+// ctrlmeshv1alpha1.RedirectCommand.
+func newRedirectCommand(apply applyFunc) *command {
+	var destinations []string
+	var toPort, excludeUID uint32
+	f := pflag.NewFlagSet("ctrlmesh-proxy "+ctrlmeshv1alpha1.RedirectCommand, pflag.ContinueOnError)
+	f.StringArrayVar(&destinations, ctrlmeshv1alpha1.RedirectFlagDestination, nil, "IPv4 address:port to redirect (repeat for each)")
+	f.Uint32Var(&toPort, ctrlmeshv1alpha1.RedirectFlagToPort, ctrlmeshv1alpha1.ProxyListenPort, "the proxy's port on 127.0.0.1")
+	f.Uint32Var(&excludeUID, ctrlmeshv1alpha1.RedirectFlagExcludeUserID, ctrlmeshv1alpha1.ProxyUserID, "user ID of the proxy, whose connections are not redirected")
+	return &command{
+		flags: f,
+		usage: redirectUsage,
+		run: func(context.Context) error {
+			opts := redirect.Options{ExcludeUserID: excludeUID}
+			if toPort > 65535 {
+				return fmt.Errorf("--%s %d is not a port", ctrlmeshv1alpha1.RedirectFlagToPort, toPort)
+			}
+			opts.ToPort = uint16(toPort)
+			for _, d := range destinations {
+				addr, err := redirect.ParseDestination(d)
+				if err != nil {
+					return err
+				}
+				opts.Destinations = append(opts.Destinations, addr)
+			}
+			if err := apply(opts); err != nil {
+				return fmt.Errorf("redirecting the API server's connections to the proxy: %w", err)
+			}
+			fmt.Printf("redirecting %v to 127.0.0.1:%d, except user %d\n", opts.Destinations, opts.ToPort, opts.ExcludeUserID)
+			return nil
+		},
+	}
 }
 
 // loadKubeconfig loads the kubeconfig at path; "" uses in-cluster

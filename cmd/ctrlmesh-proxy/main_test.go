@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ctrlmesh/ctrlmesh/proxy"
+	"github.com/ctrlmesh/ctrlmesh/proxy/redirect"
 	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 )
 
@@ -158,5 +160,50 @@ func TestHelpVersionAndArguments(t *testing.T) {
 		case tt.wantErr == "" && (err != nil || !strings.Contains(stdout.String(), tt.wantOut)):
 			t.Errorf("%v: error %v, stdout %q, want it to contain %q", tt.args, err, stdout.String(), tt.wantOut)
 		}
+	}
+}
+
+// TestRedirectCommand: "ctrlmesh-proxy redirect" parses its destinations
+// and applies them with its defaults; a destination that does not parse
+// (the kubelet did not expand it) or a failed apply fails the command, so
+// the init container fails and the pod does not start.
+func TestRedirectCommand(t *testing.T) {
+	applyErr := errors.New("netlink: operation not permitted")
+	for _, tt := range []struct {
+		name    string
+		args    []string
+		fail    bool
+		want    string
+		wantErr string
+	}{
+		{name: "defaults", args: []string{"redirect", "--destination=10.96.0.1:443", "--destination=10.245.0.1:6443"},
+			want: "[10.96.0.1:443 10.245.0.1:6443] 15080 15080"},
+		{name: "flags", args: []string{"redirect", "--destination=10.96.0.1:443", "--to-port=9000", "--exclude-uid=1337"},
+			want: "[10.96.0.1:443] 9000 1337"},
+		{name: "unexpanded", args: []string{"redirect", "--destination=$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"},
+			wantErr: "is not an IP address"},
+		{name: "port out of range", args: []string{"redirect", "--destination=10.96.0.1:443", "--to-port=70000"}, wantErr: "is not a port"},
+		{name: "apply fails", args: []string{"redirect", "--destination=10.96.0.1:443"}, fail: true, wantErr: applyErr.Error()},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var got string
+			cmd, args := commandFor(tt.args, func(context.Context, proxy.Options) error { t.Fatal("the proxy ran"); return nil }, func(o redirect.Options) error {
+				got = fmt.Sprint(o.Destinations, o.ToPort, o.ExcludeUserID)
+				if tt.fail {
+					return applyErr
+				}
+				return nil
+			})
+			err := cmd.execute(context.Background(), args, &strings.Builder{}, &strings.Builder{})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Errorf("applied %q (%v), want %q", got, err, tt.want)
+			}
+		})
 	}
 }

@@ -18,8 +18,8 @@ import (
 
 // Build returns the ShardRoute of one member cluster for the route table of
 // config's placement domain: in the config's namespace and name, with the
-// config's selectors, controller, webhook, limits, scope and bucket count,
-// and the table's shards.
+// config's selectors, controller, webhook, limits, interception, scope and
+// bucket count, and the table's shards.
 //
 // In PerCluster scope the table is the cluster's own. In Fleet scope one
 // table spans every selected cluster, and each member's route lists every
@@ -67,6 +67,7 @@ func Build(config *ctrlmeshv1alpha1.ShardingConfig, cluster string, table Table,
 			Controller:        spec.Controller.DeepCopy(),
 			Webhook:           spec.Webhook.DeepCopy(),
 			Limits:            spec.Limits.DeepCopy(),
+			Interception:      spec.Interception,
 		},
 	}
 	if spec.Canary != nil {

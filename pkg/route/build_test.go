@@ -91,6 +91,12 @@ func buildCases() []buildCase {
 		ctrlmeshv1alpha1.RouteShard{ID: "canary", Canary: true, PendingNamespaces: []string{"ns-a"}, Pods: []ctrlmeshv1alpha1.RoutePod{{Name: "op-c"}}})
 	pendingCanarySpec.CanarySelector = canarySpec.CanarySelector
 
+	interceptedConfig := testConfig("team-a", ctrlmeshv1alpha1.ScopePerCluster)
+	interceptedConfig.Spec.Interception = ctrlmeshv1alpha1.InterceptEnvironment
+	interceptedSpec := routeSpec("m1", ctrlmeshv1alpha1.ScopePerCluster, 3,
+		ctrlmeshv1alpha1.RouteShard{ID: "0", Buckets: "0-7", Pods: []ctrlmeshv1alpha1.RoutePod{addressed("op-0", "10.0.0.1")}})
+	interceptedSpec.Interception = ctrlmeshv1alpha1.InterceptEnvironment
+
 	return []buildCase{{
 		name:    "PerCluster",
 		config:  testConfig("team-a", ctrlmeshv1alpha1.ScopePerCluster),
@@ -157,6 +163,14 @@ func buildCases() []buildCase {
 		want: routeSpec("m1", ctrlmeshv1alpha1.ScopePerCluster, 5,
 			ctrlmeshv1alpha1.RouteShard{ID: "0", Buckets: "0-3", Pods: []ctrlmeshv1alpha1.RoutePod{addressed("op-0", "10.0.0.1")}},
 			ctrlmeshv1alpha1.RouteShard{ID: "1", PendingBuckets: "4-7", Pods: []ctrlmeshv1alpha1.RoutePod{addressed("op-1", "10.0.0.2")}}),
+	}, {
+		name:    "interception carried to the injector",
+		config:  interceptedConfig,
+		cluster: "m1",
+		table: func(t testing.TB) Table {
+			return Table{Generation: 3, Shards: []Shard{{ID: "0", Cluster: "m1", Pods: []PodID{pod("m1", "op-0")}, Buckets: set(t, "0-7"), PendingBuckets: set(t, "")}}}
+		},
+		want: interceptedSpec,
 	}}
 }
 

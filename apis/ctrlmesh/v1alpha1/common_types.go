@@ -33,6 +33,32 @@ const (
 	ScopeFleet ShardingScope = "Fleet"
 )
 
+// Interception says how the operator containers of an injected pod reach
+// the proxy instead of the API server.
+// +kubebuilder:validation:Enum=Kubeconfig;Environment;Iptables
+type Interception string
+
+const (
+	// InterceptKubeconfig (the default, also when unset) sets $KUBECONFIG of
+	// the operator containers to a kubeconfig the proxy writes: for
+	// operators that honour KUBECONFIG (client-go's loading rules,
+	// controller-runtime).
+	InterceptKubeconfig Interception = "Kubeconfig"
+	// InterceptEnvironment points KUBERNETES_SERVICE_HOST and
+	// KUBERNETES_SERVICE_PORT of the operator containers at the proxy, which
+	// serves TLS there, and mounts the proxy's CA bundle where
+	// rest.InClusterConfig reads the cluster's: for operators that call
+	// rest.InClusterConfig. No privileges.
+	InterceptEnvironment Interception = "Environment"
+	// InterceptIptables adds an init container with the NET_ADMIN
+	// capability (only that) that redirects the pod's connections to the
+	// API server's Service to the proxy (netfilter rules of the pod's
+	// network namespace; the proxy's own connections, by its user ID, are
+	// left alone), and mounts the proxy's CA bundle as Environment does: for
+	// operators that dial the API server's Service however they find it.
+	InterceptIptables Interception = "Iptables"
+)
+
 // ControllerConfig describes the operator's controller side.
 type ControllerConfig struct {
 	// LeaderElectionName is the name of the operator's leader-election lock

@@ -108,6 +108,27 @@ const (
 	ProxyFlagWebhookListenAddress = "webhook-listen-address"
 	ProxyFlagWebhookCertDir       = "webhook-cert-dir"
 
+	// Flags of the in-cluster interceptions (Environment, Iptables).
+	ProxyFlagOperatorServiceAccountDir = "operator-serviceaccount-dir"
+	ProxyFlagInterceptionStateDir      = "interception-state-dir"
+	ProxyFlagServingNames              = "serving-names"
+
+	// RedirectContainerName names the init container of Iptables
+	// interception: the proxy's image running its RedirectCommand, which
+	// programs the pod's netfilter rules and exits.
+	RedirectContainerName = "ctrlmesh-redirect"
+	// RedirectCommand is the ctrlmesh-proxy subcommand of that container,
+	// with its flags.
+	RedirectCommand           = "redirect"
+	RedirectFlagDestination   = "destination"
+	RedirectFlagToPort        = "to-port"
+	RedirectFlagExcludeUserID = "exclude-uid"
+	// ProxyUserID is the user (and group) the proxy runs as under Iptables
+	// interception: the redirection leaves this user's connections alone,
+	// so that the proxy reaches the API server. The operator must not run
+	// as it (the injector refuses pods that ask for it).
+	ProxyUserID = 15080
+
 	// ProxyEnvPodName and ProxyEnvPodNamespace are the defaults of the proxy's
 	// --pod-name and --pod-namespace; the injector fills them from the
 	// downward API.

@@ -119,6 +119,14 @@ type ShardingConfigSpec struct {
 	Webhook *WebhookConfig `json:"webhook,omitempty"`
 	// Limits are the resources whose list and watch are sharded.
 	Limits Limits `json:"limits"`
+	// Interception says how the injected proxy takes the operator's API
+	// requests: Kubeconfig (default: $KUBECONFIG), Environment
+	// (KUBERNETES_SERVICE_HOST/PORT, for operators that use in-cluster
+	// configuration) or Iptables (netfilter redirection of the API server's
+	// Service, needs the NET_ADMIN capability in an init container). It
+	// applies to pods created after it is set.
+	// +optional
+	Interception Interception `json:"interception,omitempty"`
 	// Clusters are the member clusters that run the operator.
 	Clusters ClusterSelection `json:"clusters"`
 	// Scope says whose objects are sharded: each cluster's own (PerCluster) or

@@ -113,6 +113,10 @@ type ShardRouteSpec struct {
 	Webhook *WebhookConfig `json:"webhook,omitempty"`
 	// Limits are the sharded resources.
 	Limits Limits `json:"limits"`
+	// Interception of the ShardingConfig: how the injector points the
+	// operator containers at the proxy; unset is Kubeconfig.
+	// +optional
+	Interception Interception `json:"interception,omitempty"`
 	// Shards and the pods that serve them.
 	// +kubebuilder:validation:MaxItems=4096
 	// +listType=map

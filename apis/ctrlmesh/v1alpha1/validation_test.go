@@ -119,6 +119,12 @@ func TestShardingConfigValidation(t *testing.T) {
 		{name: "unknown scope", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
 			sc.Spec.Scope = "Global"
 		}, want: `spec.scope: Unsupported value: "Global": supported values: "PerCluster", "Fleet"`},
+		{name: "each interception", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
+			sc.Spec.Interception = ctrlmeshv1alpha1.InterceptIptables
+		}},
+		{name: "unknown interception", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
+			sc.Spec.Interception = "iptables"
+		}, want: `spec.interception: Unsupported value: "iptables": supported values: "Kubeconfig", "Environment", "Iptables"`},
 		{name: "bad leader election name", mutate: func(sc *ctrlmeshv1alpha1.ShardingConfig) {
 			sc.Spec.Controller.LeaderElectionName = "Op_Leader"
 		}, want: `spec.controller.leaderElectionName: Invalid value: "Op_Leader"`},

@@ -9,7 +9,10 @@
 //	GET <path> <HTTP status> <the object's metadata.uid, or the error's message>
 //
 // on stdout and in its termination message (/dev/termination-log), which
-// the test reads from the pod's status. It exits 0 when every request had
+// the test reads from the pod's status. With $INCLUSTER_CA_FILE set it
+// verifies the server with that CA bundle instead of the in-cluster one
+// (to show which server answers: the API server or a proxy). It exits 0
+// when every request had
 // an answer, whatever its status (the test judges them), and 1 when it
 // could not ask (no in-cluster config, no connection, TLS refused).
 package main
@@ -45,6 +48,9 @@ func run(paths []string) (string, error) {
 	config, err := rest.InClusterConfig()
 	if err != nil {
 		return "", fmt.Errorf("in-cluster config: %w", err)
+	}
+	if ca := os.Getenv("INCLUSTER_CA_FILE"); ca != "" {
+		config.TLSClientConfig.CAFile, config.TLSClientConfig.CAData = ca, nil
 	}
 	client, err := rest.HTTPClientFor(config)
 	if err != nil {
