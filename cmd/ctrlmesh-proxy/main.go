@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/spf13/pflag"
 	"github.com/google/nftables"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
