@@ -106,9 +106,10 @@ type Breaker struct {
 type CountLimit struct {
 	// Count of requests let through per period.
 	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=1000000
+	// +kubebuilder:validation:Maximum=100000
 	Count int32 `json:"count"`
-	// PeriodSeconds of the fixed window the count restarts after.
+	// PeriodSeconds of the sliding window: in no span of this length does
+	// a proxy let more than count requests through.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=86400
 	PeriodSeconds int32 `json:"periodSeconds"`
