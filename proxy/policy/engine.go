@@ -54,7 +54,15 @@ type Decision struct {
 	// those of them the request is a half-open probe of.
 	watching []*breakerState
 	probes   []*breakerState
+	verb     string
 }
+
+// Watched reports whether breakers wait for the request's outcome (Done).
+func (d *Decision) Watched() bool { return len(d.watching) > 0 }
+
+// Verb is the request's verb (API requests) or method (external ones), for
+// counting.
+func (d *Decision) Verb() string { return d.verb }
 
 // Clock and randomness, replaceable in tests.
 type sources struct {
@@ -163,7 +171,11 @@ func findKey[R keyed](rules []R, k key) (R, bool) {
 	return zero, false
 }
 
-// Stop releases the engine's timers; call it when a new engine replaces it.
+// Set is the rules the engine enforces.
+func (e *Engine) Set() *Set { return e.set }
+
+// Stop releases the engine's timers and signals a change to those waiting
+// on Breakers; call it when a new engine replaces it.
 func (e *Engine) Stop() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -171,12 +183,25 @@ func (e *Engine) Stop() {
 		t.Stop()
 	}
 	e.timers = nil
+	e.signal()
 }
 
 // Check decides r. The order is the order of cost to the operator: a deny
 // rule refuses before anything counts the request, an open breaker fails
 // it fast, a rate limit refuses it before a fault is drawn.
 func (e *Engine) Check(r *Request) Decision {
+	d := e.check(r)
+	d.verb = r.Verb
+	if !r.API() {
+		d.verb = r.Method
+		if r.Tunnel {
+			d.verb = "CONNECT"
+		}
+	}
+	return d
+}
+
+func (e *Engine) check(r *Request) Decision {
 	if e == nil || e.set.Empty() {
 		return Decision{}
 	}
