@@ -24,6 +24,7 @@ import (
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/hub/clusters"
+	"github.com/ctrlmesh/ctrlmesh/hub/policystatus"
 	"github.com/ctrlmesh/ctrlmesh/hub/propagation"
 	"github.com/ctrlmesh/ctrlmesh/hub/shardingconfig"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
@@ -115,6 +116,12 @@ func Run(ctx context.Context, opts Options) error {
 		RulesValidity: opts.RulesValidity,
 	}
 	if err := configs.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := policystatus.SetupCircuitBreakers(mgr); err != nil {
+		return err
+	}
+	if err := policystatus.SetupFaultInjections(mgr); err != nil {
 		return err
 	}
 	if err := mgr.Start(ctx); err != nil {

@@ -220,3 +220,25 @@ type PodBreakerStatus struct {
 	// LastTransitionTime is when it entered the state, on the proxy's clock.
 	LastTransitionTime metav1.Time `json:"lastTransitionTime"`
 }
+
+// Policy is what CircuitBreaker and FaultInjection have in common for the
+// hub, which carries them and reports their status alike.
+// +kubebuilder:object:generate=false
+type Policy interface {
+	// ShardingConfigName is the ShardingConfig the policy is bound to.
+	ShardingConfigName() string
+	// PolicyStatus is the policy's status, to read and write.
+	PolicyStatus() *PolicyStatus
+}
+
+// ShardingConfigName implements Policy.
+func (cb *CircuitBreaker) ShardingConfigName() string { return cb.Spec.ShardingConfig.Name }
+
+// PolicyStatus implements Policy.
+func (cb *CircuitBreaker) PolicyStatus() *PolicyStatus { return &cb.Status }
+
+// ShardingConfigName implements Policy.
+func (fi *FaultInjection) ShardingConfigName() string { return fi.Spec.ShardingConfig.Name }
+
+// PolicyStatus implements Policy.
+func (fi *FaultInjection) PolicyStatus() *PolicyStatus { return &fi.Status }
