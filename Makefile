@@ -212,7 +212,8 @@ lint: ## gofmt, go vet and staticcheck over both modules.
 
 .PHONY: manifests
 manifests: $(HELM_STAMP) ## Copy the CRDs (and the ShardRoute interpreter) into the charts and render deploy/manifests from them.
-	install -m 0644 deploy/crds/ctrlmesh.io_shardingconfigs.yaml deploy/charts/ctrlmesh-hub/files/crds/
+	install -m 0644 deploy/crds/ctrlmesh.io_shardingconfigs.yaml deploy/crds/ctrlmesh.io_circuitbreakers.yaml \
+		deploy/crds/ctrlmesh.io_faultinjections.yaml deploy/charts/ctrlmesh-hub/files/crds/
 	install -m 0644 deploy/crds/third-party/*.yaml deploy/charts/ctrlmesh-hub/files/crds/third-party/
 	install -m 0644 deploy/crds/ctrlmesh.io_shardroutes.yaml deploy/charts/ctrlmesh-agent/files/crds/
 	install -m 0644 deploy/karmada/shardroute-interpreter.yaml deploy/charts/ctrlmesh-hub/files/karmada/

@@ -620,6 +620,8 @@ func TestAgentCertificateReusedOnUpgrade(t *testing.T) {
 func TestChartCRDs(t *testing.T) {
 	copies := map[string]string{
 		"crds/ctrlmesh.io_shardingconfigs.yaml": hubChart + "/files/crds/ctrlmesh.io_shardingconfigs.yaml",
+		"crds/ctrlmesh.io_circuitbreakers.yaml": hubChart + "/files/crds/ctrlmesh.io_circuitbreakers.yaml",
+		"crds/ctrlmesh.io_faultinjections.yaml": hubChart + "/files/crds/ctrlmesh.io_faultinjections.yaml",
 		"crds/ctrlmesh.io_shardroutes.yaml":     agentChart + "/files/crds/ctrlmesh.io_shardroutes.yaml",
 	}
 	thirdParty, err := filepath.Glob("crds/third-party/*.yaml")

@@ -25,6 +25,7 @@ import (
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/hub/clusters"
 	"github.com/ctrlmesh/ctrlmesh/hub/placementmap"
+	"github.com/ctrlmesh/ctrlmesh/hub/policystatus"
 	"github.com/ctrlmesh/ctrlmesh/hub/propagation"
 	"github.com/ctrlmesh/ctrlmesh/hub/shardingconfig"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
@@ -159,6 +160,12 @@ func Run(ctx context.Context, opts Options) error {
 		if err := mgr.AddMetricsServerExtraHandler(placementmap.Path, &placementmap.Handler{Reader: mgr.GetClient()}); err != nil {
 			return fmt.Errorf("hub: placement map: %w", err)
 		}
+	}
+	if err := policystatus.SetupCircuitBreakers(mgr); err != nil {
+		return err
+	}
+	if err := policystatus.SetupFaultInjections(mgr); err != nil {
+		return err
 	}
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("hub: %w", err)

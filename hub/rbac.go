@@ -10,6 +10,7 @@ import (
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/hub/clusters"
+	"github.com/ctrlmesh/ctrlmesh/hub/policystatus"
 	"github.com/ctrlmesh/ctrlmesh/hub/propagation"
 	"github.com/ctrlmesh/ctrlmesh/pkg/rbacutil"
 )
@@ -39,7 +40,7 @@ func KarmadaRBACRules() []rbacv1.PolicyRule {
 
 func rbacRules(clusterRules []rbacv1.PolicyRule) []rbacv1.PolicyRule {
 	group := ctrlmeshv1alpha1.GroupVersion.Group
-	return rbacutil.Merge(clusterRules, propagation.RBACRules(), []rbacv1.PolicyRule{
+	return rbacutil.Merge(clusterRules, propagation.RBACRules(), policystatus.RBACRules(), []rbacv1.PolicyRule{
 		{APIGroups: []string{group}, Resources: []string{"shardingconfigs"}, Verbs: []string{"get", "list", "watch", "update"}},
 		{APIGroups: []string{group}, Resources: []string{"shardingconfigs/status"}, Verbs: []string{"patch"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},

@@ -18,6 +18,8 @@ type Metrics struct {
 	rulesLoaded       *prometheus.CounterVec
 	rulesInfo         *prometheus.GaugeVec
 	validityLapses    prometheus.Counter
+	policyDecisions   *prometheus.CounterVec
+	faultsInjected    *prometheus.CounterVec
 }
 
 // Request outcomes, the "outcome" label of ctrlmesh_proxy_requests_total.
@@ -28,6 +30,8 @@ const (
 	outcomeLock        = "lock-renamed"
 	outcomeUnavailable = "unavailable"
 	outcomeRefused     = "refused"
+	// outcomePolicy: refused or aborted by a traffic policy.
+	outcomePolicy = "policy"
 )
 
 // NewMetrics registers the proxy's metrics, plus Go and process collectors.
@@ -36,7 +40,7 @@ func NewMetrics() *Metrics {
 		Registry: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ctrlmesh_proxy_requests_total",
-			Help: "API requests handled, by verb and outcome (passthrough, sharded, fenced, lock-renamed, unavailable, refused).",
+			Help: "API requests handled, by verb and outcome (passthrough, sharded, fenced, lock-renamed, unavailable, refused, policy).",
 		}, []string{"verb", "outcome"}),
 		injectedSelectors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ctrlmesh_proxy_injected_selectors_total",
@@ -70,8 +74,17 @@ func NewMetrics() *Metrics {
 			Name: "ctrlmesh_proxy_validity_lapses_total",
 			Help: "Times the rules' validity (Fleet scope) ran out without a renewal, so the proxy stopped serving its shard.",
 		}),
+		policyDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ctrlmesh_proxy_policy_decisions_total",
+			Help: "Requests a traffic-policy rule decided, by rule kind (rateLimit, breaker, deny, fault), policy, rule and verdict (pass, rate-limited, breaker-open, denied, aborted).",
+		}, []string{"kind", "policy", "rule", "verdict"}),
+		faultsInjected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ctrlmesh_proxy_faults_injected_total",
+			Help: "Faults injected, by FaultInjection, fault and effect (delay, abort).",
+		}, []string{"policy", "fault", "effect"}),
 	}
-	m.Registry.MustRegister(m.requests, m.injectedSelectors, m.fencedWrites, m.lockRenames, m.relistsForced, m.unsharded,
+	m.Registry.MustRegister(m.policyDecisions, m.faultsInjected,
+		m.requests, m.injectedSelectors, m.fencedWrites, m.lockRenames, m.relistsForced, m.unsharded,
 		m.rulesLoaded, m.rulesInfo, m.validityLapses, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

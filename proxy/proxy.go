@@ -35,6 +35,7 @@ import (
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 	"github.com/ctrlmesh/ctrlmesh/proxy/internal/apistatus"
+	"github.com/ctrlmesh/ctrlmesh/proxy/policy"
 	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 	"github.com/ctrlmesh/ctrlmesh/proxy/watchstream"
 )
@@ -126,6 +127,10 @@ type Proxy struct {
 	latest     *rules.Snapshot
 	validUntil time.Time
 	lapse      *time.Timer
+
+	// policies enforces the traffic policies of the rules last put in
+	// force; replaced under mu. Withdrawn or lapsed rules keep theirs.
+	policies atomic.Pointer[policy.Engine]
 }
 
 // state is one snapshot with its selection epoch. The epoch changes only
@@ -409,6 +414,7 @@ func (p *Proxy) setRulesLocked(snap *rules.Snapshot) {
 		}
 	}
 	p.state.Store(next)
+	p.setPoliciesLocked(snap.Policies)
 	p.log.Info("rules in force", "hash", snap.Hash(), "generation", snap.Generation(), "shard", snap.Shard,
 		"ownership", ownershipText(snap), "mode", snap.Mode, "selectionChanged", changed)
 	if !changed {
@@ -616,6 +622,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil || !info.IsResourceRequest {
 		p.pass(w, r, "nonresource")
 		return
+	}
+	w, done, ok := p.checkPolicies(w, r, info)
+	if !ok {
+		return
+	}
+	if done != nil {
+		defer done()
 	}
 	st := p.state.Load()
 	if st == nil {

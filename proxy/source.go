@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"os"
 	"sync"
 	"time"
@@ -265,12 +266,20 @@ func shardRouteClient(cfg *rest.Config) (*rest.RESTClient, error) {
 type podReport struct {
 	hash    string
 	request int64
+	// breakers are the proxy's breakers that are not closed.
+	breakers []ctrlmeshv1alpha1.PodBreakerStatus
 }
+
+func (r podReport) equal(o podReport) bool {
+	return r.hash == o.hash && r.request == o.request && equality.Semantic.DeepEqual(r.breakers, o.breakers)
+}
+
+func (r podReport) empty() bool { return r.equal(podReport{}) }
 
 func reportedBy(route *ctrlmeshv1alpha1.ShardRoute, pod string) (podReport, int64) {
 	for _, p := range route.Status.Pods {
 		if p.Name == pod {
-			return podReport{hash: p.AppliedRulesHash, request: p.RenewalRequest}, p.RenewalGranted
+			return podReport{hash: p.AppliedRulesHash, request: p.RenewalRequest, breakers: p.Breakers}, p.RenewalGranted
 		}
 	}
 	return podReport{}, 0
@@ -330,6 +339,7 @@ func (s *APISource) report(ctx context.Context, c *rest.RESTClient, latest <-cha
 	var requests renewals
 	for {
 		applied, changed := s.Loader.Proxy.Applied()
+		breakers, breakersChanged := s.Loader.Proxy.Breakers()
 		if route != nil {
 			seen, granted := reportedBy(route, s.Loader.Pod)
 			if validity := time.Duration(route.Spec.ValiditySeconds) * time.Second; validity > 0 {
@@ -346,11 +356,11 @@ func (s *APISource) report(ctx context.Context, c *rest.RESTClient, latest <-cha
 			} else {
 				requests = renewals{}
 			}
-			want := podReport{request: requests.current}
+			want := podReport{request: requests.current, breakers: breakers}
 			if applied != nil {
 				want.hash = applied.Hash()
 			}
-			if want != seen && want != (podReport{}) && retry == nil {
+			if !want.equal(seen) && !want.empty() && retry == nil {
 				if err := s.apply(ctx, c, route, want); err != nil {
 					s.Loader.Log.V(1).Info("reporting to the ShardRoute's status failed; retrying", "error", err.Error(), "in", backoff)
 					retry = time.After(backoff)
@@ -367,6 +377,7 @@ func (s *APISource) report(ctx context.Context, c *rest.RESTClient, latest <-cha
 		case <-ctx.Done():
 			return
 		case <-changed:
+		case <-breakersChanged:
 		case route = <-latest:
 		case <-retry:
 			retry = nil
@@ -389,6 +400,16 @@ func (s *APISource) apply(ctx context.Context, c *rest.RESTClient, route *ctrlme
 	if report.request != 0 {
 		entry["renewalRequest"] = report.request
 	}
+	if len(report.breakers) > 0 {
+		// Its own list, replaced whole by each apply: a closed breaker's
+		// entry goes.
+		var breakers []any
+		for _, b := range report.breakers {
+			breakers = append(breakers, map[string]any{"policy": b.Policy, "name": b.Name, "state": string(b.State),
+				"lastTransitionTime": b.LastTransitionTime.UTC().Format(time.RFC3339)})
+		}
+		entry["breakers"] = breakers
+	}
 	patch, err := json.Marshal(map[string]any{
 		"apiVersion": ctrlmeshv1alpha1.GroupVersion.String(),
 		"kind":       ctrlmeshv1alpha1.ShardRouteGVK.Kind,
@@ -407,8 +428,9 @@ func setReported(route *ctrlmeshv1alpha1.ShardRoute, pod string, report podRepor
 	for i := range route.Status.Pods {
 		if route.Status.Pods[i].Name == pod {
 			route.Status.Pods[i].AppliedRulesHash, route.Status.Pods[i].RenewalRequest = report.hash, report.request
+			route.Status.Pods[i].Breakers = report.breakers
 			return
 		}
 	}
-	route.Status.Pods = append(route.Status.Pods, ctrlmeshv1alpha1.PodRouteStatus{Name: pod, AppliedRulesHash: report.hash, RenewalRequest: report.request})
+	route.Status.Pods = append(route.Status.Pods, ctrlmeshv1alpha1.PodRouteStatus{Name: pod, AppliedRulesHash: report.hash, RenewalRequest: report.request, Breakers: report.breakers})
 }

@@ -3,6 +3,7 @@ package routestatus_test
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -111,7 +112,7 @@ func TestPodsAndProxyReports(t *testing.T) {
 	got = waitFor(t, route, "op-b and ghost pruned", func(r *ctrlmeshv1alpha1.ShardRoute) bool {
 		return len(r.Status.Pods) == 3 && hashOf(r, "op-b") == "" && hashOf(r, "ghost") == ""
 	})
-	if other := got.Status.Pods[2]; other != (ctrlmeshv1alpha1.PodRouteStatus{Name: "other", AppliedRulesHash: "h2"}) {
+	if other := got.Status.Pods[2]; !reflect.DeepEqual(other, ctrlmeshv1alpha1.PodRouteStatus{Name: "other", AppliedRulesHash: "h2"}) {
 		t.Fatalf("entry of the pod the selector does not match: %+v", other)
 	}
 	for _, pod := range []string{"op-b", "ghost"} {

@@ -43,7 +43,8 @@ func podStatuses(route *ctrlmeshv1alpha1.ShardRoute, pods []corev1.Pod) (candida
 		}
 	}
 	// What others wrote into the entries is kept as read: each proxy's
-	// hash and renewal request, and the grants (see ValidityGrants).
+	// hash, renewal request and breakers, and the grants (see
+	// ValidityGrants).
 	reported := map[string]ctrlmeshv1alpha1.PodRouteStatus{}
 	for _, p := range route.Status.Pods {
 		reported[p.Name] = p
@@ -51,6 +52,7 @@ func podStatuses(route *ctrlmeshv1alpha1.ShardRoute, pods []corev1.Pod) (candida
 	keep := func(entry ctrlmeshv1alpha1.PodRouteStatus) ctrlmeshv1alpha1.PodRouteStatus {
 		r := reported[entry.Name]
 		entry.AppliedRulesHash, entry.RenewalRequest, entry.RenewalGranted = r.AppliedRulesHash, r.RenewalRequest, r.RenewalGranted
+		entry.Breakers = r.Breakers
 		return entry
 	}
 	for i := range pods {

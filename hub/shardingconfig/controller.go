@@ -107,7 +107,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named(ControllerName).
 		WithOptions(controller.Options{MaxConcurrentReconciles: Workers}).
 		For(&ctrlmeshv1alpha1.ShardingConfig{}).
-		Watches(&workv1alpha1.Work{}, handler.EnqueueRequestsFromMapFunc(r.configsOfWork))
+		Watches(&workv1alpha1.Work{}, handler.EnqueueRequestsFromMapFunc(r.configsOfWork)).
+		Watches(&ctrlmeshv1alpha1.CircuitBreaker{}, handler.EnqueueRequestsFromMapFunc(r.configsOfPolicy)).
+		Watches(&ctrlmeshv1alpha1.FaultInjection{}, handler.EnqueueRequestsFromMapFunc(r.configsOfPolicy))
 	if r.ClusterChanges != nil {
 		b = b.WatchesRawSource(source.Channel(r.ClusterChanges, handler.EnqueueRequestsFromMapFunc(r.allConfigs)))
 	}
@@ -705,7 +707,11 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 		}
 		publishTo = slices.Concat(outside, clusters)
 	}
-	built, err := r.buildRoutes(sc, publishTo, step.Table, addresses)
+	policies, err := r.boundPolicies(ctx, sc)
+	if err != nil {
+		return d, err
+	}
+	built, err := r.buildRoutes(sc, publishTo, step.Table, addresses, policies)
 	if err != nil {
 		return d, err
 	}
@@ -715,7 +721,7 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 		// exactly one generation.
 		step.Table.Generation++
 		step.Changed = true
-		if built, err = r.buildRoutes(sc, publishTo, step.Table, addresses); err != nil {
+		if built, err = r.buildRoutes(sc, publishTo, step.Table, addresses, policies); err != nil {
 			return d, err
 		}
 	}
@@ -742,14 +748,16 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 	return d, nil
 }
 
-// buildRoutes builds the ShardRoute of each cluster of a domain.
-func (r *Reconciler) buildRoutes(sc *ctrlmeshv1alpha1.ShardingConfig, clusters []string, table route.Table, addresses map[route.PodID]string) (map[string]*ctrlmeshv1alpha1.ShardRoute, error) {
+// buildRoutes builds the ShardRoute of each cluster of a domain, carrying
+// the traffic policies bound to the ShardingConfig.
+func (r *Reconciler) buildRoutes(sc *ctrlmeshv1alpha1.ShardingConfig, clusters []string, table route.Table, addresses map[route.PodID]string, policies *ctrlmeshv1alpha1.RoutePolicies) (map[string]*ctrlmeshv1alpha1.ShardRoute, error) {
 	out := make(map[string]*ctrlmeshv1alpha1.ShardRoute, len(clusters))
 	for _, name := range clusters {
 		shardRoute, err := route.Build(sc, name, table, addresses, r.RulesValidity)
 		if err != nil {
 			return nil, fmt.Errorf("building the rules of %s: %w", name, err)
 		}
+		route.SetPolicies(shardRoute, policies)
 		out[name] = shardRoute
 	}
 	return out, nil

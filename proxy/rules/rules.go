@@ -21,6 +21,7 @@ import (
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/route"
+	"github.com/ctrlmesh/ctrlmesh/proxy/policy"
 )
 
 // Mode is how the proxy narrows list and watch.
@@ -72,6 +73,8 @@ type Snapshot struct {
 	Limits []Limit
 	// LeaderElectionName is the lock to rename, "" for none.
 	LeaderElectionName string
+	// Policies are the route's traffic policies compiled for the pod.
+	Policies *policy.Set
 }
 
 // Hash is the rules hash the snapshot enforces.
@@ -164,6 +167,13 @@ func Compile(r *ctrlmeshv1alpha1.ShardRoute, pod string, mode Mode, scopes Scope
 	}
 	if r.Spec.Controller != nil {
 		snap.LeaderElectionName = r.Spec.Controller.LeaderElectionName
+	}
+	target := policy.Target{Shard: snap.Shard}
+	for _, s := range r.Spec.Shards {
+		target.Canary = target.Canary || (s.ID == snap.Shard && s.Canary)
+	}
+	if snap.Policies, err = policy.Compile(r.Spec.Policies, target); err != nil {
+		return nil, err
 	}
 	if mode == ModeLabel && snap.Serving() {
 		if _, err := snap.Ownership.LabelRequirements(); err != nil {

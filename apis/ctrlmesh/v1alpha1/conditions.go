@@ -182,3 +182,19 @@ const (
 	// proxy enforces was deleted; the proxy refuses sharded requests.
 	ReasonShardRouteDeleted = "ShardRouteDeleted"
 )
+
+// Condition type and reasons of the traffic policies (CircuitBreaker,
+// FaultInjection).
+const (
+	// ConditionEnforced is True when every proxy of the ShardingConfig, in
+	// every member it selects, enforces the policy's generation.
+	ConditionEnforced = "Enforced"
+	// ReasonPolicyEnforced: Enforced is True.
+	ReasonPolicyEnforced = "PolicyEnforced"
+	// ReasonPolicyPending: Enforced is False, some proxies do not enforce the
+	// policy's generation yet; the message names the clusters.
+	ReasonPolicyPending = "PolicyPending"
+	// ReasonShardingConfigNotFound: Enforced is False, the ShardingConfig the
+	// policy names does not exist.
+	ReasonShardingConfigNotFound = "ShardingConfigNotFound"
+)

@@ -26,6 +26,8 @@ func AddToScheme(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&ShardingConfig{}, &ShardingConfigList{},
 		&ShardRoute{}, &ShardRouteList{},
+		&CircuitBreaker{}, &CircuitBreakerList{},
+		&FaultInjection{}, &FaultInjectionList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -123,6 +123,10 @@ type ShardRouteSpec struct {
 	// +listMapKey=id
 	// +optional
 	Shards []RouteShard `json:"shards,omitempty"`
+	// Policies are the traffic policies bound to the ShardingConfig
+	// (CircuitBreakers, FaultInjections), enforced by every proxy.
+	// +optional
+	Policies *RoutePolicies `json:"policies,omitempty"`
 }
 
 // PodRouteStatus is what the agent sees of one candidate pod.
@@ -157,6 +161,11 @@ type PodRouteStatus struct {
 	// are then valid for spec.validitySeconds from when it sent it.
 	// +optional
 	RenewalGranted int64 `json:"renewalGranted,omitempty"`
+	// Breakers are the proxy's breakers that are not closed; written with
+	// appliedRulesHash by the proxy's server-side apply.
+	// +kubebuilder:validation:MaxItems=256
+	// +optional
+	Breakers []PodBreakerStatus `json:"breakers,omitempty"`
 }
 
 // ShardLeader is the holder of one shard's renamed leader-election lock.

@@ -27,7 +27,7 @@ func Write(w http.ResponseWriter, code int32, reason metav1.StatusReason, messag
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-	if code == http.StatusServiceUnavailable || code == http.StatusTooManyRequests {
+	if (code == http.StatusServiceUnavailable || code == http.StatusTooManyRequests) && w.Header().Get("Retry-After") == "" {
 		w.Header().Set("Retry-After", "1")
 	}
 	w.WriteHeader(int(code))
