@@ -392,6 +392,11 @@ func (b *bench) await(ctx context.Context, within time.Duration, what string, ch
 	deadline := time.Now().Add(within)
 	lastLog := time.Now()
 	for {
+		// A replica that exits on its own (it lost its leader Lease, say)
+		// ends the step: nothing restarts it here.
+		if leader := b.hubs[len(b.hubs)-1]; leader.exited() != nil {
+			return fmt.Errorf("%s: %w", what, leader.exited())
+		}
 		ok, progress, err := check()
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)

@@ -31,7 +31,10 @@ type hubProcess struct {
 	cmd     *exec.Cmd
 	metrics string // host:port
 	pprof   string
-	exited  chan error
+	log     string
+	// done is closed when the process exited, with err its exit.
+	done chan struct{}
+	err  error
 }
 
 // buildHub builds cmd/ctrlmesh-hub into dir.
@@ -85,10 +88,11 @@ func startHub(bin, kubeconfig, namespace, name, logPath string) (*hubProcess, er
 		logFile.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	h := &hubProcess{name: name, cmd: cmd, metrics: metrics, pprof: pprof, exited: make(chan error, 1)}
+	h := &hubProcess{name: name, cmd: cmd, metrics: metrics, pprof: pprof, log: logPath, done: make(chan struct{})}
 	go func() {
-		h.exited <- cmd.Wait()
+		h.err = cmd.Wait()
 		logFile.Close()
+		close(h.done)
 	}()
 	return h, nil
 }
@@ -96,17 +100,31 @@ func startHub(bin, kubeconfig, namespace, name, logPath string) (*hubProcess, er
 // stop ends the replica as Kubernetes does: SIGTERM (the hub releases its
 // leader Lease on the way out), SIGKILL after grace.
 func (h *hubProcess) stop(grace time.Duration) error {
-	if h.cmd.ProcessState != nil {
+	select {
+	case <-h.done:
 		return nil
+	default:
 	}
 	_ = h.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case err := <-h.exited:
-		return err
+	case <-h.done:
+		return h.err
 	case <-time.After(grace):
 		_ = h.cmd.Process.Kill()
-		<-h.exited
+		<-h.done
 		return fmt.Errorf("%s did not stop within %s; killed", h.name, grace)
+	}
+}
+
+// exited returns why the replica exited on its own, or nil while it runs.
+func (h *hubProcess) exited() error {
+	select {
+	case <-h.done:
+		data, _ := os.ReadFile(h.log)
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		return fmt.Errorf("%s exited (%v): %s", h.name, h.err, strings.Join(lines[max(len(lines)-3, 0):], " | "))
+	default:
+		return nil
 	}
 }
 

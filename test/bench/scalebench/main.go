@@ -147,6 +147,9 @@ func mainErr(ctx context.Context, args []string, out io.Writer) error {
 		}
 		results = append(results, loaded...)
 	}
+	// A saved file holds what its run loaded too: one result per scale,
+	// the last read.
+	results = dedupe(results)
 	for _, s := range c.scales {
 		opts := c.options
 		opts.fleetSize = min(opts.fleetSize, s.clusters)
@@ -176,4 +179,14 @@ func mainErr(ctx context.Context, args []string, out io.Writer) error {
 		fmt.Fprintf(out, "curves written to %s\n", c.plot)
 	}
 	return nil
+}
+
+func dedupe(results []*result) []*result {
+	var out []*result
+	for i, r := range results {
+		if !slices.ContainsFunc(results[i+1:], func(o *result) bool { return o.scale == r.scale }) {
+			out = append(out, r)
+		}
+	}
+	return out
 }

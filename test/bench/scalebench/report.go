@@ -65,6 +65,10 @@ func report(out io.Writer, results []*result, opts options) {
 		fmt.Fprintf(out, "| %s |\n", strings.Join(row, " | "))
 	}
 	for _, r := range results {
+		fmt.Fprintf(out, "%s: Ready within %s: %s; hub RSS within %d MiB: %s (the goals are for 1000 clusters x 100 configs)\n",
+			r.scale, goalReady, metOrMissed(r.readyDone && r.ready <= goalReady), goalRSS>>20, metOrMissed(r.peak <= goalRSS))
+	}
+	for _, r := range results {
 		if r.heapFile != "" {
 			fmt.Fprintf(out, "heap profile of the new leader at %s: %s\n", r.scale, r.heapFile)
 		}
@@ -137,4 +141,11 @@ func plotCurves(path string, results []*result) error {
 // writes.
 func (r *result) steadyRate() float64 {
 	return max(total(r.steady)-float64(r.steadyEvents), 0) / max(r.steadyWindow.Seconds(), 1e-3)
+}
+
+func metOrMissed(met bool) string {
+	if met {
+		return "met"
+	}
+	return "missed"
 }
