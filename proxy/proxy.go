@@ -239,7 +239,7 @@ func (p *Proxy) newReverse(cfg *rest.Config) (*httputil.ReverseProxy, error) {
 	// the operator's credentials (token files are re-read on rotation).
 	http1 := rest.CopyConfig(cfg)
 	http1.TLSClientConfig.NextProtos = []string{"http/1.1"}
-	transport, err := rest.TransportFor(http1)
+	transport, err := upstreamTransport(http1)
 	if err != nil {
 		return nil, fmt.Errorf("transport: %w", err)
 	}
