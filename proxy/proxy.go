@@ -195,8 +195,8 @@ func New(cfg Config) (*Proxy, error) {
 		scopes:      cfg.Scopes,
 		clientToken: cfg.ClientToken,
 		infos: &request.RequestInfoFactory{
-			APIPrefixes:          sets.NewString("api", "apis"),
-			GrouplessAPIPrefixes: sets.NewString("api"),
+			APIPrefixes:          sets.New[string]("api", "apis"),
+			GrouplessAPIPrefixes: sets.New[string]("api"),
 		},
 		selections:     newSelections(),
 		appliedChanged: make(chan struct{}),
