@@ -29,7 +29,7 @@ import (
 // requestInfo parses an API request the way the proxy does; it fails for
 // what is not a URL or not an API path.
 func requestInfo(method, rawURL string) (*request.RequestInfo, error) {
-	infos := &request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}
+	infos := &request.RequestInfoFactory{APIPrefixes: sets.New[string]("api", "apis"), GrouplessAPIPrefixes: sets.New[string]("api")}
 	req, err := http.NewRequest(method, rawURL, nil)
 	if err != nil {
 		return nil, err

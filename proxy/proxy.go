@@ -208,8 +208,8 @@ func New(cfg Config) (*Proxy, error) {
 		clientToken:       cfg.ClientToken,
 		clientTokenBearer: cfg.ClientTokenBearer,
 		infos: &request.RequestInfoFactory{
-			APIPrefixes:          sets.NewString("api", "apis"),
-			GrouplessAPIPrefixes: sets.NewString("api"),
+			APIPrefixes:          sets.New[string]("api", "apis"),
+			GrouplessAPIPrefixes: sets.New[string]("api"),
 		},
 		selections:     newSelections(),
 		appliedChanged: make(chan struct{}),
@@ -252,7 +252,7 @@ func (p *Proxy) newReverse(cfg *rest.Config) (*httputil.ReverseProxy, error) {
 	// the operator's credentials (token files are re-read on rotation).
 	http1 := rest.CopyConfig(cfg)
 	http1.TLSClientConfig.NextProtos = []string{"http/1.1"}
-	transport, err := rest.TransportFor(http1)
+	transport, err := upstreamTransport(http1)
 	if err != nil {
 		return nil, fmt.Errorf("transport: %w", err)
 	}

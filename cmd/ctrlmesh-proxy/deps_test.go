@@ -2,8 +2,6 @@ package main
 
 import (
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -36,7 +34,7 @@ var allowedDeps = []string{"sigs.k8s.io/controller-runtime/pkg/log", "sigs.k8s.i
 // TestNoForbiddenDeps fails when ctrlmesh-proxy links a package it must
 // not (forbiddenDeps), naming the chain of imports that brought it in.
 func TestNoForbiddenDeps(t *testing.T) {
-	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-deps", "-f", "{{.ImportPath}}: {{join .Imports \" \"}}", ".").Output()
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}: {{join .Imports \" \"}}", ".").Output()
 	if err != nil {
 		t.Fatalf("go list -deps: %v", err)
 	}

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -166,7 +165,7 @@ func mib(b float64) float64 { return b / (1 << 20) }
 func buildProxy(t *testing.T) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "ctrlmesh-proxy")
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath", "-ldflags=-s -w", "-o", out, ".")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if msg, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building ctrlmesh-proxy: %v\n%s", err, msg)

@@ -66,7 +66,7 @@ func parseBoth(t *testing.T, method, rawURL string) (*RequestInfo, *apiserver.Re
 		t.Fatal(err)
 	}
 	r := &http.Request{Method: method, URL: u}
-	ours, ourErr := (&RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}).NewRequestInfo(r)
+	ours, ourErr := (&RequestInfoFactory{APIPrefixes: sets.New[string]("api", "apis"), GrouplessAPIPrefixes: sets.New[string]("api")}).NewRequestInfo(r)
 	theirs, theirErr := (&apiserver.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}).NewRequestInfo(r)
 	if (ourErr == nil) != (theirErr == nil) {
 		t.Fatalf("%s %s: error %v, the API server's %v", method, rawURL, ourErr, theirErr)

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,7 +32,7 @@ type proxyProcess struct {
 // trimmed, stripped) into dir.
 func buildProxy(ctx context.Context, dir string) (string, error) {
 	out := filepath.Join(dir, "ctrlmesh-proxy")
-	build := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath", "-ldflags=-s -w", "-o", out,
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out,
 		"github.com/ctrlmesh/ctrlmesh/cmd/ctrlmesh-proxy")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if msg, err := build.CombinedOutput(); err != nil {
