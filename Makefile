@@ -191,7 +191,7 @@ FUZZ_TARGETS := \
 	./agent/inject:FuzzPodPatch ./proxy:FuzzFence ./proxy:FuzzCheckedBody \
 	./pkg/route:FuzzCompile ./pkg/routework:FuzzReadStatus \
 	./proxy/webhook:FuzzRouteReview ./proxy:FuzzRenameProtobufBody \
-	./proxy/redirect:FuzzParseDestination
+	./proxy/redirect:FuzzParseDestination ./proxy/internal/request:FuzzSameAsAPIServer
 FUZZTIME ?= 30s
 
 .PHONY: fuzz
