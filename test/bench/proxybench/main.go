@@ -33,7 +33,9 @@ type options struct {
 	events  int
 	writers int
 	replays int
-	timeout time.Duration
+	// policies is how many CircuitBreakers the proxy's rules carry.
+	policies int
+	timeout  time.Duration
 	// cpuProfile, when set, receives a CPU profile of the measurements
 	// (client, proxy and test harness alike: they share the process).
 	cpuProfile string
@@ -50,6 +52,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.IntVar(&o.events, "events", 5000, "ConfigMap updates the WATCH measurement generates (at most 10000: one per seeded ConfigMap)")
 	fs.IntVar(&o.writers, "writers", 8, "concurrent writers generating the WATCH events")
 	fs.IntVar(&o.replays, "replays", 5, "rounds of the WATCH replay measurement, each way")
+	fs.IntVar(&o.policies, "policies", 20, "CircuitBreakers (a rate limit, a breaker and a deny count each) and faults loaded into the proxy's rules, matching none of the benchmark's requests: the cost of checking them is in every proxied figure")
 	fs.DurationVar(&o.timeout, "timeout", 20*time.Minute, "bound on the whole run")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measurement phase (this process: clients and proxy) to this file")
 	fs.Usage = func() {
@@ -67,6 +70,8 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 		return o, fmt.Errorf("-mode must be range or label, not %q", o.mode)
 	case o.content != "protobuf" && o.content != "json":
 		return o, fmt.Errorf("-content must be protobuf or json, not %q", o.content)
+	case o.policies < 0 || o.policies > 64:
+		return o, errors.New("-policies must be between 0 and 64")
 	case o.gets < 1 || o.lists < 1 || o.replays < 1 || o.writers < 1:
 		return o, errors.New("-gets, -lists, -replays and -writers must be at least 1")
 	case o.events < 1 || o.events > totalObjects:
