@@ -190,6 +190,7 @@ FUZZ_TARGETS := \
 	./proxy/watchstream:FuzzCopyProtobuf ./agent/labeler:FuzzHandler \
 	./agent/inject:FuzzPodPatch ./proxy:FuzzFence ./proxy:FuzzCheckedBody \
 	./pkg/route:FuzzCompile ./pkg/routework:FuzzReadStatus \
+	./proxy/policy:FuzzMatch ./proxy/policy:FuzzHostOf \
 	./proxy/webhook:FuzzRouteReview ./proxy:FuzzRenameProtobufBody \
 	./proxy/redirect:FuzzParseDestination ./proxy/internal/request:FuzzSameAsAPIServer
 FUZZTIME ?= 30s
@@ -253,8 +254,9 @@ help:
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: bench-proxy
-bench-proxy: tools ## Proxy overhead vs direct against a real API server (GET, LIST 1k/10k, WATCH).
+bench-proxy: tools ## Proxy overhead vs direct against a real API server (GET, LIST 1k/10k, WATCH), 20 traffic policies loaded; the policy check per request.
 	CTRLMESH_TEST_ASSETS=$(BIN) $(GO) run ./test/bench/proxybench $(BENCH_ARGS)
+	$(GO) test -run '^$$' -bench BenchmarkCheck -benchmem ./proxy/policy
 
 .PHONY: bench-fleet
 bench-fleet: tools build ## Local fleet: operator RSS 1 vs 4 pods (20k objects), ShardingConfig edit -> enforced p50/p99 standalone and on Karmada, failover after a pod kill.

@@ -31,6 +31,7 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
+	"github.com/ctrlmesh/ctrlmesh/test/policies"
 )
 
 const (
@@ -243,7 +244,9 @@ func (b *bench) seed(ctx context.Context) error {
 // every list and watch (a whole-space shardSelector, or a label selector on
 // all 32 bucket values) without hiding anything, so both ways return the
 // same objects.
-func shardRoute() *ctrlmeshv1alpha1.ShardRoute {
+// It carries n traffic policies (policies.Sample) that match none of the
+// benchmark's requests: their check is in every proxied figure.
+func shardRoute(n int) *ctrlmeshv1alpha1.ShardRoute {
 	return &ctrlmeshv1alpha1.ShardRoute{
 		TypeMeta:   metav1.TypeMeta{APIVersion: ctrlmeshv1alpha1.ShardRouteGVK.GroupVersion().String(), Kind: ctrlmeshv1alpha1.ShardRouteGVK.Kind},
 		ObjectMeta: metav1.ObjectMeta{Namespace: "operators", Name: "proxybench"},
@@ -259,6 +262,7 @@ func shardRoute() *ctrlmeshv1alpha1.ShardRoute {
 			Shards: []ctrlmeshv1alpha1.RouteShard{
 				{ID: "0", Buckets: fmt.Sprintf("0-%d", buckets-1), Pods: []ctrlmeshv1alpha1.RoutePod{{Name: podName}}},
 			},
+			Policies: policies.Sample(n),
 		},
 	}
 }
@@ -272,7 +276,7 @@ func (b *bench) startProxy(ctx context.Context, upstreamKubeconfig string) (func
 		return nil, err
 	}
 	rulesFile := filepath.Join(dir, "rules.yaml")
-	data, err := yaml.Marshal(shardRoute())
+	data, err := yaml.Marshal(shardRoute(b.o.policies))
 	if err == nil {
 		err = os.WriteFile(rulesFile, data, 0o600)
 	}

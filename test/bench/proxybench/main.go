@@ -38,7 +38,9 @@ type options struct {
 	clients       int
 	concurrentFor time.Duration
 	rounds        int
-	timeout       time.Duration
+	// policies is how many CircuitBreakers the proxy's rules carry.
+	policies int
+	timeout  time.Duration
 	// cpuProfile, when set, receives a CPU profile of the measurements in
 	// this process: the benchmark's clients (the proxy runs in its own).
 	cpuProfile string
@@ -58,6 +60,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.IntVar(&o.clients, "clients", 64, "concurrent clients of the concurrent measurement")
 	fs.DurationVar(&o.concurrentFor, "concurrent-duration", 10*time.Second, "how long each concurrent run lasts")
 	fs.IntVar(&o.rounds, "rounds", 2, "concurrent runs each way, alternating")
+	fs.IntVar(&o.policies, "policies", 20, "CircuitBreakers (a rate limit, a breaker and a deny count each) and faults loaded into the proxy's rules, matching none of the benchmark's requests: the cost of checking them is in every proxied figure")
 	fs.DurationVar(&o.timeout, "timeout", 20*time.Minute, "bound on the whole run")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measurement phase of this process (the benchmark's clients; the proxy runs in its own process) to this file")
 	fs.Usage = func() {
@@ -75,6 +78,8 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 		return o, fmt.Errorf("-mode must be range or label, not %q", o.mode)
 	case o.content != "protobuf" && o.content != "json":
 		return o, fmt.Errorf("-content must be protobuf or json, not %q", o.content)
+	case o.policies < 0 || o.policies > 64:
+		return o, errors.New("-policies must be between 0 and 64")
 	case o.gets < 1 || o.lists < 1 || o.replays < 1 || o.writers < 1 || o.clients < 1 || o.rounds < 1:
 		return o, errors.New("-gets, -lists, -replays, -writers, -clients and -rounds must be at least 1")
 	case o.concurrentFor <= 0:

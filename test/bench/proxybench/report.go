@@ -53,6 +53,7 @@ func report(w io.Writer, o options, res *results) {
 	p("machine:  %s/%s, NumCPU=%d, GOMAXPROCS=%d, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
 	p("server:   kube-apiserver %s + etcd on this machine; they, the proxy and the clients share its CPUs", res.apiserverVersion)
 	p("mode:     %s: %s", o.mode, res.modeCheck)
+	p("policies: %d CircuitBreakers and %d faults in the proxy's rules, matching no request measured (their check's cost per request: go test -bench BenchmarkCheck ./proxy/policy)", o.policies, o.policies)
 	p("clients:  typed client-go clientset, %s, no client-side rate limit; direct = HTTPS/HTTP2 to kube-apiserver, proxy = plain HTTP/1.1 on loopback, then the proxy's HTTPS", wire)
 	p("data:     %d ConfigMaps (%d namespaces x %d, %d-byte payload, labeled), seeded in %s; the pod owns all %d buckets, so both ways return the same objects",
 		totalObjects, namespaces, perNamespace, payloadBytes, res.seedTime.Round(100*time.Millisecond), buckets)
