@@ -101,7 +101,7 @@ func TestChartsServerSideDryRun(t *testing.T) {
 		},
 	}, {
 		name: "hub without CRDs, policy or PDB", chart: hubChart, namespace: "ctrlmesh",
-		sets: []string{"crds.shardingConfig=false", "acceptPolicy.enabled=false", "replicas=1", "metrics.service.enabled=false"},
+		sets: []string{"crds.shardingConfig=false", "crds.circuitBreaker=false", "crds.faultInjection=false", "acceptPolicy.enabled=false", "replicas=1", "metrics.service.enabled=false"},
 		want: []string{"Deployment/ctrlmesh-hub", "ClusterRole/ctrlmesh-hub"},
 		notWant: []string{
 			"CustomResourceDefinition/shardingconfigs.ctrlmesh.io", "ValidatingAdmissionPolicy/ctrlmesh-managedcluster-accept",
@@ -852,7 +852,7 @@ func TestHubNotes(t *testing.T) {
 	} {
 		t.Run(target, func(t *testing.T) {
 			cmd := exec.Command(helmBin, "install", "ctrlmesh-hub", hubChart, "--dry-run=client", "--namespace", "ctrlmesh",
-				"--kubeconfig", apiserver.KubeconfigPath, "--set", "target="+target, "--set", "members[0].name=notes1", "--set", "crds.shardingConfig=false")
+				"--kubeconfig", apiserver.KubeconfigPath, "--set", "target="+target, "--set", "members[0].name=notes1", "--set", "crds.shardingConfig=false", "--set", "crds.circuitBreaker=false", "--set", "crds.faultInjection=false")
 			cmd.Env = helmEnv(t)
 			out, err := cmd.CombinedOutput()
 			if err != nil {
