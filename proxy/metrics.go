@@ -18,6 +18,8 @@ type Metrics struct {
 	rulesLoaded       *prometheus.CounterVec
 	rulesInfo         *prometheus.GaugeVec
 	validityLapses    prometheus.Counter
+	isolated          prometheus.Counter
+	insideNamespaces  prometheus.Gauge
 }
 
 // Request outcomes, the "outcome" label of ctrlmesh_proxy_requests_total.
@@ -70,8 +72,16 @@ func NewMetrics() *Metrics {
 			Name: "ctrlmesh_proxy_validity_lapses_total",
 			Help: "Times the rules' validity (Fleet scope) ran out without a renewal, so the proxy stopped serving its shard.",
 		}),
+		isolated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ctrlmesh_proxy_isolation_refusals_total",
+			Help: "Requests refused because their namespace is outside the operator's namespace isolation (or its labels are not confirmed).",
+		}),
+		insideNamespaces: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ctrlmesh_proxy_isolation_namespaces",
+			Help: "Namespaces confirmed inside the operator's namespace isolation (0 while their labels cannot be confirmed).",
+		}),
 	}
 	m.Registry.MustRegister(m.requests, m.injectedSelectors, m.fencedWrites, m.lockRenames, m.relistsForced, m.unsharded,
-		m.rulesLoaded, m.rulesInfo, m.validityLapses, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.rulesLoaded, m.rulesInfo, m.validityLapses, m.isolated, m.insideNamespaces, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -67,6 +67,7 @@ func Build(config *ctrlmeshv1alpha1.ShardingConfig, cluster string, table Table,
 			Controller:        spec.Controller.DeepCopy(),
 			Webhook:           spec.Webhook.DeepCopy(),
 			Limits:            spec.Limits.DeepCopy(),
+			Isolation:         spec.Isolation.DeepCopy(),
 		},
 	}
 	if spec.Canary != nil {

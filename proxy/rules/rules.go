@@ -21,6 +21,7 @@ import (
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/route"
+	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 )
 
 // Mode is how the proxy narrows list and watch.
@@ -72,6 +73,14 @@ type Snapshot struct {
 	Limits []Limit
 	// LeaderElectionName is the lock to rename, "" for none.
 	LeaderElectionName string
+	// Isolation is the route's namespace isolation, nil for none. The
+	// proxy puts the snapshot in force Isolated over the namespaces it
+	// confirmed inside; inside holds them, sorted.
+	Isolation *Isolation
+	inside    []string
+	// base is the shard's ownership before isolation, once isolated.
+	base     sharding.Ownership
+	isolated bool
 }
 
 // Hash is the rules hash the snapshot enforces.
@@ -114,7 +123,12 @@ func (s *Snapshot) SameSelectionOf(other *Snapshot, gr schema.GroupResource) boo
 	if aSharded != bSharded {
 		return false
 	}
-	return !aSharded || a.Requirements.String() == b.Requirements.String()
+	if !aSharded {
+		// Under isolation the proxy tracks unsharded namespaced reads too:
+		// they follow the namespaces inside.
+		return s.sameIsolation(other)
+	}
+	return a.Requirements.String() == b.Requirements.String()
 }
 
 // SameSelection reports whether both snapshots select the same objects for
@@ -124,7 +138,7 @@ func (s *Snapshot) SameSelection(other *Snapshot) bool {
 	if s == nil || other == nil {
 		return s == other
 	}
-	if !s.sameShard(other) || len(s.Limits) != len(other.Limits) {
+	if !s.sameShard(other) || !s.sameIsolation(other) || len(s.Limits) != len(other.Limits) {
 		return false
 	}
 	for i := range s.Limits {
@@ -164,6 +178,9 @@ func Compile(r *ctrlmeshv1alpha1.ShardRoute, pod string, mode Mode, scopes Scope
 	}
 	if r.Spec.Controller != nil {
 		snap.LeaderElectionName = r.Spec.Controller.LeaderElectionName
+	}
+	if snap.Isolation, err = CompileIsolation(r.Spec.Isolation); err != nil {
+		return nil, err
 	}
 	if mode == ModeLabel && snap.Serving() {
 		if _, err := snap.Ownership.LabelRequirements(); err != nil {

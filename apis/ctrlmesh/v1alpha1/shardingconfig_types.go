@@ -136,6 +136,11 @@ type ShardingConfigSpec struct {
 	// Canary sends chosen buckets or namespaces to canary pods.
 	// +optional
 	Canary *CanarySpec `json:"canary,omitempty"`
+	// Isolation limits every pod of the operator to the namespaces it
+	// selects, whatever its shard: reads, watches and writes elsewhere are
+	// refused or narrowed away by its proxy.
+	// +optional
+	Isolation *NamespaceIsolation `json:"isolation,omitempty"`
 }
 
 // ShardState is where a shard is in its life.

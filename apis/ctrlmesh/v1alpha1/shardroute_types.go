@@ -113,6 +113,10 @@ type ShardRouteSpec struct {
 	Webhook *WebhookConfig `json:"webhook,omitempty"`
 	// Limits are the sharded resources.
 	Limits Limits `json:"limits"`
+	// Isolation is the ShardingConfig's namespace isolation, enforced by
+	// every proxy on top of its shard.
+	// +optional
+	Isolation *NamespaceIsolation `json:"isolation,omitempty"`
 	// Shards and the pods that serve them.
 	// +kubebuilder:validation:MaxItems=4096
 	// +listType=map
