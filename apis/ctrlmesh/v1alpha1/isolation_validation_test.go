@@ -3,9 +3,11 @@ package v1alpha1_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 )
@@ -41,5 +43,25 @@ func TestIsolationValidation(t *testing.T) {
 			err := cluster.Client.Create(ctx, sc)
 			checkVerdict(t, err, tt.want)
 		})
+	}
+}
+
+// TestIsolationScenarioIsValid: the worked example in scenarios/isolation
+// is accepted by the API server as written.
+func TestIsolationScenarioIsValid(t *testing.T) {
+	data, err := os.ReadFile("../../../scenarios/isolation/shardingconfig.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := &ctrlmeshv1alpha1.ShardingConfig{}
+	if err := yaml.UnmarshalStrict(data, sc); err != nil {
+		t.Fatal(err)
+	}
+	sc.Namespace = "default"
+	if err := cluster.Client.Create(context.Background(), sc); err != nil {
+		t.Fatalf("the scenario's ShardingConfig is refused: %v", err)
+	}
+	if sc.Spec.Isolation == nil || sc.Spec.Isolation.NamespaceRegex == "" || sc.Spec.Isolation.NamespaceSelector == nil {
+		t.Fatalf("the scenario lost its isolation: %+v", sc.Spec.Isolation)
 	}
 }
