@@ -24,7 +24,8 @@ import (
 )
 
 // isoNamespaces creates namespaces iso-<tenant>-<i> labeled tenant=<tenant>,
-// each with a ConfigMap (sharded, labeled as the labeler would) and a
+// each with a ConfigMap (sharded, labeled as the labeler would, and
+// app=iso, the limit's selector of isolatedRoute) and a
 // Secret (not sharded), and returns their names.
 func isoNamespaces(t *testing.T, ctx context.Context, cs kubernetes.Interface, tenant string, n int) []string {
 	t.Helper()
@@ -38,7 +39,9 @@ func isoNamespaces(t *testing.T, ctx context.Context, cs kubernetes.Interface, t
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm", Namespace: ns, Labels: map[string]string{
 			ctrlmeshv1alpha1.ShardingHashLabel: sharding.LabelValue(scheme32.Bucket(ns)),
 			ctrlmeshv1alpha1.NamespaceLabel:    ns,
-			"app":                              "demo",
+			// Not the other tests' app=demo: they count every ConfigMap
+			// their proxies let through.
+			"app": "iso",
 		}}}
 		if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
@@ -56,6 +59,7 @@ func isoNamespaces(t *testing.T, ctx context.Context, cs kubernetes.Interface, t
 func isolatedRoute(hash string) *ctrlmeshv1alpha1.ShardRoute {
 	r := route(hash, 1, "0-31", "")
 	r.Spec.Shards = r.Spec.Shards[:1]
+	r.Spec.Limits[0].Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "iso"}}
 	r.Spec.Isolation = &ctrlmeshv1alpha1.NamespaceIsolation{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "a"}}}
 	return r
 }
