@@ -193,6 +193,11 @@ func checkRules(route *ctrlmeshv1alpha1.ShardRoute, mode rules.Mode, scopes rule
 	if _, err := metav1.LabelSelectorAsSelector(route.Spec.CanarySelector); err != nil {
 		return fmt.Errorf("spec.canarySelector: %w", err)
 	}
+	for i := range route.Spec.Subsets {
+		if _, err := metav1.LabelSelectorAsSelector(&route.Spec.Subsets[i].Selector); err != nil {
+			return fmt.Errorf("spec.subsets[%s].selector: %w", route.Spec.Subsets[i].Name, err)
+		}
+	}
 	if _, err := rules.Compile(route, "", mode, scopes); err != nil {
 		return err
 	}

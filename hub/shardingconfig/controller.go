@@ -471,6 +471,11 @@ func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingCon
 		out.invalid = err
 		return out, nil
 	}
+	subsets, err := subsetRules(sc, space)
+	if err != nil {
+		out.invalid = err
+		return out, nil
+	}
 	// In PerCluster scope an unusable cluster keeps its last rules: its
 	// agent cannot take new ones. Its shards are still reported.
 	if sc.Spec.Scope != ctrlmeshv1alpha1.ScopeFleet {
@@ -488,7 +493,7 @@ func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingCon
 		}
 	}
 	for _, domain := range domains(sc, out.members) {
-		d, err := r.placeDomain(ctx, sc, space, canary, domain, all, excluded)
+		d, err := r.placeDomain(ctx, sc, space, canary, subsets, domain, all, excluded)
 		if err != nil {
 			var invalid *invalidError
 			if errors.As(err, &invalid) {
@@ -565,7 +570,7 @@ func reportOf(work *workv1alpha1.Work) (*state.Report, error) {
 		Pods:         make([]state.Pod, 0, len(status.Route.Pods)),
 	}
 	for _, p := range status.Route.Pods {
-		out.Pods = append(out.Pods, state.Pod{Name: p.Name, Address: p.Address, Ready: p.Ready, Canary: p.Canary, AppliedRulesHash: p.AppliedRulesHash})
+		out.Pods = append(out.Pods, state.Pod{Name: p.Name, Address: p.Address, Ready: p.Ready, Canary: p.Canary, Subset: p.Subset, AppliedRulesHash: p.AppliedRulesHash})
 	}
 	for _, l := range status.Route.Leaders {
 		out.Leaders = append(out.Leaders, state.Leader{Shard: l.Shard, Pod: l.Pod})
@@ -625,7 +630,7 @@ func domains(sc *ctrlmeshv1alpha1.ShardingConfig, members map[string]*member) []
 // placeDomain computes and publishes the next rules of one domain. The
 // excluded pods (shared with an older ShardingConfig) count as not ready:
 // given no buckets, and handing over what they hold as any pod does.
-func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, space sharding.Space, canary *placement.CanaryStep, clusters []string, members map[string]*member, excluded map[route.PodID]bool) (domainOutcome, error) {
+func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, space sharding.Space, canary *placement.CanaryStep, subsets []placement.Subset, clusters []string, members map[string]*member, excluded map[route.PodID]bool) (domainOutcome, error) {
 	d := domainOutcome{clusters: clusters}
 	routes := map[string]*ctrlmeshv1alpha1.ShardRoute{}
 	// In Fleet scope the rules also live in the members that left the
@@ -658,7 +663,7 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 	}
 	desired, err := placement.Compute(placement.Input{
 		Space: space, Shards: int(ptrValue(sc.Spec.Sharding.Shards)), PodsPerShard: int(max(sc.Spec.Sharding.PodsPerShard, 1)),
-		Pods: d.pods, Canary: canary, Previous: placement.FromTable(space, published),
+		Pods: d.pods, Canary: canary, Subsets: subsets, Previous: placement.FromTable(space, published),
 	})
 	if err != nil {
 		return d, &invalidError{err}
@@ -849,7 +854,7 @@ func acks(published route.Table, reporting []string, members map[string]*member)
 func candidates(cluster string, pods []state.Pod) []placement.Pod {
 	var out []placement.Pod
 	for _, p := range pods {
-		out = append(out, placement.Pod{PodID: route.PodID{Cluster: cluster, Name: p.Name}, Ready: p.Ready && p.AppliedRulesHash != "", Canary: p.Canary})
+		out = append(out, placement.Pod{PodID: route.PodID{Cluster: cluster, Name: p.Name}, Ready: p.Ready && p.AppliedRulesHash != "", Canary: p.Canary, Subset: p.Subset})
 	}
 	return out
 }
@@ -887,6 +892,19 @@ func canaryStep(sc *ctrlmeshv1alpha1.ShardingConfig, space sharding.Space, step 
 		return nil, fmt.Errorf("canary step %d buckets: %w", i, err)
 	}
 	return &placement.CanaryStep{Buckets: buckets, Namespaces: slices.Clone(s.Namespaces)}, nil
+}
+
+// subsetRules are the subsets' rules, in the order of the spec.
+func subsetRules(sc *ctrlmeshv1alpha1.ShardingConfig, space sharding.Space) ([]placement.Subset, error) {
+	var out []placement.Subset
+	for _, s := range sc.Spec.Subsets {
+		buckets, err := space.ParseSet(s.Buckets)
+		if err != nil {
+			return nil, fmt.Errorf("subset %q buckets: %w", s.Name, err)
+		}
+		out = append(out, placement.Subset{Name: s.Name, Buckets: buckets, Namespaces: slices.Clone(s.Namespaces)})
+	}
+	return out, nil
 }
 
 func ptrValue(p *int32) int32 {

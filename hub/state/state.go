@@ -184,6 +184,8 @@ type Pod struct {
 	Address string
 	Ready   bool
 	Canary  bool
+	// Subset is the subset the pod's labels put it in, "" for none.
+	Subset string
 	// AppliedRulesHash is the hash of the rules the pod's proxy has applied:
 	// its acknowledgement, through Published.GenerationOf. Empty when it has
 	// applied none.

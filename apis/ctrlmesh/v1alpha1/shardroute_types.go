@@ -57,6 +57,10 @@ type RouteShard struct {
 	// Canary is true for the canary shard.
 	// +optional
 	Canary bool `json:"canary,omitempty"`
+	// Subset is the name of the subset whose pods serve the shard, if any.
+	// +kubebuilder:validation:MaxLength=40
+	// +optional
+	Subset string `json:"subset,omitempty"`
 	// Pods of the shard in this cluster. A shard with no pods here runs in
 	// another cluster (Fleet scope) and is listed for its namespaces.
 	// +kubebuilder:validation:MaxItems=16
@@ -105,6 +109,14 @@ type ShardRouteSpec struct {
 	// that the hub gives them only what the canary step names.
 	// +optional
 	CanarySelector *metav1.LabelSelector `json:"canarySelector,omitempty"`
+	// Subsets name the groups of the selected pods that serve subsets (the
+	// ShardingConfig's subsets, without their rules); the agent reports
+	// each pod's subset, so that the hub gives it what its subset names.
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Subsets []RouteSubset `json:"subsets,omitempty"`
 	// Controller configures the operator's leader election.
 	// +optional
 	Controller *ControllerConfig `json:"controller,omitempty"`
@@ -139,6 +151,10 @@ type PodRouteStatus struct {
 	// Canary is true when the pod matches the canary selector.
 	// +optional
 	Canary bool `json:"canary,omitempty"`
+	// Subset is the first subset whose selector matches the pod, unless
+	// it is a canary pod.
+	// +optional
+	Subset string `json:"subset,omitempty"`
 	// Shard the pod serves under the current rules, if any.
 	// +optional
 	Shard string `json:"shard,omitempty"`

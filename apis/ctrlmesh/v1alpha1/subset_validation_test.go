@@ -1,0 +1,74 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+)
+
+// TestSubsetValidation runs the subsets' rules against the real API server.
+func TestSubsetValidation(t *testing.T) {
+	ctx := context.Background()
+	v2 := func() ctrlmeshv1alpha1.Subset {
+		return ctrlmeshv1alpha1.Subset{Name: "v2", Selector: metav1.LabelSelector{MatchLabels: map[string]string{"version": "v2"}}, Buckets: "0-3", Namespaces: []string{"team-a"}}
+	}
+	tests := []struct {
+		name    string
+		subsets func() []ctrlmeshv1alpha1.Subset
+		// want is a part of the API server's message; "" means accepted.
+		want string
+	}{
+		{name: "one subset", subsets: func() []ctrlmeshv1alpha1.Subset { return []ctrlmeshv1alpha1.Subset{v2()} }},
+		{name: "two subsets", subsets: func() []ctrlmeshv1alpha1.Subset {
+			blue := ctrlmeshv1alpha1.Subset{Name: "blue", Selector: metav1.LabelSelector{MatchLabels: map[string]string{"track": "blue"}}, Namespaces: []string{"team-b"}}
+			return []ctrlmeshv1alpha1.Subset{v2(), blue}
+		}},
+		{name: "no rules", subsets: func() []ctrlmeshv1alpha1.Subset {
+			s := v2()
+			s.Buckets, s.Namespaces = "", nil
+			return []ctrlmeshv1alpha1.Subset{s}
+		}, want: "a subset must name buckets or namespaces for its pods to serve"},
+		{name: "empty selector", subsets: func() []ctrlmeshv1alpha1.Subset {
+			s := v2()
+			s.Selector = metav1.LabelSelector{}
+			return []ctrlmeshv1alpha1.Subset{s}
+		}, want: "a subset's selector must not be empty"},
+		{name: "named canary", subsets: func() []ctrlmeshv1alpha1.Subset {
+			s := v2()
+			s.Name = "canary"
+			return []ctrlmeshv1alpha1.Subset{s}
+		}, want: `subset name "canary" is the canary's`},
+		{name: "numeric name", subsets: func() []ctrlmeshv1alpha1.Subset {
+			s := v2()
+			s.Name = "2"
+			return []ctrlmeshv1alpha1.Subset{s}
+		}, want: `spec.subsets[0].name: Invalid value: "2"`},
+		{name: "bucket out of range", subsets: func() []ctrlmeshv1alpha1.Subset {
+			s := v2()
+			s.Buckets = "30-32"
+			return []ctrlmeshv1alpha1.Subset{s}
+		}, want: "subset buckets must be below sharding.buckets"},
+		{name: "range backwards", subsets: func() []ctrlmeshv1alpha1.Subset {
+			s := v2()
+			s.Buckets = "7-3"
+			return []ctrlmeshv1alpha1.Subset{s}
+		}, want: "subset buckets: a range must run from low to high"},
+		{name: "namespace in two subsets", subsets: func() []ctrlmeshv1alpha1.Subset {
+			blue := ctrlmeshv1alpha1.Subset{Name: "blue", Selector: metav1.LabelSelector{MatchLabels: map[string]string{"track": "blue"}}, Namespaces: []string{"team-b", "team-a"}}
+			return []ctrlmeshv1alpha1.Subset{v2(), blue}
+		}, want: "a namespace may be named by only one subset"},
+		{name: "name twice", subsets: func() []ctrlmeshv1alpha1.Subset { return []ctrlmeshv1alpha1.Subset{v2(), v2()} },
+			want: `spec.subsets[1]: Duplicate value`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sc := validShardingConfig("")
+			sc.GenerateName = "subsets-"
+			sc.Spec.Subsets = tt.subsets()
+			checkVerdict(t, cluster.Client.Create(ctx, sc), tt.want)
+		})
+	}
+}
