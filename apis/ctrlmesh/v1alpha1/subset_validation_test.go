@@ -2,9 +2,11 @@ package v1alpha1_test
 
 import (
 	"context"
+	"os"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 )
@@ -70,5 +72,25 @@ func TestSubsetValidation(t *testing.T) {
 			sc.Spec.Subsets = tt.subsets()
 			checkVerdict(t, cluster.Client.Create(ctx, sc), tt.want)
 		})
+	}
+}
+
+// TestSubsetScenarioIsValid: the worked example in scenarios/subsets is
+// accepted by the API server as written.
+func TestSubsetScenarioIsValid(t *testing.T) {
+	data, err := os.ReadFile("../../../scenarios/subsets/shardingconfig.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := &ctrlmeshv1alpha1.ShardingConfig{}
+	if err := yaml.UnmarshalStrict(data, sc); err != nil {
+		t.Fatal(err)
+	}
+	sc.Namespace, sc.Name = "default", "subsets-scenario"
+	if err := cluster.Client.Create(context.Background(), sc); err != nil {
+		t.Fatalf("the scenario's ShardingConfig is refused: %v", err)
+	}
+	if len(sc.Spec.Subsets) != 2 {
+		t.Fatalf("the scenario has %d subsets, want 2", len(sc.Spec.Subsets))
 	}
 }
