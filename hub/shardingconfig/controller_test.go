@@ -2,6 +2,8 @@ package shardingconfig
 
 import (
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -393,5 +395,30 @@ func TestAcksOfOutlivedRules(t *testing.T) {
 				t.Errorf("granted %t, want %t: step %+v", granted, tc.wantGrant, step)
 			}
 		})
+	}
+}
+
+// TestSubsetRules: the subsets' rules, in the spec's order, their bucket
+// strings parsed in the config's space; a bad string is named by subset.
+func TestSubsetRules(t *testing.T) {
+	sc := &ctrlmeshv1alpha1.ShardingConfig{Spec: ctrlmeshv1alpha1.ShardingConfigSpec{Subsets: []ctrlmeshv1alpha1.Subset{
+		{Name: "v2", Buckets: "0-3", Namespaces: []string{"team-a"}},
+		{Name: "blue", Namespaces: []string{"team-b"}},
+	}}}
+	got, err := subsetRules(sc, scheme32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Name != "v2" || got[0].Buckets.String() != "0-3" || !slices.Equal(got[0].Namespaces, []string{"team-a"}) ||
+		got[1].Name != "blue" || !got[1].Buckets.IsEmpty() || got[1].Buckets.Space() != scheme32 {
+		t.Fatalf("subset rules %+v", got)
+	}
+	sc.Spec.Subsets[0].Namespaces[0] = "changed"
+	if got[0].Namespaces[0] == "changed" {
+		t.Error("the rules share the spec's namespaces")
+	}
+	sc.Spec.Subsets[1].Buckets = "40"
+	if _, err := subsetRules(sc, scheme32); err == nil || !strings.HasPrefix(err.Error(), `subset "blue" buckets: `) {
+		t.Errorf("bucket 40 of 32: %v, want an error naming subset blue", err)
 	}
 }
