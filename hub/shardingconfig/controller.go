@@ -575,6 +575,12 @@ func reportOf(work *workv1alpha1.Work) (*state.Report, error) {
 	for _, l := range status.Route.Leaders {
 		out.Leaders = append(out.Leaders, state.Leader{Shard: l.Shard, Pod: l.Pod})
 	}
+	for _, s := range status.Route.Subsets {
+		if out.SubsetNamespaces == nil {
+			out.SubsetNamespaces = map[string][]string{}
+		}
+		out.SubsetNamespaces[s.Name] = slices.Clone(s.Namespaces)
+	}
 	return out, nil
 }
 
@@ -659,6 +665,17 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 	for i := range d.pods {
 		if excluded[d.pods[i].PodID] {
 			d.pods[i].Ready = false
+		}
+	}
+	if sc.Spec.Scope != ctrlmeshv1alpha1.ScopeFleet && len(clusters) == 1 {
+		// PerCluster scope: the subsets' namespace rules as the member's
+		// agent resolved them (Fleet scope has none).
+		var reported map[string][]string
+		if rep := members[clusters[0]].report; rep != nil {
+			reported = rep.SubsetNamespaces
+		}
+		if subsets, err = resolvedSubsets(subsets, canary, reported); err != nil {
+			return d, &invalidError{fmt.Errorf("cluster %s: %w", clusters[0], err)}
 		}
 	}
 	desired, err := placement.Compute(placement.Input{
@@ -892,6 +909,48 @@ func canaryStep(sc *ctrlmeshv1alpha1.ShardingConfig, space sharding.Space, step 
 		return nil, fmt.Errorf("canary step %d buckets: %w", i, err)
 	}
 	return &placement.CanaryStep{Buckets: buckets, Namespaces: slices.Clone(s.Namespaces)}, nil
+}
+
+// maxShardNamespaces is the most namespaces a route shard may serve
+// exactly (RouteShard.namespaces).
+const maxShardNamespaces = 64
+
+// resolvedSubsets adds to each subset the namespaces its namespace rules
+// matched in the member (reported, by subset), except those another
+// subset or the canary step names by name, or an earlier subset matched:
+// labels are the member's data, not the spec's, so an overlap there is
+// settled by order rather than refused.
+func resolvedSubsets(subsets []placement.Subset, canary *placement.CanaryStep, reported map[string][]string) ([]placement.Subset, error) {
+	if len(reported) == 0 {
+		return subsets, nil
+	}
+	claimed := map[string]bool{}
+	for _, s := range subsets {
+		for _, ns := range s.Namespaces {
+			claimed[ns] = true
+		}
+	}
+	if canary != nil {
+		for _, ns := range canary.Namespaces {
+			claimed[ns] = true
+		}
+	}
+	out := make([]placement.Subset, len(subsets))
+	for i, s := range subsets {
+		s.Namespaces = slices.Clone(s.Namespaces)
+		for _, ns := range reported[s.Name] {
+			if !claimed[ns] {
+				claimed[ns] = true
+				s.Namespaces = append(s.Namespaces, ns)
+			}
+		}
+		if len(s.Namespaces) > maxShardNamespaces {
+			return nil, fmt.Errorf("subset %q would serve %d namespaces, at most %d: narrow its namespaceSelector or namespaceRegex, or give it buckets instead",
+				s.Name, len(s.Namespaces), maxShardNamespaces)
+		}
+		out[i] = s
+	}
+	return out, nil
 }
 
 // subsetRules are the subsets' rules, in the order of the spec.

@@ -3,6 +3,7 @@ package shardingconfig
 import (
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -420,5 +421,38 @@ func TestSubsetRules(t *testing.T) {
 	sc.Spec.Subsets[1].Buckets = "40"
 	if _, err := subsetRules(sc, scheme32); err == nil || !strings.HasPrefix(err.Error(), `subset "blue" buckets: `) {
 		t.Errorf("bucket 40 of 32: %v, want an error naming subset blue", err)
+	}
+}
+
+// TestResolvedSubsets: the namespaces a member's agent found for each
+// subset's namespace rules are added to it, except those named by name
+// elsewhere or found for an earlier subset; more than a shard can serve is
+// an invalid spec naming the subset.
+func TestResolvedSubsets(t *testing.T) {
+	none, _ := scheme32.NewSet()
+	subsets := []placement.Subset{
+		{Name: "v2", Buckets: none, Namespaces: []string{"team-a"}},
+		{Name: "blue", Buckets: none},
+	}
+	canary := &placement.CanaryStep{Buckets: none, Namespaces: []string{"team-c"}}
+	got, err := resolvedSubsets(subsets, canary, map[string][]string{
+		"v2":   {"canary-1", "team-c"},
+		"blue": {"canary-1", "canary-2", "team-a"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got[0].Namespaces, []string{"team-a", "canary-1"}) || !slices.Equal(got[1].Namespaces, []string{"canary-2"}) {
+		t.Fatalf("resolved %+v", got)
+	}
+	if !slices.Equal(subsets[0].Namespaces, []string{"team-a"}) {
+		t.Error("the spec's subsets were changed")
+	}
+	var many []string
+	for i := range maxShardNamespaces + 1 {
+		many = append(many, "ns-"+strconv.Itoa(i))
+	}
+	if _, err := resolvedSubsets(subsets, nil, map[string][]string{"blue": many}); err == nil || !strings.Contains(err.Error(), `subset "blue" would serve 65 namespaces, at most 64`) {
+		t.Errorf("65 namespaces: %v", err)
 	}
 }

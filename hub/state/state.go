@@ -175,6 +175,9 @@ type Report struct {
 	Pods []Pod
 	// Leaders hold the shards' leader-election locks, sorted by shard.
 	Leaders []Leader
+	// SubsetNamespaces are, per subset with namespace rules, the member's
+	// namespaces they match.
+	SubsetNamespaces map[string][]string
 }
 
 // Pod is a candidate operator pod, as the member's agent reports it.

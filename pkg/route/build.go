@@ -74,7 +74,8 @@ func Build(config *ctrlmeshv1alpha1.ShardingConfig, cluster string, table Table,
 		route.Spec.CanarySelector = spec.Canary.Selector.DeepCopy()
 	}
 	for _, s := range spec.Subsets {
-		route.Spec.Subsets = append(route.Spec.Subsets, ctrlmeshv1alpha1.RouteSubset{Name: s.Name, Selector: *s.Selector.DeepCopy()})
+		route.Spec.Subsets = append(route.Spec.Subsets, ctrlmeshv1alpha1.RouteSubset{Name: s.Name, Selector: *s.Selector.DeepCopy(),
+			NamespaceSelector: s.NamespaceSelector.DeepCopy(), NamespaceRegex: s.NamespaceRegex})
 	}
 	if spec.Scope == ctrlmeshv1alpha1.ScopeFleet {
 		route.Spec.ValiditySeconds = int32(validity / time.Second)

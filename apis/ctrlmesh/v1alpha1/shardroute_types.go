@@ -202,6 +202,12 @@ type ShardRouteStatus struct {
 	// +listType=map
 	// +listMapKey=shard
 	Leaders []ShardLeader `json:"leaders,omitempty"`
+	// Subsets lists, per subset with namespace rules, the member's
+	// namespaces they match.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Subsets []RouteSubsetStatus `json:"subsets,omitempty"`
 	// Conditions: RulesApplied, ProxiesReady.
 	// +optional
 	// +listType=map

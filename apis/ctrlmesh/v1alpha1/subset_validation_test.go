@@ -28,11 +28,23 @@ func TestSubsetValidation(t *testing.T) {
 			blue := ctrlmeshv1alpha1.Subset{Name: "blue", Selector: metav1.LabelSelector{MatchLabels: map[string]string{"track": "blue"}}, Namespaces: []string{"team-b"}}
 			return []ctrlmeshv1alpha1.Subset{v2(), blue}
 		}},
+		{name: "namespace rules only", subsets: func() []ctrlmeshv1alpha1.Subset {
+			s := v2()
+			s.Buckets, s.Namespaces = "", nil
+			s.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"stage": "canary"}}
+			s.NamespaceRegex = "^canary-"
+			return []ctrlmeshv1alpha1.Subset{s}
+		}},
+		{name: "invalid namespace regex", subsets: func() []ctrlmeshv1alpha1.Subset {
+			s := v2()
+			s.NamespaceRegex = "^canary-("
+			return []ctrlmeshv1alpha1.Subset{s}
+		}, want: "namespaceRegex must be a valid RE2 regular expression"},
 		{name: "no rules", subsets: func() []ctrlmeshv1alpha1.Subset {
 			s := v2()
 			s.Buckets, s.Namespaces = "", nil
 			return []ctrlmeshv1alpha1.Subset{s}
-		}, want: "a subset must name buckets or namespaces for its pods to serve"},
+		}, want: "a subset must name buckets, namespaces, a namespaceSelector or a namespaceRegex for its pods to serve"},
 		{name: "empty selector", subsets: func() []ctrlmeshv1alpha1.Subset {
 			s := v2()
 			s.Selector = metav1.LabelSelector{}
@@ -65,10 +77,22 @@ func TestSubsetValidation(t *testing.T) {
 		{name: "name twice", subsets: func() []ctrlmeshv1alpha1.Subset { return []ctrlmeshv1alpha1.Subset{v2(), v2()} },
 			want: `spec.subsets[1]: Duplicate value`},
 	}
+	tests = append(tests, struct {
+		name    string
+		subsets func() []ctrlmeshv1alpha1.Subset
+		want    string
+	}{name: "namespace rules in Fleet scope", subsets: func() []ctrlmeshv1alpha1.Subset {
+		s := v2()
+		s.NamespaceRegex = "^canary-"
+		return []ctrlmeshv1alpha1.Subset{s}
+	}, want: "in Fleet scope a subset names its namespaces by name"})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			sc := validShardingConfig("")
 			sc.GenerateName = "subsets-"
+			if tt.name == "namespace rules in Fleet scope" {
+				sc.Spec.Scope = ctrlmeshv1alpha1.ScopeFleet
+			}
 			sc.Spec.Subsets = tt.subsets()
 			checkVerdict(t, cluster.Client.Create(ctx, sc), tt.want)
 		})
