@@ -114,7 +114,7 @@ func TestSubsetScenarioIsValid(t *testing.T) {
 	if err := cluster.Client.Create(context.Background(), sc); err != nil {
 		t.Fatalf("the scenario's ShardingConfig is refused: %v", err)
 	}
-	if len(sc.Spec.Subsets) != 2 {
-		t.Fatalf("the scenario has %d subsets, want 2", len(sc.Spec.Subsets))
+	if len(sc.Spec.Subsets) != 3 {
+		t.Fatalf("the scenario has %d subsets, want 3", len(sc.Spec.Subsets))
 	}
 }
