@@ -45,7 +45,7 @@ func TestSubsetNamespaces(t *testing.T) {
 	if err := admin.Update(ctx, &moved); err != nil {
 		t.Fatal(err)
 	}
-	got := waitFor(t, route, "a namespace relabelled in", func(r *ctrlmeshv1alpha1.ShardRoute) bool {
+	waitFor(t, route, "a namespace relabelled in", func(r *ctrlmeshv1alpha1.ShardRoute) bool {
 		return len(r.Status.Subsets) == 1 && slices.Equal(r.Status.Subsets[0].Namespaces, []string{"sub-a", "sub-b", "sub-d"})
 	})
 	if err := admin.Get(ctx, client.ObjectKey{Name: "sub-a"}, &moved); err != nil {
@@ -55,7 +55,7 @@ func TestSubsetNamespaces(t *testing.T) {
 	if err := admin.Update(ctx, &moved); err != nil {
 		t.Fatal(err)
 	}
-	got = waitFor(t, route, "a namespace relabelled out", func(r *ctrlmeshv1alpha1.ShardRoute) bool {
+	got := waitFor(t, route, "a namespace relabelled out", func(r *ctrlmeshv1alpha1.ShardRoute) bool {
 		return len(r.Status.Subsets) == 1 && slices.Equal(r.Status.Subsets[0].Namespaces, []string{"sub-b", "sub-d"})
 	})
 	t.Logf("reported %s", reported(got))
