@@ -20,6 +20,8 @@ type Metrics struct {
 	validityLapses    prometheus.Counter
 	policyDecisions   *prometheus.CounterVec
 	faultsInjected    *prometheus.CounterVec
+	isolated          prometheus.Counter
+	insideNamespaces  prometheus.Gauge
 }
 
 // Request outcomes, the "outcome" label of ctrlmesh_proxy_requests_total.
@@ -82,9 +84,17 @@ func NewMetrics() *Metrics {
 			Name: "ctrlmesh_proxy_faults_injected_total",
 			Help: "Faults injected, by FaultInjection, fault and effect (delay, abort).",
 		}, []string{"policy", "fault", "effect"}),
+		isolated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ctrlmesh_proxy_isolation_refusals_total",
+			Help: "Requests refused because their namespace is outside the operator's namespace isolation (or its labels are not confirmed).",
+		}),
+		insideNamespaces: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ctrlmesh_proxy_isolation_namespaces",
+			Help: "Namespaces confirmed inside the operator's namespace isolation (0 while their labels cannot be confirmed).",
+		}),
 	}
 	m.Registry.MustRegister(m.policyDecisions, m.faultsInjected,
 		m.requests, m.injectedSelectors, m.fencedWrites, m.lockRenames, m.relistsForced, m.unsharded,
-		m.rulesLoaded, m.rulesInfo, m.validityLapses, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.rulesLoaded, m.rulesInfo, m.validityLapses, m.isolated, m.insideNamespaces, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

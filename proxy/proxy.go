@@ -131,6 +131,9 @@ type Proxy struct {
 	// policies enforces the traffic policies of the rules last put in
 	// force; replaced under mu. Withdrawn or lapsed rules keep theirs.
 	policies atomic.Pointer[policy.Engine]
+	// namespaces follows the Namespaces' labels for isolation; it starts
+	// with the first rules that isolate.
+	namespaces *namespaceView
 }
 
 // state is one snapshot with its selection epoch. The epoch changes only
@@ -222,6 +225,9 @@ func New(cfg Config) (*Proxy, error) {
 	var err error
 	if p.reverse, err = p.newReverse(cfg.Upstream); err != nil {
 		return nil, fmt.Errorf("upstream: %w", err)
+	}
+	if p.namespaces, err = newNamespaceView(cfg.Upstream, cfg.Log.WithName("namespaces"), p.namespacesChanged); err != nil {
+		return nil, err
 	}
 	p.lockReverse = p.reverse
 	if cfg.LockUpstream != nil {
@@ -400,6 +406,7 @@ func (p *Proxy) SetRules(snap *rules.Snapshot) {
 
 // setRulesLocked puts snap in force; the caller holds mu.
 func (p *Proxy) setRulesLocked(snap *rules.Snapshot) {
+	snap = p.isolate(snap)
 	old := p.state.Load()
 	next := &state{snap: snap, epoch: 1, expiries: newExpiries()}
 	changed := old == nil || !old.snap.SameSelection(snap)
@@ -645,6 +652,27 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = next
 	}
 	limit, sharded := st.snap.LimitFor(gr)
+	if st.snap.Isolation != nil {
+		if gr == namespacesResource {
+			var answered bool
+			if r, answered = p.serveIsolatedNamespace(w, r, st, info); answered {
+				return
+			}
+		} else {
+			namespaced, answered := p.namespaced(w, info, gr)
+			if answered {
+				return
+			}
+			if namespaced {
+				if !sharded {
+					limit = nil
+				}
+				if p.serveIsolated(w, r, st, info, gr, limit) {
+					return
+				}
+			}
+		}
+	}
 	if !sharded {
 		p.pass(w, r, info.Verb)
 		return
@@ -655,22 +683,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.serveNamespace(w, r, st, info)
 		return
 	}
-	namespaced, err := p.scopes.IsNamespaced(gr)
+	namespaced, answered := p.namespaced(w, info, gr)
 	switch {
-	case meta.IsNoMatchError(err):
-		// Unknown to discovery, yet sharded by a wildcard limit: the API
-		// server may serve it by now (a CRD installed since), so passing it
-		// on could read or write every shard's objects. Not found is what
-		// the operator would get from a server without it, and it retries.
-		p.count(info.Verb, outcomeUnavailable)
-		apistatus.Write(w, http.StatusNotFound, metav1.StatusReasonNotFound,
-			fmt.Sprintf("ctrlmesh proxy: %s is not known to discovery yet, and the rules shard it: %v", gr, err), nil)
-		return
-	case err != nil:
-		// Discovery failed: fail closed with an error the operator retries.
-		p.count(info.Verb, outcomeUnavailable)
-		apistatus.Write(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
-			fmt.Sprintf("ctrlmesh proxy: cannot tell whether %s is namespaced, so cannot shard it: %v", gr, err), nil)
+	case answered:
 		return
 	case !namespaced:
 		// Cluster-scoped objects have no namespace and belong to no shard.
@@ -685,6 +700,30 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		p.pass(w, r, info.Verb)
 	}
+}
+
+// namespaced tells whether gr is namespaced, or answers the request when
+// discovery cannot say: resources the rules shard or isolate fail closed.
+func (p *Proxy) namespaced(w http.ResponseWriter, info *request.RequestInfo, gr schema.GroupResource) (namespaced, answered bool) {
+	namespaced, err := p.scopes.IsNamespaced(gr)
+	switch {
+	case meta.IsNoMatchError(err):
+		// Unknown to discovery, yet sharded or isolated: the API server
+		// may serve it by now (a CRD installed since), so passing it on
+		// could read or write every shard's objects. Not found is what the
+		// operator would get from a server without it, and it retries.
+		p.count(info.Verb, outcomeUnavailable)
+		apistatus.Write(w, http.StatusNotFound, metav1.StatusReasonNotFound,
+			fmt.Sprintf("ctrlmesh proxy: %s is not known to discovery yet, and the rules shard or isolate it: %v", gr, err), nil)
+		return false, true
+	case err != nil:
+		// Discovery failed: fail closed with an error the operator retries.
+		p.count(info.Verb, outcomeUnavailable)
+		apistatus.Write(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+			fmt.Sprintf("ctrlmesh proxy: cannot tell whether %s is namespaced, so cannot shard or isolate it: %v", gr, err), nil)
+		return false, true
+	}
+	return namespaced, false
 }
 
 // authenticated checks that r carries the client token, as its bearer
@@ -725,7 +764,7 @@ func (p *Proxy) count(verb, outcome string) {
 // serveRead narrows a list or watch to the shard.
 func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, info *request.RequestInfo, gr schema.GroupResource, limit *rules.Limit) {
 	snap := st.snap
-	if !snap.Serving() {
+	if limit != nil && !snap.Serving() {
 		msg := fmt.Sprintf("ctrlmesh proxy: pod %s serves no buckets in rules generation %d yet", snap.Pod, snap.Generation())
 		if st.withdrawn != "" {
 			msg = fmt.Sprintf("ctrlmesh proxy: %s of %s is refused: %s", info.Verb, info.Resource, st.withdrawn)
@@ -736,20 +775,28 @@ func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, inf
 	}
 	query := r.URL.Query()
 	key := selectionKey{gr: gr, namespace: info.Namespace, labelSel: query.Get("labelSelector"), fieldSel: query.Get("fieldSelector")}
-	ranges, err := narrow(query, snap, limit)
+	var ranges []sharding.HashRange
+	var err error
+	if limit != nil {
+		ranges, err = narrow(query, snap, limit)
+	} else {
+		err = narrowIsolated(query, snap, info.Namespace)
+	}
 	if err != nil {
 		p.count(info.Verb, outcomeRefused)
 		apistatus.Write(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "ctrlmesh proxy: "+err.Error(), nil)
 		return
 	}
-	p.metrics.injectedSelectors.WithLabelValues(string(snap.Mode)).Inc()
+	if limit != nil {
+		p.metrics.injectedSelectors.WithLabelValues(string(snap.Mode)).Inc()
+	}
 	p.count(info.Verb, outcomeSharded)
 
 	out := r.Clone(r.Context())
 	out.URL.RawQuery = query.Encode()
 	out.Header.Set("Accept", framableAccept(r.Header.Values("Accept")))
 	read := &shardedRead{verb: info.Verb, gr: gr}
-	if snap.Mode == rules.ModeRange {
+	if limit != nil && snap.Mode == rules.ModeRange {
 		read.proof = &shardProof{ranges: ranges}
 	}
 	if read.proof != nil || info.Verb == "watch" {

@@ -18,6 +18,9 @@ func MemberRBACRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{ctrlmeshv1alpha1.GroupVersion.Group}, Resources: []string{"shardroutes/status"}, Verbs: []string{"update"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: read},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: read},
+		// The subsets' namespace rules are resolved against the member's
+		// Namespaces (subsets.go).
+		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: read},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 }

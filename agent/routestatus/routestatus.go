@@ -86,6 +86,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&ctrlmeshv1alpha1.ShardRoute{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.routesSelecting), builder.WithPredicates(podChanged)).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.routesLockedBy), builder.WithPredicates(leaseChanged(r.renewals))).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.routesWithNamespaceRules), builder.WithPredicates(namespaceChanged)).
 		Complete(r)
 }
 
@@ -113,6 +114,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	status.Pods = mergeByName(candidates, others)
 	var nextExpiry time.Time
 	status.Leaders, nextExpiry = leaders(leases, candidates, r.Clock.Now(), r.renewals.expiry)
+	if status.Subsets, err = r.subsetStatuses(ctx, &route); err != nil {
+		return ctrl.Result{}, err
+	}
 	refusal, err := r.recheckRules(&route)
 	if refusal != nil {
 		meta.SetStatusCondition(&status.Conditions, *refusal)
@@ -192,6 +196,15 @@ func checkRules(route *ctrlmeshv1alpha1.ShardRoute, mode rules.Mode, scopes rule
 	}
 	if _, err := metav1.LabelSelectorAsSelector(route.Spec.CanarySelector); err != nil {
 		return fmt.Errorf("spec.canarySelector: %w", err)
+	}
+	for i := range route.Spec.Subsets {
+		s := &route.Spec.Subsets[i]
+		if _, err := metav1.LabelSelectorAsSelector(&s.Selector); err != nil {
+			return fmt.Errorf("spec.subsets[%s].selector: %w", s.Name, err)
+		}
+		if _, err := namespaceRules(s); err != nil {
+			return fmt.Errorf("spec.subsets[%s]: %w", s.Name, err)
+		}
 	}
 	if _, err := rules.Compile(route, "", mode, scopes); err != nil {
 		return err

@@ -25,7 +25,8 @@ import (
 )
 
 // TestPodsAndProxyReports: the candidate pods are reported with address,
-// readiness, canary and shard; the proxies' server-side-applied hashes land
+// readiness, canary or subset (a canary pod is the canary's even if a subset
+// selects it too) and shard; the proxies' server-side-applied hashes land
 // beside the agent's Updates and are kept; ProxiesReady follows them; gone
 // pods' entries are pruned, with the field managers of their proxies.
 func TestPodsAndProxyReports(t *testing.T) {
@@ -33,21 +34,25 @@ func TestPodsAndProxyReports(t *testing.T) {
 	ns := namespace(t)
 	route := newRoute(ns, "h1", 1)
 	route.Spec.CanarySelector = &metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}}
+	route.Spec.Subsets = []ctrlmeshv1alpha1.RouteSubset{
+		{Name: "blue", Selector: metav1.LabelSelector{MatchLabels: map[string]string{"track": "blue"}}},
+		{Name: "v2", Selector: metav1.LabelSelector{MatchLabels: map[string]string{"version": "v2"}}},
+	}
 	route.Spec.Shards = []ctrlmeshv1alpha1.RouteShard{
 		{ID: "s0", Buckets: "0-15", Pods: []ctrlmeshv1alpha1.RoutePod{{Name: "op-a"}}},
 		{ID: "s1", Buckets: "16-31", Pods: []ctrlmeshv1alpha1.RoutePod{{Name: "op-b"}}},
 	}
 	create(t, route)
 	createPod(t, ns, "op-a", operatorLabels, "10.0.0.1", true, corev1.PodRunning)
-	createPod(t, ns, "op-b", map[string]string{"app": "op", "track": "canary"}, "10.0.0.2", false, corev1.PodRunning)
-	createPod(t, ns, "op-c", operatorLabels, "10.0.0.3", true, corev1.PodRunning)
+	createPod(t, ns, "op-b", map[string]string{"app": "op", "track": "canary", "version": "v2"}, "10.0.0.2", false, corev1.PodRunning)
+	createPod(t, ns, "op-c", map[string]string{"app": "op", "version": "v2"}, "10.0.0.3", true, corev1.PodRunning)
 	createPod(t, ns, "other", map[string]string{"app": "other"}, "10.0.0.4", true, corev1.PodRunning)
 	createPod(t, ns, "op-done", operatorLabels, "10.0.0.5", false, corev1.PodSucceeded)
 
 	want := []ctrlmeshv1alpha1.PodRouteStatus{
 		{Name: "op-a", Address: "10.0.0.1", Ready: true, Shard: "s0"},
 		{Name: "op-b", Address: "10.0.0.2", Canary: true, Shard: "s1"},
-		{Name: "op-c", Address: "10.0.0.3", Ready: true},
+		{Name: "op-c", Address: "10.0.0.3", Ready: true, Subset: "v2"},
 	}
 	// A pod is created before its status is written: the status may show
 	// it without its address or readiness first.

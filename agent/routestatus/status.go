@@ -36,6 +36,25 @@ func podStatuses(route *ctrlmeshv1alpha1.ShardRoute, pods []corev1.Pod) (candida
 	if err != nil || route.Spec.CanarySelector == nil {
 		canary = labels.Nothing()
 	}
+	// Subsets' selectors that do not parse select nothing either.
+	type subset struct {
+		name     string
+		selector labels.Selector
+	}
+	var subsets []subset
+	for _, s := range route.Spec.Subsets {
+		if sel, err := metav1.LabelSelectorAsSelector(&s.Selector); err == nil {
+			subsets = append(subsets, subset{name: s.Name, selector: sel})
+		}
+	}
+	subsetOf := func(podLabels map[string]string) string {
+		for _, s := range subsets {
+			if s.selector.Matches(labels.Set(podLabels)) {
+				return s.name
+			}
+		}
+		return ""
+	}
 	shardOf := map[string]string{}
 	for _, shard := range route.Spec.Shards {
 		for _, p := range shard.Pods {
@@ -66,13 +85,19 @@ func podStatuses(route *ctrlmeshv1alpha1.ShardRoute, pods []corev1.Pod) (candida
 			}
 			continue
 		}
-		candidates = append(candidates, keep(ctrlmeshv1alpha1.PodRouteStatus{
+		entry := ctrlmeshv1alpha1.PodRouteStatus{
 			Name:    pod.Name,
 			Address: pod.Status.PodIP,
 			Ready:   isReady(pod),
 			Canary:  canary.Matches(labels.Set(pod.Labels)),
 			Shard:   shardOf[pod.Name],
-		}))
+		}
+		// A canary pod is the canary's; any other belongs to the first
+		// subset that selects it.
+		if !entry.Canary {
+			entry.Subset = subsetOf(pod.Labels)
+		}
+		candidates = append(candidates, keep(entry))
 	}
 	return candidates, others
 }

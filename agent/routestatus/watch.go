@@ -37,6 +37,7 @@ func CacheByObject() map[client.Object]cache.ByObject {
 	return map[client.Object]cache.ByObject{
 		&ctrlmeshv1alpha1.ShardRoute{}: {Transform: cache.TransformStripManagedFields()},
 		&corev1.Pod{}:                  {Transform: leanPod},
+		&corev1.Namespace{}:            {Transform: cache.TransformStripManagedFields()},
 		&coordinationv1.Lease{}: {
 			Field:     fields.OneTermNotEqualSelector("metadata.namespace", corev1.NamespaceNodeLease),
 			Transform: cache.TransformStripManagedFields(),

@@ -17,6 +17,17 @@ type Pod struct {
 	route.PodID
 	Ready  bool
 	Canary bool
+	// Subset is the subset the pod's labels put it in, "" for none. A
+	// canary pod is the canary's whatever its subset.
+	Subset string
+}
+
+// Subset is what one subset's pods serve. Buckets must be a set of the
+// input's space, empty for namespaces only.
+type Subset struct {
+	Name       string
+	Buckets    sharding.Set
+	Namespaces []string
 }
 
 // CanaryStep is what the canary serves in the step in force. Buckets must be
@@ -41,26 +52,36 @@ type Input struct {
 	Pods []Pod
 	// Canary is the canary step in force; nil when there is no canary.
 	Canary *CanaryStep
+	// Subsets, each served by its own pods; they name disjoint buckets and
+	// namespaces, disjoint from the canary step's too.
+	Subsets []Subset
 	// Previous is the last placement, whose shard IDs, pods and buckets are
 	// kept where possible. The zero Placement means there is none.
 	Previous Placement
 }
 
 // Compute returns the desired placement. Every bucket belongs to exactly one
-// shard when any ready non-canary pod exists; sizes of non-canary shards
-// differ by at most one; a bucket moves only when a shard appears, is
-// dissolved, or the canary takes or returns it, and then only as few as
-// balance needs. The same input in any order gives the same placement.
+// shard when any ready pod outside the canary and the subsets exists; sizes
+// of those (numbered) shards differ by at most one; a bucket moves only when
+// a shard appears, is dissolved, or the canary or a subset takes or returns
+// it, and then only as few as balance needs. The canary and each subset
+// with a ready pod form one shard each, of all their ready pods, serving
+// exactly what the step or the subset names; the canary is a subset named
+// CanaryShardID whose rules are the step in force. The same input in any
+// order gives the same placement.
 func Compute(in Input) (Placement, error) {
 	if err := in.validate(); err != nil {
 		return Placement{}, err
 	}
-	regular, canaryPods := readyPods(in.Pods)
-	canaryOn := in.Canary != nil && len(canaryPods) > 0
+	regular, grouped := readyPods(in.Pods, in.Subsets)
 
 	free := in.Space.AllBuckets()
-	if canaryOn {
-		free = free.Difference(in.Canary.Buckets)
+	var active []Subset
+	for _, g := range in.groups() {
+		if len(grouped[g.Name]) > 0 {
+			active = append(active, g)
+			free = free.Difference(g.Buckets)
+		}
 	}
 	count := shardCount(in, len(regular), free.Len())
 	shards := keepShards(in.Previous, regular, free, count, in.PodsPerShard)
@@ -87,19 +108,71 @@ func Compute(in Input) (Placement, error) {
 			Buckets: setOf(in.Space, s.buckets),
 		})
 	}
-	if canaryOn {
-		previous, _ := in.Previous.Shard(CanaryShardID)
-		out.Shards = append(out.Shards, Shard{
-			ID:         CanaryShardID,
-			Cluster:    majorityCluster(canaryPods, previous.Cluster),
-			Pods:       canaryPods,
-			Buckets:    in.Canary.Buckets,
-			Namespaces: sortedUnique(in.Canary.Namespaces),
-			Canary:     true,
-		})
+	for _, g := range active {
+		previous, _ := in.Previous.Shard(g.Name)
+		shard := Shard{
+			ID:         g.Name,
+			Cluster:    majorityCluster(grouped[g.Name], previous.Cluster),
+			Pods:       grouped[g.Name],
+			Buckets:    g.Buckets,
+			Namespaces: sortedUnique(g.Namespaces),
+			Subset:     g.Name,
+		}
+		if g.Name == CanaryShardID {
+			shard.Canary, shard.Subset = true, ""
+		}
+		out.Shards = append(out.Shards, shard)
 	}
 	slices.SortFunc(out.Shards, func(a, b Shard) int { return route.CompareShardIDs(a.ID, b.ID) })
 	return out, nil
+}
+
+// groups are the subsets, then the canary as the subset CanaryShardID.
+func (in Input) groups() []Subset {
+	groups := slices.Clone(in.Subsets)
+	if in.Canary != nil {
+		groups = append(groups, Subset{Name: CanaryShardID, Buckets: in.Canary.Buckets, Namespaces: in.Canary.Namespaces})
+	}
+	return groups
+}
+
+// validateGroups checks that the subsets and the canary step name
+// disjoint buckets and namespaces under distinct names, none of which a
+// numbered shard could have.
+func (in Input) validateGroups() error {
+	owner := map[string]string{}
+	bucketOwner := make([]string, in.Space.Buckets())
+	describe := func(name string) string {
+		if name == CanaryShardID {
+			return "the canary step"
+		}
+		return fmt.Sprintf("subset %q", name)
+	}
+	for _, g := range in.groups() {
+		if g.Name == "" || g.Name[0] >= '0' && g.Name[0] <= '9' {
+			return fmt.Errorf("subset name %q: it must start with a letter, since the other shards are numbered", g.Name)
+		}
+		if _, dup := owner["name "+g.Name]; dup {
+			return fmt.Errorf("subset name %q is used twice", g.Name)
+		}
+		owner["name "+g.Name] = g.Name
+		if err := checkSpace(in.Space, g.Buckets, describe(g.Name)+" buckets"); err != nil {
+			return err
+		}
+		for _, b := range g.Buckets.Buckets() {
+			if other := bucketOwner[b]; other != "" {
+				return fmt.Errorf("%s and %s both name bucket %d: a bucket is served by one shard; give it to one of them", describe(other), describe(g.Name), b)
+			}
+			bucketOwner[b] = g.Name
+		}
+		for _, ns := range sortedUnique(g.Namespaces) {
+			if other, ok := owner["namespace "+ns]; ok {
+				return fmt.Errorf("%s and %s both name namespace %q: a namespace is served by one shard; give it to one of them", describe(other), describe(g.Name), ns)
+			}
+			owner["namespace "+ns] = g.Name
+		}
+	}
+	return nil
 }
 
 func (in Input) validate() error {
@@ -116,6 +189,9 @@ func (in Input) validate() error {
 		if err := checkSpace(in.Space, in.Canary.Buckets, "canary step buckets"); err != nil {
 			return err
 		}
+	}
+	if err := in.validateGroups(); err != nil {
+		return err
 	}
 	seen := map[route.PodID]bool{}
 	for _, p := range in.Pods {
@@ -135,20 +211,32 @@ func (in Input) validate() error {
 	return nil
 }
 
-// readyPods splits the ready pods into regular and canary ones, each sorted.
-func readyPods(pods []Pod) (regular, canary []route.PodID) {
+// readyPods splits the ready pods into regular ones and those of each
+// group (the canary's under CanaryShardID, each subset's under its name),
+// each sorted. A pod whose subset the input does not name (the spec
+// changed since its agent reported) serves nothing until it is reported
+// again, as a canary pod without a canary does: moving it into a numbered
+// shard and out again would move buckets twice.
+func readyPods(pods []Pod, subsets []Subset) (regular []route.PodID, grouped map[string][]route.PodID) {
+	grouped = map[string][]route.PodID{}
 	for _, p := range pods {
 		switch {
 		case !p.Ready:
 		case p.Canary:
-			canary = append(canary, p.PodID)
+			grouped[CanaryShardID] = append(grouped[CanaryShardID], p.PodID)
+		case p.Subset != "":
+			if slices.ContainsFunc(subsets, func(s Subset) bool { return s.Name == p.Subset }) {
+				grouped[p.Subset] = append(grouped[p.Subset], p.PodID)
+			}
 		default:
 			regular = append(regular, p.PodID)
 		}
 	}
 	slices.SortFunc(regular, route.ComparePodIDs)
-	slices.SortFunc(canary, route.ComparePodIDs)
-	return regular, canary
+	for _, g := range grouped {
+		slices.SortFunc(g, route.ComparePodIDs)
+	}
+	return regular, grouped
 }
 
 // shardCount is how many non-canary shards the pods and buckets allow: every
@@ -190,7 +278,7 @@ func keepShards(previous Placement, regular []route.PodID, free sharding.Set, co
 	claimed := make([]bool, free.Space().Buckets())
 	var candidates []*forming
 	for _, s := range prev {
-		if s.Canary {
+		if s.grouped() {
 			continue
 		}
 		f := &forming{id: s.ID, cluster: s.Cluster}

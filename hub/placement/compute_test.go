@@ -90,6 +90,29 @@ func TestComputeTable(t *testing.T) {
 			want: "canary@a [a/canary-0]  [team-a]",
 		},
 		{
+			name: "subsets beside the canary: each its own shard, the rest sharded",
+			in: Input{Space: s32, PodsPerShard: 1,
+				Pods: append(append(makePods("a", "p0", "p1"), canaryPod),
+					Pod{PodID: route.PodID{Cluster: "a", Name: "v2-0"}, Ready: true, Subset: "v2"},
+					Pod{PodID: route.PodID{Cluster: "b", Name: "v2-1"}, Ready: true, Subset: "v2"},
+					Pod{PodID: route.PodID{Cluster: "a", Name: "blue-0"}, Ready: true, Subset: "blue"}),
+				Canary: &CanaryStep{Buckets: mustSet(t, s32, "0-1")},
+				Subsets: []Subset{
+					{Name: "v2", Buckets: mustSet(t, s32, "2-5"), Namespaces: []string{"team-a"}},
+					{Name: "blue", Buckets: mustSet(t, s32, ""), Namespaces: []string{"team-c", "team-b"}},
+				}},
+			want: "0@a [a/p0] 6-18 []\n1@a [a/p1] 19-31 []\nblue@a [a/blue-0]  [team-b team-c]\ncanary@a [a/canary-0] 0-1 []\nv2@a [a/v2-0 b/v2-1] 2-5 [team-a]",
+		},
+		{
+			name: "a subset without ready pods gives its rules back; pods of a subset the rules do not name wait",
+			in: Input{Space: s32, PodsPerShard: 1,
+				Pods: append(makePods("a", "p0"),
+					Pod{PodID: route.PodID{Cluster: "a", Name: "v2-0"}, Subset: "v2"},
+					Pod{PodID: route.PodID{Cluster: "a", Name: "old-0"}, Ready: true, Subset: "removed"}),
+				Subsets: []Subset{{Name: "v2", Buckets: mustSet(t, s32, "2-5")}}},
+			want: "0@a [a/p0] 0-31 []",
+		},
+		{
 			name: "fleet: shards keep to one cluster",
 			in: Input{Space: s32, PodsPerShard: 2,
 				Pods: slices.Concat(makePods("b", "x", "y"), makePods("a", "p0"), makePods("c", "m", "n", "o", "p"))},
@@ -124,6 +147,17 @@ func TestComputeRejects(t *testing.T) {
 		{"negative shards", Input{Space: s32, PodsPerShard: 1, Shards: -1}, "shards must not be negative"},
 		{"pod twice", Input{Space: s32, PodsPerShard: 1, Pods: makePods("a", "p0", "p0")}, "pod a/p0 is listed twice"},
 		{"canary of another space", Input{Space: s32, PodsPerShard: 1, Canary: &CanaryStep{Buckets: sharding.MustSpace(16).AllBuckets()}}, "canary step buckets: a set of 16 buckets, want 32"},
+		{"subsets share a bucket", Input{Space: s32, PodsPerShard: 1, Subsets: []Subset{
+			{Name: "v2", Buckets: mustSet(t, s32, "0-3")}, {Name: "blue", Buckets: mustSet(t, s32, "3")}}},
+			`subset "v2" and subset "blue" both name bucket 3: a bucket is served by one shard`},
+		{"subset and canary share a namespace", Input{Space: s32, PodsPerShard: 1,
+			Canary:  &CanaryStep{Buckets: mustSet(t, s32, ""), Namespaces: []string{"team-a"}},
+			Subsets: []Subset{{Name: "v2", Buckets: mustSet(t, s32, ""), Namespaces: []string{"team-a"}}}},
+			`subset "v2" and the canary step both name namespace "team-a"`},
+		{"numbered subset", Input{Space: s32, PodsPerShard: 1, Subsets: []Subset{{Name: "7", Buckets: mustSet(t, s32, "1")}}},
+			"it must start with a letter"},
+		{"subset of another space", Input{Space: s32, PodsPerShard: 1, Subsets: []Subset{{Name: "v2", Buckets: sharding.MustSpace(16).AllBuckets()}}},
+			`subset "v2" buckets: a set of 16 buckets, want 32`},
 		{"previous of another space", Input{Space: s32, PodsPerShard: 1, Previous: prev}, "previous placement has 16 buckets, input 32"},
 	}
 	for _, tc := range cases {

@@ -194,7 +194,7 @@ func ownersOfPlacement(p Placement) (route.Owners, error) {
 	shards := make([]route.Shard, 0, len(p.Shards))
 	for _, s := range p.Shards {
 		shards = append(shards, route.Shard{
-			ID: s.ID, Cluster: s.Cluster, Canary: s.Canary, Pods: s.Pods,
+			ID: s.ID, Cluster: s.Cluster, Canary: s.Canary, Subset: s.Subset, Pods: s.Pods,
 			Buckets: s.Buckets, PendingBuckets: setOf(p.Space, nil), Namespaces: s.Namespaces,
 		})
 	}
@@ -233,6 +233,7 @@ func tableShards(o route.Owners, desired Placement) []route.Shard {
 			ID:                s.ID,
 			Cluster:           s.Cluster,
 			Canary:            s.Canary,
+			Subset:            s.Subset,
 			Pods:              s.Pods,
 			Buckets:           buckets,
 			PendingBuckets:    s.Buckets.Difference(buckets),

@@ -51,7 +51,7 @@ func mustCompute(t testing.TB, in Input) Placement {
 func describe(p Placement) string {
 	var sb strings.Builder
 	for _, s := range p.Shards {
-		fmt.Fprintf(&sb, "  %s@%s pods=%v buckets=%q ns=%v canary=%v\n", s.ID, s.Cluster, s.Pods, s.Buckets, s.Namespaces, s.Canary)
+		fmt.Fprintf(&sb, "  %s@%s pods=%v buckets=%q ns=%v canary=%v subset=%q\n", s.ID, s.Cluster, s.Pods, s.Buckets, s.Namespaces, s.Canary, s.Subset)
 	}
 	return sb.String()
 }
@@ -77,20 +77,47 @@ func checkPlacement(t *testing.T, in Input, p Placement) {
 		t.Helper()
 		t.Fatalf("%s\nplacement:\n%s", fmt.Sprintf(format, args...), describe(p))
 	}
+	// The group of every pod: the canary's, its subset's, "" for the
+	// numbered shards, or "-" for a subset the input does not name.
+	groups := map[string]Subset{}
+	for _, g := range in.groups() {
+		groups[g.Name] = g
+	}
+	groupOf := func(pod Pod) string {
+		switch {
+		case pod.Canary:
+			return CanaryShardID
+		case pod.Subset == "":
+			return ""
+		case slices.ContainsFunc(in.Subsets, func(s Subset) bool { return s.Name == pod.Subset }):
+			return pod.Subset
+		}
+		return "-"
+	}
 	pods := map[route.PodID]Pod{}
-	readyRegular, readyCanary := 0, 0
+	readyRegular := 0
+	readyIn := map[string][]route.PodID{}
 	for _, pod := range in.Pods {
 		pods[pod.PodID] = pod
-		switch {
-		case pod.Ready && pod.Canary:
-			readyCanary++
-		case pod.Ready:
-			readyRegular++
+		if pod.Ready {
+			g := groupOf(pod)
+			if g == "" {
+				readyRegular++
+			}
+			readyIn[g] = append(readyIn[g], pod.PodID)
 		}
 	}
-	canaryOn := in.Canary != nil && readyCanary > 0
+	active := map[string]bool{}
+	free := in.Space.Buckets()
+	for name, g := range groups {
+		if len(readyIn[name]) > 0 {
+			active[name] = true
+			free -= g.Buckets.Len()
+		}
+	}
 	holder := make([]int, in.Space.Buckets())
 	seenPod := map[route.PodID]string{}
+	seenGroup := map[string]bool{}
 	var sizes []int
 	regularShards := 0
 	for i, s := range p.Shards {
@@ -103,10 +130,14 @@ func checkPlacement(t *testing.T, in Input, p Placement) {
 		if len(s.Pods) == 0 {
 			fail("shard %s has no pods", s.ID)
 		}
+		group := s.Subset
+		if s.Canary {
+			group = CanaryShardID
+		}
 		for _, id := range s.Pods {
 			pod, ok := pods[id]
-			if !ok || !pod.Ready || pod.Canary != s.Canary {
-				fail("shard %s (canary %v) has pod %s, which is %+v", s.ID, s.Canary, id, pod)
+			if !ok || !pod.Ready || groupOf(pod) != group {
+				fail("shard %s (group %q) has pod %s, which is %+v", s.ID, group, id, pod)
 			}
 			if other, dup := seenPod[id]; dup {
 				fail("pod %s in shards %s and %s", id, other, s.ID)
@@ -119,21 +150,28 @@ func checkPlacement(t *testing.T, in Input, p Placement) {
 		for _, b := range s.Buckets.Buckets() {
 			holder[b]++
 		}
-		if s.Canary {
-			if s.ID != CanaryShardID || !canaryOn {
-				fail("unexpected canary shard %s", s.ID)
+		if group != "" {
+			g, ok := groups[group]
+			if s.ID != group || !ok || !active[group] || seenGroup[group] || (s.Canary && s.Subset != "") {
+				fail("unexpected shard %s of group %q", s.ID, group)
 			}
-			if !s.Buckets.Equal(in.Canary.Buckets) || !slices.Equal(s.Namespaces, sortedUnique(in.Canary.Namespaces)) {
-				fail("canary shard serves %q %v, step says %q %v", s.Buckets, s.Namespaces, in.Canary.Buckets, in.Canary.Namespaces)
+			seenGroup[group] = true
+			if !s.Buckets.Equal(g.Buckets) || !slices.Equal(s.Namespaces, sortedUnique(g.Namespaces)) {
+				fail("shard %s serves %q %v, its rules say %q %v", s.ID, s.Buckets, s.Namespaces, g.Buckets, g.Namespaces)
+			}
+			if !slices.Equal(s.Pods, slices.SortedFunc(slices.Values(readyIn[group]), route.ComparePodIDs)) {
+				fail("shard %s has pods %v, want every ready pod of its group %v", s.ID, s.Pods, readyIn[group])
 			}
 			continue
 		}
 		regularShards++
 		if len(s.Namespaces) > 0 {
-			fail("non-canary shard %s lists namespaces", s.ID)
+			fail("numbered shard %s lists namespaces", s.ID)
 		}
-		if canaryOn && !s.Buckets.Intersection(in.Canary.Buckets).IsEmpty() {
-			fail("shard %s keeps canary buckets", s.ID)
+		for name := range active {
+			if !s.Buckets.Intersection(groups[name].Buckets).IsEmpty() {
+				fail("shard %s keeps buckets of group %s", s.ID, name)
+			}
 		}
 		want := min(in.PodsPerShard, readyRegular)
 		if len(s.Pods) != want {
@@ -141,8 +179,10 @@ func checkPlacement(t *testing.T, in Input, p Placement) {
 		}
 		sizes = append(sizes, s.Buckets.Len())
 	}
-	if canaryOn != slices.ContainsFunc(p.Shards, func(s Shard) bool { return s.Canary }) {
-		fail("canary on = %v, but canary shard presence disagrees", canaryOn)
+	for name := range active {
+		if !seenGroup[name] {
+			fail("group %s has ready pods but no shard", name)
+		}
 	}
 	for b, n := range holder {
 		if n > 1 || (readyRegular > 0 && n == 0) {
@@ -155,10 +195,6 @@ func checkPlacement(t *testing.T, in Input, p Placement) {
 	// Shard count: podsPerShard pods each, capped by fixed count and buckets.
 	wantShards := 0
 	if readyRegular > 0 {
-		free := in.Space.Buckets()
-		if canaryOn {
-			free -= in.Canary.Buckets.Len()
-		}
 		wantShards = max(1, readyRegular/in.PodsPerShard)
 		if in.Shards > 0 {
 			wantShards = min(wantShards, in.Shards)
@@ -166,7 +202,7 @@ func checkPlacement(t *testing.T, in Input, p Placement) {
 		wantShards = min(wantShards, free)
 	}
 	if regularShards != wantShards {
-		fail("%d non-canary shards, want %d", regularShards, wantShards)
+		fail("%d numbered shards, want %d", regularShards, wantShards)
 	}
 }
 

@@ -15,6 +15,9 @@ import (
 type simPod struct {
 	id     route.PodID
 	canary bool
+	// subset is the subset the pod's labels name, "" for none: one the
+	// rules may not name (yet, or any more).
+	subset string
 	ready  bool
 	// alive is false once the pod's process is dead: it enforces nothing.
 	alive bool
@@ -74,6 +77,7 @@ func (m *model) addPod() {
 	m.pods = append(m.pods, &simPod{
 		id:     route.PodID{Cluster: fmt.Sprintf("c%d", m.rng.Intn(2)), Name: fmt.Sprintf("p%d", m.nextName)},
 		canary: m.rng.Intn(4) == 0,
+		subset: modelSubsets[m.rng.Intn(len(modelSubsets))],
 		ready:  true,
 		alive:  true,
 		born:   m.table.Generation,
@@ -117,20 +121,7 @@ func (m *model) event() string {
 			return "gone " + p.id.String()
 		}
 	case 4:
-		m.input.Canary = nil
-		if m.rng.Intn(3) > 0 {
-			step := &CanaryStep{Buckets: randomSet(m.rng, m.space, 0.25)}
-			for _, ns := range m.nsPool {
-				if m.rng.Intn(3) == 0 {
-					step.Namespaces = append(step.Namespaces, ns)
-				}
-			}
-			m.input.Canary = step
-		}
-		if m.input.Canary == nil {
-			return "canary off"
-		}
-		return fmt.Sprintf("canary step %q %v", m.input.Canary.Buckets, m.input.Canary.Namespaces)
+		return m.newGroupRules()
 	case 5, 6, 7:
 		if p := m.pick(func(p *simPod) bool { return p.alive && max(p.loaded, p.born) < m.table.Generation }); p != nil {
 			from := max(p.loaded, p.born) + 1
@@ -144,6 +135,48 @@ func (m *model) event() string {
 		}
 	}
 	return "nothing"
+}
+
+// modelSubsets are the subsets a pod's labels may name ("" none): "gone"
+// is never in the rules, as after a subset was removed from the spec.
+var modelSubsets = []string{"", "", "v2", "blue", "gone"}
+
+// newGroupRules draws new rules for the canary and the subsets v2 and
+// blue, each on or off: every bucket and namespace of the pool goes to
+// at most one of them, as validation demands.
+func (m *model) newGroupRules() string {
+	names := []string{CanaryShardID, "v2", "blue"}
+	on := map[string]bool{}
+	for _, n := range names {
+		on[n] = m.rng.Intn(3) > 0
+	}
+	buckets := map[string][]int{}
+	namespaces := map[string][]string{}
+	for b := range m.space.Buckets() {
+		if n := names[m.rng.Intn(len(names))]; on[n] && m.rng.Intn(4) == 0 {
+			buckets[n] = append(buckets[n], b)
+		}
+	}
+	for _, ns := range m.nsPool {
+		if n := names[m.rng.Intn(len(names))]; on[n] && m.rng.Intn(2) == 0 {
+			namespaces[n] = append(namespaces[n], ns)
+		}
+	}
+	m.input.Canary, m.input.Subsets = nil, nil
+	var described []string
+	for _, n := range names {
+		if !on[n] {
+			continue
+		}
+		set := setOf(m.space, buckets[n])
+		if n == CanaryShardID {
+			m.input.Canary = &CanaryStep{Buckets: set, Namespaces: namespaces[n]}
+		} else {
+			m.input.Subsets = append(m.input.Subsets, Subset{Name: n, Buckets: set, Namespaces: namespaces[n]})
+		}
+		described = append(described, fmt.Sprintf("%s %q %v", n, set, namespaces[n]))
+	}
+	return "rules: " + strings.Join(described, "; ")
 }
 
 // reconcile is one pass of the hub: Compute, then Handover, publishing what
@@ -161,7 +194,7 @@ func (m *model) reconcile(cause string) Step {
 			}
 			continue
 		}
-		m.input.Pods = append(m.input.Pods, Pod{PodID: p.id, Ready: p.ready, Canary: p.canary})
+		m.input.Pods = append(m.input.Pods, Pod{PodID: p.id, Ready: p.ready, Canary: p.canary, Subset: p.subset})
 		acks = append(acks, PodAck{Pod: p.id, Acked: p.acked})
 	}
 	desired, err := Compute(m.input)
@@ -277,23 +310,23 @@ func (m *model) checkConverged() {
 	}
 	want := route.Table{Generation: m.table.Generation}
 	for _, s := range m.desired.Shards {
-		want.Shards = append(want.Shards, route.Shard{ID: s.ID, Cluster: s.Cluster, Canary: s.Canary, Pods: s.Pods,
+		want.Shards = append(want.Shards, route.Shard{ID: s.ID, Cluster: s.Cluster, Canary: s.Canary, Subset: s.Subset, Pods: s.Pods,
 			Buckets: s.Buckets, PendingBuckets: setOf(m.space, nil), Namespaces: s.Namespaces})
 	}
 	if !slices.EqualFunc(want.Shards, m.table.Shards, route.Shard.Equal) {
 		m.fail("converged table %s, desired %s", describeTable(m.table), describeTable(want))
 	}
 	served := m.enforcedOwners()
-	hasRegular := slices.ContainsFunc(m.desired.Shards, func(s Shard) bool { return !s.Canary })
+	hasRegular := slices.ContainsFunc(m.desired.Shards, func(s Shard) bool { return !s.grouped() })
 	for b := range m.space.Buckets() {
 		if _, ok := served[fmt.Sprintf("bucket %d", b)]; hasRegular && !ok {
 			m.fail("bucket %d is served by no live pod after convergence", b)
 		}
 	}
-	if canary, ok := m.desired.Shard(CanaryShardID); ok {
-		for _, ns := range canary.Namespaces {
-			if shards := served["namespace "+ns]; len(shards) != 1 || shards[CanaryShardID] == nil {
-				m.fail("canary namespace %s served by %v", ns, shards)
+	for _, group := range m.desired.Shards {
+		for _, ns := range group.Namespaces {
+			if shards := served["namespace "+ns]; len(shards) != 1 || shards[group.ID] == nil {
+				m.fail("namespace %s of shard %s served by %v", ns, group.ID, shards)
 			}
 		}
 	}
@@ -306,7 +339,9 @@ func (m *model) fail(format string, args ...any) {
 }
 
 // TestHandoverModel checks revoke-before-grant against random histories:
-// pods appear, die, flip readiness and are declared gone, canary steps change,
+// pods appear, die, flip readiness and are declared gone, the canary step
+// and the subsets' rules change (subsets appear and go, pods of a subset the
+// rules do not name wait),
 // proxies read and acknowledge generations late. After every event no bucket
 // or namespace has two owners among what live pods enforce; once events stop
 // and acknowledgements flow, the rules converge to the desired placement with

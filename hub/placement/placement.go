@@ -38,11 +38,18 @@ type Shard struct {
 	// Buckets the shard serves.
 	Buckets sharding.Set
 	// Namespaces the shard serves exactly, whatever their bucket; every other
-	// shard excludes them. Only the canary shard has any.
+	// shard excludes them. Only the canary's and subsets' shards have any.
 	Namespaces []string
 	// Canary is true for the canary shard.
 	Canary bool
+	// Subset is the name of the subset the shard serves (its ID too), ""
+	// for the canary and the numbered shards.
+	Subset string
 }
+
+// grouped reports whether the shard serves a group of pods picked by
+// label, the canary or a subset, rather than a share of the buckets.
+func (s Shard) grouped() bool { return s.Canary || s.Subset != "" }
 
 // Placement is every shard of one placement domain, sorted by ID (numeric IDs
 // in numeric order, then the others).
@@ -77,14 +84,14 @@ func FromTable(space sharding.Space, table route.Table) Placement {
 		p.Shards = append(p.Shards, Shard{
 			ID: s.ID, Cluster: s.Cluster, Pods: slices.Clone(s.Pods),
 			Buckets:    s.Buckets.Union(s.PendingBuckets),
-			Namespaces: slices.Concat(s.Namespaces, s.PendingNamespaces), Canary: s.Canary,
+			Namespaces: slices.Concat(s.Namespaces, s.PendingNamespaces), Canary: s.Canary, Subset: s.Subset,
 		})
 	}
 	return p
 }
 
 func (s Shard) equal(o Shard) bool {
-	return s.ID == o.ID && s.Cluster == o.Cluster && s.Canary == o.Canary &&
+	return s.ID == o.ID && s.Cluster == o.Cluster && s.Canary == o.Canary && s.Subset == o.Subset &&
 		slices.Equal(s.Pods, o.Pods) && s.Buckets.Equal(o.Buckets) && slices.Equal(s.Namespaces, o.Namespaces)
 }
 

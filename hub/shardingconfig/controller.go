@@ -485,6 +485,11 @@ func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingCon
 		out.invalid = err
 		return out, nil
 	}
+	subsets, err := subsetRules(sc, space)
+	if err != nil {
+		out.invalid = err
+		return out, nil
+	}
 	// In PerCluster scope an unusable cluster keeps its last rules: its
 	// agent cannot take new ones. Its shards are still reported.
 	if sc.Spec.Scope != ctrlmeshv1alpha1.ScopeFleet {
@@ -502,7 +507,7 @@ func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingCon
 		}
 	}
 	for _, domain := range domains(sc, out.members) {
-		d, err := r.placeDomain(ctx, sc, space, canary, domain, all, excluded)
+		d, err := r.placeDomain(ctx, sc, space, canary, subsets, domain, all, excluded)
 		if err != nil {
 			var invalid *invalidError
 			if errors.As(err, &invalid) {
@@ -579,10 +584,16 @@ func reportOf(work *workv1alpha1.Work) (*state.Report, error) {
 		Pods:         make([]state.Pod, 0, len(status.Route.Pods)),
 	}
 	for _, p := range status.Route.Pods {
-		out.Pods = append(out.Pods, state.Pod{Name: p.Name, Address: p.Address, Ready: p.Ready, Canary: p.Canary, AppliedRulesHash: p.AppliedRulesHash})
+		out.Pods = append(out.Pods, state.Pod{Name: p.Name, Address: p.Address, Ready: p.Ready, Canary: p.Canary, Subset: p.Subset, AppliedRulesHash: p.AppliedRulesHash})
 	}
 	for _, l := range status.Route.Leaders {
 		out.Leaders = append(out.Leaders, state.Leader{Shard: l.Shard, Pod: l.Pod})
+	}
+	for _, s := range status.Route.Subsets {
+		if out.SubsetNamespaces == nil {
+			out.SubsetNamespaces = map[string][]string{}
+		}
+		out.SubsetNamespaces[s.Name] = slices.Clone(s.Namespaces)
 	}
 	return out, nil
 }
@@ -639,7 +650,7 @@ func domains(sc *ctrlmeshv1alpha1.ShardingConfig, members map[string]*member) []
 // placeDomain computes and publishes the next rules of one domain. The
 // excluded pods (shared with an older ShardingConfig) count as not ready:
 // given no buckets, and handing over what they hold as any pod does.
-func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, space sharding.Space, canary *placement.CanaryStep, clusters []string, members map[string]*member, excluded map[route.PodID]bool) (domainOutcome, error) {
+func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, space sharding.Space, canary *placement.CanaryStep, subsets []placement.Subset, clusters []string, members map[string]*member, excluded map[route.PodID]bool) (domainOutcome, error) {
 	d := domainOutcome{clusters: clusters}
 	routes := map[string]*ctrlmeshv1alpha1.ShardRoute{}
 	// In Fleet scope the rules also live in the members that left the
@@ -670,9 +681,20 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 			d.pods[i].Ready = false
 		}
 	}
+	if sc.Spec.Scope != ctrlmeshv1alpha1.ScopeFleet && len(clusters) == 1 {
+		// PerCluster scope: the subsets' namespace rules as the member's
+		// agent resolved them (Fleet scope has none).
+		var reported map[string][]string
+		if rep := members[clusters[0]].report; rep != nil {
+			reported = rep.SubsetNamespaces
+		}
+		if subsets, err = resolvedSubsets(subsets, canary, reported); err != nil {
+			return d, &invalidError{fmt.Errorf("cluster %s: %w", clusters[0], err)}
+		}
+	}
 	desired, err := placement.Compute(placement.Input{
 		Space: space, Shards: int(ptrValue(sc.Spec.Sharding.Shards)), PodsPerShard: int(max(sc.Spec.Sharding.PodsPerShard, 1)),
-		Pods: d.pods, Canary: canary, Previous: placement.FromTable(space, published),
+		Pods: d.pods, Canary: canary, Subsets: subsets, Previous: placement.FromTable(space, published),
 	})
 	if err != nil {
 		return d, &invalidError{err}
@@ -869,7 +891,7 @@ func acks(published route.Table, reporting []string, members map[string]*member)
 func candidates(cluster string, pods []state.Pod) []placement.Pod {
 	var out []placement.Pod
 	for _, p := range pods {
-		out = append(out, placement.Pod{PodID: route.PodID{Cluster: cluster, Name: p.Name}, Ready: p.Ready && p.AppliedRulesHash != "", Canary: p.Canary})
+		out = append(out, placement.Pod{PodID: route.PodID{Cluster: cluster, Name: p.Name}, Ready: p.Ready && p.AppliedRulesHash != "", Canary: p.Canary, Subset: p.Subset})
 	}
 	return out
 }
@@ -907,6 +929,61 @@ func canaryStep(sc *ctrlmeshv1alpha1.ShardingConfig, space sharding.Space, step 
 		return nil, fmt.Errorf("canary step %d buckets: %w", i, err)
 	}
 	return &placement.CanaryStep{Buckets: buckets, Namespaces: slices.Clone(s.Namespaces)}, nil
+}
+
+// maxShardNamespaces is the most namespaces a route shard may serve
+// exactly (RouteShard.namespaces).
+const maxShardNamespaces = 64
+
+// resolvedSubsets adds to each subset the namespaces its namespace rules
+// matched in the member (reported, by subset), except those another
+// subset or the canary step names by name, or an earlier subset matched:
+// labels are the member's data, not the spec's, so an overlap there is
+// settled by order rather than refused.
+func resolvedSubsets(subsets []placement.Subset, canary *placement.CanaryStep, reported map[string][]string) ([]placement.Subset, error) {
+	if len(reported) == 0 {
+		return subsets, nil
+	}
+	claimed := map[string]bool{}
+	for _, s := range subsets {
+		for _, ns := range s.Namespaces {
+			claimed[ns] = true
+		}
+	}
+	if canary != nil {
+		for _, ns := range canary.Namespaces {
+			claimed[ns] = true
+		}
+	}
+	out := make([]placement.Subset, len(subsets))
+	for i, s := range subsets {
+		s.Namespaces = slices.Clone(s.Namespaces)
+		for _, ns := range reported[s.Name] {
+			if !claimed[ns] {
+				claimed[ns] = true
+				s.Namespaces = append(s.Namespaces, ns)
+			}
+		}
+		if len(s.Namespaces) > maxShardNamespaces {
+			return nil, fmt.Errorf("subset %q would serve %d namespaces, at most %d: narrow its namespaceSelector or namespaceRegex, or give it buckets instead",
+				s.Name, len(s.Namespaces), maxShardNamespaces)
+		}
+		out[i] = s
+	}
+	return out, nil
+}
+
+// subsetRules are the subsets' rules, in the order of the spec.
+func subsetRules(sc *ctrlmeshv1alpha1.ShardingConfig, space sharding.Space) ([]placement.Subset, error) {
+	var out []placement.Subset
+	for _, s := range sc.Spec.Subsets {
+		buckets, err := space.ParseSet(s.Buckets)
+		if err != nil {
+			return nil, fmt.Errorf("subset %q buckets: %w", s.Name, err)
+		}
+		out = append(out, placement.Subset{Name: s.Name, Buckets: buckets, Namespaces: slices.Clone(s.Namespaces)})
+	}
+	return out, nil
 }
 
 func ptrValue(p *int32) int32 {

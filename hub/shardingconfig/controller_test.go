@@ -2,6 +2,9 @@ package shardingconfig
 
 import (
 	"reflect"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -393,5 +396,63 @@ func TestAcksOfOutlivedRules(t *testing.T) {
 				t.Errorf("granted %t, want %t: step %+v", granted, tc.wantGrant, step)
 			}
 		})
+	}
+}
+
+// TestSubsetRules: the subsets' rules, in the spec's order, their bucket
+// strings parsed in the config's space; a bad string is named by subset.
+func TestSubsetRules(t *testing.T) {
+	sc := &ctrlmeshv1alpha1.ShardingConfig{Spec: ctrlmeshv1alpha1.ShardingConfigSpec{Subsets: []ctrlmeshv1alpha1.Subset{
+		{Name: "v2", Buckets: "0-3", Namespaces: []string{"team-a"}},
+		{Name: "blue", Namespaces: []string{"team-b"}},
+	}}}
+	got, err := subsetRules(sc, scheme32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Name != "v2" || got[0].Buckets.String() != "0-3" || !slices.Equal(got[0].Namespaces, []string{"team-a"}) ||
+		got[1].Name != "blue" || !got[1].Buckets.IsEmpty() || got[1].Buckets.Space() != scheme32 {
+		t.Fatalf("subset rules %+v", got)
+	}
+	sc.Spec.Subsets[0].Namespaces[0] = "changed"
+	if got[0].Namespaces[0] == "changed" {
+		t.Error("the rules share the spec's namespaces")
+	}
+	sc.Spec.Subsets[1].Buckets = "40"
+	if _, err := subsetRules(sc, scheme32); err == nil || !strings.HasPrefix(err.Error(), `subset "blue" buckets: `) {
+		t.Errorf("bucket 40 of 32: %v, want an error naming subset blue", err)
+	}
+}
+
+// TestResolvedSubsets: the namespaces a member's agent found for each
+// subset's namespace rules are added to it, except those named by name
+// elsewhere or found for an earlier subset; more than a shard can serve is
+// an invalid spec naming the subset.
+func TestResolvedSubsets(t *testing.T) {
+	none, _ := scheme32.NewSet()
+	subsets := []placement.Subset{
+		{Name: "v2", Buckets: none, Namespaces: []string{"team-a"}},
+		{Name: "blue", Buckets: none},
+	}
+	canary := &placement.CanaryStep{Buckets: none, Namespaces: []string{"team-c"}}
+	got, err := resolvedSubsets(subsets, canary, map[string][]string{
+		"v2":   {"canary-1", "team-c"},
+		"blue": {"canary-1", "canary-2", "team-a"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got[0].Namespaces, []string{"team-a", "canary-1"}) || !slices.Equal(got[1].Namespaces, []string{"canary-2"}) {
+		t.Fatalf("resolved %+v", got)
+	}
+	if !slices.Equal(subsets[0].Namespaces, []string{"team-a"}) {
+		t.Error("the spec's subsets were changed")
+	}
+	var many []string
+	for i := range maxShardNamespaces + 1 {
+		many = append(many, "ns-"+strconv.Itoa(i))
+	}
+	if _, err := resolvedSubsets(subsets, nil, map[string][]string{"blue": many}); err == nil || !strings.Contains(err.Error(), `subset "blue" would serve 65 namespaces, at most 64`) {
+		t.Errorf("65 namespaces: %v", err)
 	}
 }

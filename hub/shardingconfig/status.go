@@ -122,7 +122,7 @@ func degraded(sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome) (reason, messag
 			"delete a pod admitted without the sidecar so that it is created again with the proxy", strings.Join(names, ", "))
 	}
 	for _, d := range out.domains {
-		if !slices.ContainsFunc(d.pods, func(p placement.Pod) bool { return p.Ready && !p.Canary }) {
+		if !slices.ContainsFunc(d.pods, func(p placement.Pod) bool { return p.Ready && !p.Canary && p.Subset == "" }) {
 			return ctrlmeshv1alpha1.ReasonNoCandidatePods, fmt.Sprintf("no ready pod matches the selector in %s", strings.Join(d.clusters, ", "))
 		}
 	}
@@ -147,7 +147,7 @@ func placementStatus(sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome) []ctrlme
 		table := d.step.Table
 		for _, rs := range table.Shards {
 			p := ctrlmeshv1alpha1.ShardPlacement{
-				Shard: rs.ID, Cluster: rs.Cluster, Buckets: rs.Buckets.String(), Namespaces: slices.Clone(rs.Namespaces), Canary: rs.Canary,
+				Shard: rs.ID, Cluster: rs.Cluster, Buckets: rs.Buckets.String(), Namespaces: slices.Clone(rs.Namespaces), Canary: rs.Canary, Subset: rs.Subset,
 				State: ctrlmeshv1alpha1.ShardServing, Health: ctrlmeshv1alpha1.ShardHealthUnknown,
 			}
 			if p.Cluster == "" && len(d.clusters) == 1 {

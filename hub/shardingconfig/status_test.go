@@ -144,12 +144,13 @@ func TestDegraded(t *testing.T) {
 		wantReason:  ctrlmeshv1alpha1.ReasonNoCandidatePods,
 		wantMessage: "no ready pod matches the selector in b, c",
 	}, {
-		name: "a domain with unready and canary pods only",
+		name: "a domain with unready, canary and subset pods only",
 		out: &outcome{
 			members: members([]string{"a", "b"}),
 			domains: []domainOutcome{settled("a"), withPods(settled("b"),
 				placement.Pod{PodID: route.PodID{Cluster: "b", Name: "unready"}},
 				placement.Pod{PodID: route.PodID{Cluster: "b", Name: "canary"}, Ready: true, Canary: true},
+				placement.Pod{PodID: route.PodID{Cluster: "b", Name: "v2"}, Ready: true, Subset: "v2"},
 			)},
 		},
 		wantReason:  ctrlmeshv1alpha1.ReasonNoCandidatePods,

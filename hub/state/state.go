@@ -175,6 +175,9 @@ type Report struct {
 	Pods []Pod
 	// Leaders hold the shards' leader-election locks, sorted by shard.
 	Leaders []Leader
+	// SubsetNamespaces are, per subset with namespace rules, the member's
+	// namespaces they match.
+	SubsetNamespaces map[string][]string
 }
 
 // Pod is a candidate operator pod, as the member's agent reports it.
@@ -184,6 +187,8 @@ type Pod struct {
 	Address string
 	Ready   bool
 	Canary  bool
+	// Subset is the subset the pod's labels put it in, "" for none.
+	Subset string
 	// AppliedRulesHash is the hash of the rules the pod's proxy has applied:
 	// its acknowledgement, through Published.GenerationOf. Empty when it has
 	// applied none.

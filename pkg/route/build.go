@@ -68,10 +68,15 @@ func Build(config *ctrlmeshv1alpha1.ShardingConfig, cluster string, table Table,
 			Webhook:           spec.Webhook.DeepCopy(),
 			Limits:            spec.Limits.DeepCopy(),
 			Interception:      spec.Interception,
+			Isolation:         spec.Isolation.DeepCopy(),
 		},
 	}
 	if spec.Canary != nil {
 		route.Spec.CanarySelector = spec.Canary.Selector.DeepCopy()
+	}
+	for _, s := range spec.Subsets {
+		route.Spec.Subsets = append(route.Spec.Subsets, ctrlmeshv1alpha1.RouteSubset{Name: s.Name, Selector: *s.Selector.DeepCopy(),
+			NamespaceSelector: s.NamespaceSelector.DeepCopy(), NamespaceRegex: s.NamespaceRegex})
 	}
 	if spec.Scope == ctrlmeshv1alpha1.ScopeFleet {
 		route.Spec.ValiditySeconds = int32(validity / time.Second)
@@ -108,6 +113,7 @@ func routeShard(scope ctrlmeshv1alpha1.ShardingScope, cluster string, s Shard, a
 		Namespaces:        slices.Clone(s.Namespaces),
 		PendingNamespaces: slices.Clone(s.PendingNamespaces),
 		Canary:            s.Canary,
+		Subset:            s.Subset,
 	}
 	for _, pod := range s.Pods {
 		if pod.Cluster != cluster {

@@ -90,6 +90,13 @@ func buildCases() []buildCase {
 		ctrlmeshv1alpha1.RouteShard{ID: "0", Buckets: "0-1,3-7", PendingBuckets: "2", Pods: []ctrlmeshv1alpha1.RoutePod{addressed("op-0", "10.0.0.1")}},
 		ctrlmeshv1alpha1.RouteShard{ID: "canary", Canary: true, PendingNamespaces: []string{"ns-a"}, Pods: []ctrlmeshv1alpha1.RoutePod{{Name: "op-c"}}})
 	pendingCanarySpec.CanarySelector = canarySpec.CanarySelector
+	subsetSpec := routeSpec("m1", ctrlmeshv1alpha1.ScopePerCluster, 6,
+		ctrlmeshv1alpha1.RouteShard{ID: "0", Buckets: "0-5", Pods: []ctrlmeshv1alpha1.RoutePod{addressed("op-0", "10.0.0.1")}},
+		ctrlmeshv1alpha1.RouteShard{ID: "v2", Buckets: "6-7", Namespaces: []string{"ns-a"}, Subset: "v2", Pods: []ctrlmeshv1alpha1.RoutePod{{Name: "op-v2"}}})
+	subsetSpec.Subsets = []ctrlmeshv1alpha1.RouteSubset{{Name: "v2", Selector: metav1.LabelSelector{MatchLabels: map[string]string{"version": "v2"}}}}
+	subsetConfig := testConfig("team-a", ctrlmeshv1alpha1.ScopePerCluster)
+	subsetConfig.Spec.Subsets = []ctrlmeshv1alpha1.Subset{{Name: "v2", Selector: metav1.LabelSelector{MatchLabels: map[string]string{"version": "v2"}},
+		Buckets: "6-7", Namespaces: []string{"ns-a"}}}
 
 	interceptedConfig := testConfig("team-a", ctrlmeshv1alpha1.ScopePerCluster)
 	interceptedConfig.Spec.Interception = ctrlmeshv1alpha1.InterceptEnvironment
@@ -150,6 +157,17 @@ func buildCases() []buildCase {
 			}}
 		},
 		want: pendingCanarySpec,
+	}, {
+		name:    "a subset's shard names its subset, and the route the subsets' pod selectors without their rules",
+		config:  subsetConfig,
+		cluster: "m1",
+		table: func(t testing.TB) Table {
+			return Table{Generation: 6, Shards: []Shard{
+				{ID: "0", Cluster: "m1", Pods: []PodID{pod("m1", "op-0")}, Buckets: set(t, "0-5"), PendingBuckets: set(t, "")},
+				{ID: "v2", Cluster: "m1", Subset: "v2", Pods: []PodID{pod("m1", "op-v2")}, Buckets: set(t, "6-7"), PendingBuckets: set(t, ""), Namespaces: []string{"ns-a"}},
+			}}
+		},
+		want: subsetSpec,
 	}, {
 		name:    "a shard with pending buckets only is listed with its pods, which serve nothing yet",
 		config:  testConfig("team-a", ctrlmeshv1alpha1.ScopePerCluster),
@@ -317,10 +335,14 @@ func TestRulesHash(t *testing.T) {
 		"shard pendingBucket": func(s *ctrlmeshv1alpha1.ShardRouteSpec) { s.Shards[0].PendingBuckets = "7" },
 		"shard namespaces":    func(s *ctrlmeshv1alpha1.ShardRouteSpec) { s.Shards[1].Namespaces = []string{"ns-b"} },
 		"shard canary":        func(s *ctrlmeshv1alpha1.ShardRouteSpec) { s.Shards[1].Canary = false },
-		"pod name":            func(s *ctrlmeshv1alpha1.ShardRouteSpec) { s.Shards[0].Pods[0].Name = "op-9" },
-		"pod address":         func(s *ctrlmeshv1alpha1.ShardRouteSpec) { s.Shards[1].Pods[0].Address = "10.0.0.9" },
-		"shard list":          func(s *ctrlmeshv1alpha1.ShardRouteSpec) { s.Shards = s.Shards[:1] },
-		"webhook unset":       func(s *ctrlmeshv1alpha1.ShardRouteSpec) { s.Webhook = nil },
+		"shard subset":        func(s *ctrlmeshv1alpha1.ShardRouteSpec) { s.Shards[1].Subset = "v2" },
+		"subsets": func(s *ctrlmeshv1alpha1.ShardRouteSpec) {
+			s.Subsets = []ctrlmeshv1alpha1.RouteSubset{{Name: "v2", Selector: metav1.LabelSelector{MatchLabels: map[string]string{"version": "v2"}}}}
+		},
+		"pod name":      func(s *ctrlmeshv1alpha1.ShardRouteSpec) { s.Shards[0].Pods[0].Name = "op-9" },
+		"pod address":   func(s *ctrlmeshv1alpha1.ShardRouteSpec) { s.Shards[1].Pods[0].Address = "10.0.0.9" },
+		"shard list":    func(s *ctrlmeshv1alpha1.ShardRouteSpec) { s.Shards = s.Shards[:1] },
+		"webhook unset": func(s *ctrlmeshv1alpha1.ShardRouteSpec) { s.Webhook = nil },
 		"pod added": func(s *ctrlmeshv1alpha1.ShardRouteSpec) {
 			s.Shards[0].Pods = append(s.Shards[0].Pods, ctrlmeshv1alpha1.RoutePod{Name: "op-1"})
 		},

@@ -39,7 +39,7 @@ func parseShards(space sharding.Space, cluster string, in []ctrlmeshv1alpha1.Rou
 			return nil, fmt.Errorf("shard %q pendingBuckets: %w", rs.ID, err)
 		}
 		shard := Shard{
-			ID: rs.ID, Canary: rs.Canary, Buckets: buckets, PendingBuckets: pending,
+			ID: rs.ID, Canary: rs.Canary, Subset: rs.Subset, Buckets: buckets, PendingBuckets: pending,
 			Namespaces: nilIfEmpty(slices.Clone(rs.Namespaces)), PendingNamespaces: nilIfEmpty(slices.Clone(rs.PendingNamespaces)),
 		}
 		for _, p := range rs.Pods {

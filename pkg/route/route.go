@@ -87,6 +87,8 @@ type Shard struct {
 	// Cluster is where most of the shard's pods run.
 	Cluster string
 	Canary  bool
+	// Subset is the name of the subset whose pods serve the shard, if any.
+	Subset string
 	// Pods serving the shard, sorted (ComparePodIDs).
 	Pods []PodID
 	// Buckets the shard's pods may serve now.
@@ -122,7 +124,7 @@ func (s Shard) servesNothing() bool {
 
 // Equal reports whether both shards are the same in every field.
 func (s Shard) Equal(o Shard) bool {
-	return s.ID == o.ID && s.Cluster == o.Cluster && s.Canary == o.Canary && slices.Equal(s.Pods, o.Pods) &&
+	return s.ID == o.ID && s.Cluster == o.Cluster && s.Canary == o.Canary && s.Subset == o.Subset && slices.Equal(s.Pods, o.Pods) &&
 		s.Buckets.Equal(o.Buckets) && s.PendingBuckets.Equal(o.PendingBuckets) &&
 		slices.Equal(s.Namespaces, o.Namespaces) && slices.Equal(s.PendingNamespaces, o.PendingNamespaces)
 }

@@ -21,6 +21,7 @@ import (
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/route"
+	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 	"github.com/ctrlmesh/ctrlmesh/proxy/policy"
 )
 
@@ -75,6 +76,14 @@ type Snapshot struct {
 	LeaderElectionName string
 	// Policies are the route's traffic policies compiled for the pod.
 	Policies *policy.Set
+	// Isolation is the route's namespace isolation, nil for none. The
+	// proxy puts the snapshot in force Isolated over the namespaces it
+	// confirmed inside; inside holds them, sorted.
+	Isolation *Isolation
+	inside    []string
+	// base is the shard's ownership before isolation, once isolated.
+	base     sharding.Ownership
+	isolated bool
 }
 
 // Hash is the rules hash the snapshot enforces.
@@ -117,7 +126,12 @@ func (s *Snapshot) SameSelectionOf(other *Snapshot, gr schema.GroupResource) boo
 	if aSharded != bSharded {
 		return false
 	}
-	return !aSharded || a.Requirements.String() == b.Requirements.String()
+	if !aSharded {
+		// Under isolation the proxy tracks unsharded namespaced reads too:
+		// they follow the namespaces inside.
+		return s.sameIsolation(other)
+	}
+	return a.Requirements.String() == b.Requirements.String()
 }
 
 // SameSelection reports whether both snapshots select the same objects for
@@ -127,7 +141,7 @@ func (s *Snapshot) SameSelection(other *Snapshot) bool {
 	if s == nil || other == nil {
 		return s == other
 	}
-	if !s.sameShard(other) || len(s.Limits) != len(other.Limits) {
+	if !s.sameShard(other) || !s.sameIsolation(other) || len(s.Limits) != len(other.Limits) {
 		return false
 	}
 	for i := range s.Limits {
@@ -173,6 +187,9 @@ func Compile(r *ctrlmeshv1alpha1.ShardRoute, pod string, mode Mode, scopes Scope
 		target.Canary = target.Canary || (s.ID == snap.Shard && s.Canary)
 	}
 	if snap.Policies, err = policy.Compile(r.Spec.Policies, target); err != nil {
+		return nil, err
+	}
+	if snap.Isolation, err = CompileIsolation(r.Spec.Isolation); err != nil {
 		return nil, err
 	}
 	if mode == ModeLabel && snap.Serving() {

@@ -106,6 +106,9 @@ type CanarySpec struct {
 // The CEL rules on bucket strings skip strings that do not match the compact
 // notation pattern, so that a malformed string gets the pattern's message
 // alone rather than a CEL conversion error as well.
+// +kubebuilder:validation:XValidation:rule="!has(self.subsets) || self.subsets.all(x, !has(x.buckets) || !x.buckets.matches('^[0-9]{1,4}(-[0-9]{1,4})?(,[0-9]{1,4}(-[0-9]{1,4})?)*$') || x.buckets.split(',').all(r, r.split('-').all(b, int(b) < self.sharding.buckets)))",message="subset buckets must be below sharding.buckets: buckets are numbered from 0 to sharding.buckets - 1"
+// +kubebuilder:validation:XValidation:rule="!has(self.subsets) || self.scope != 'Fleet' || self.subsets.all(x, !has(x.namespaceSelector) && (!has(x.namespaceRegex) || size(x.namespaceRegex) == 0))",message="in Fleet scope a subset names its namespaces by name: their labels are on the API server the operator's objects live on, which the members' agents do not watch"
+// +kubebuilder:validation:XValidation:rule="!has(self.subsets) || self.subsets.all(a, self.subsets.all(b, a.name == b.name || !has(a.namespaces) || !has(b.namespaces) || !a.namespaces.exists(n, n in b.namespaces)))",message="a namespace may be named by only one subset: each namespace is served by one shard"
 // +kubebuilder:validation:XValidation:rule="!has(self.canary) || self.canary.steps.all(s, !has(s.buckets) || !s.buckets.matches('^[0-9]{1,4}(-[0-9]{1,4})?(,[0-9]{1,4}(-[0-9]{1,4})?)*$') || s.buckets.split(',').all(r, r.split('-').all(b, int(b) < self.sharding.buckets)))",message="canary step buckets must be below sharding.buckets: buckets are numbered from 0 to sharding.buckets - 1"
 type ShardingConfigSpec struct {
 	// Selector selects the operator's pods in the member clusters.
@@ -144,6 +147,18 @@ type ShardingConfigSpec struct {
 	// Canary sends chosen buckets or namespaces to canary pods.
 	// +optional
 	Canary *CanarySpec `json:"canary,omitempty"`
+	// Subsets are named groups of the operator's pods, each serving what
+	// its rules name; the rest is sharded among the other pods.
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Subsets []Subset `json:"subsets,omitempty"`
+	// Isolation limits every pod of the operator to the namespaces it
+	// selects, whatever its shard: reads, watches and writes elsewhere are
+	// refused or narrowed away by its proxy.
+	// +optional
+	Isolation *NamespaceIsolation `json:"isolation,omitempty"`
 }
 
 // ShardState is where a shard is in its life.
@@ -189,13 +204,16 @@ type ShardPlacement struct {
 	// Buckets the shard serves, in compact notation ("0-7,12").
 	// +optional
 	Buckets string `json:"buckets,omitempty"`
-	// Namespaces the shard serves exactly (canary).
+	// Namespaces the shard serves exactly (canary, subsets).
 	// +optional
 	// +listType=set
 	Namespaces []string `json:"namespaces,omitempty"`
 	// Canary is true for the canary shard.
 	// +optional
 	Canary bool `json:"canary,omitempty"`
+	// Subset is the name of the subset the shard serves, if any.
+	// +optional
+	Subset string `json:"subset,omitempty"`
 	// State of the shard.
 	State ShardState `json:"state"`
 	// Health of the shard.

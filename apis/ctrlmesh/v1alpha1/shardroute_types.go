@@ -57,6 +57,10 @@ type RouteShard struct {
 	// Canary is true for the canary shard.
 	// +optional
 	Canary bool `json:"canary,omitempty"`
+	// Subset is the name of the subset whose pods serve the shard, if any.
+	// +kubebuilder:validation:MaxLength=40
+	// +optional
+	Subset string `json:"subset,omitempty"`
 	// Pods of the shard in this cluster. A shard with no pods here runs in
 	// another cluster (Fleet scope) and is listed for its namespaces.
 	// +kubebuilder:validation:MaxItems=16
@@ -105,6 +109,14 @@ type ShardRouteSpec struct {
 	// that the hub gives them only what the canary step names.
 	// +optional
 	CanarySelector *metav1.LabelSelector `json:"canarySelector,omitempty"`
+	// Subsets name the groups of the selected pods that serve subsets (the
+	// ShardingConfig's subsets, without their rules); the agent reports
+	// each pod's subset, so that the hub gives it what its subset names.
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Subsets []RouteSubset `json:"subsets,omitempty"`
 	// Controller configures the operator's leader election.
 	// +optional
 	Controller *ControllerConfig `json:"controller,omitempty"`
@@ -117,6 +129,10 @@ type ShardRouteSpec struct {
 	// operator containers at the proxy; unset is Kubeconfig.
 	// +optional
 	Interception Interception `json:"interception,omitempty"`
+	// Isolation is the ShardingConfig's namespace isolation, enforced by
+	// every proxy on top of its shard.
+	// +optional
+	Isolation *NamespaceIsolation `json:"isolation,omitempty"`
 	// Shards and the pods that serve them.
 	// +kubebuilder:validation:MaxItems=4096
 	// +listType=map
@@ -125,6 +141,15 @@ type ShardRouteSpec struct {
 	Shards []RouteShard `json:"shards,omitempty"`
 	// Policies are the traffic policies bound to the ShardingConfig
 	// (CircuitBreakers, FaultInjections), enforced by every proxy.
+	// Schemaless in the ShardRoute CRD: the hub copies them from
+	// CircuitBreakers and FaultInjections its API server validated, and
+	// every proxy compiles them again, refusing the whole route (keeping
+	// its last good rules) if one does not compile; repeating their
+	// schema here would only grow the member's CRD (and each of its
+	// copies) by a thousand lines.
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:pruning:PreserveUnknownFields
 	// +optional
 	Policies *RoutePolicies `json:"policies,omitempty"`
 }
@@ -143,6 +168,10 @@ type PodRouteStatus struct {
 	// Canary is true when the pod matches the canary selector.
 	// +optional
 	Canary bool `json:"canary,omitempty"`
+	// Subset is the first subset whose selector matches the pod, unless
+	// it is a canary pod.
+	// +optional
+	Subset string `json:"subset,omitempty"`
 	// Shard the pod serves under the current rules, if any.
 	// +optional
 	Shard string `json:"shard,omitempty"`
@@ -195,6 +224,12 @@ type ShardRouteStatus struct {
 	// +listType=map
 	// +listMapKey=shard
 	Leaders []ShardLeader `json:"leaders,omitempty"`
+	// Subsets lists, per subset with namespace rules, the member's
+	// namespaces they match.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Subsets []RouteSubsetStatus `json:"subsets,omitempty"`
 	// Conditions: RulesApplied, ProxiesReady.
 	// +optional
 	// +listType=map
