@@ -98,19 +98,12 @@ func installAgent(t *testing.T, ctx context.Context, helm, root string, hubClust
 // namespace only, with the namespace.
 func operatorRBAC(t *testing.T, root, namespace, name string) []client.Object {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(root, "deploy", "rbac", "proxy.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var proxyRole rbacv1.ClusterRole
-	if err := yaml.UnmarshalStrict(data, &proxyRole); err != nil {
-		t.Fatal(err)
-	}
+	proxyRole := shippedProxyRole(t, root)
 	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: name}}
 	return []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}},
-		&proxyRole,
+		proxyRole,
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: proxyRole.Name}, Subjects: subject,
 			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: proxyRole.Name}},
 		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{
@@ -121,4 +114,20 @@ func operatorRBAC(t *testing.T, root, namespace, name string) []client.Object {
 		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name}, Subjects: subject,
 			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name}},
 	}
+}
+
+// shippedProxyRole is the proxy's ClusterRole as ctrlmesh ships it
+// (deploy/rbac/proxy.yaml), which every operator's ServiceAccount is bound
+// to for its sidecar.
+func shippedProxyRole(t *testing.T, root string) *rbacv1.ClusterRole {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root, "deploy", "rbac", "proxy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var proxyRole rbacv1.ClusterRole
+	if err := yaml.UnmarshalStrict(data, &proxyRole); err != nil {
+		t.Fatal(err)
+	}
+	return &proxyRole
 }

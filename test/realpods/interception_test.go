@@ -29,7 +29,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/ctrlmesh/ctrlmesh/agent/inject"
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
@@ -124,7 +123,7 @@ func TestInterceptionOnRealNode(t *testing.T) {
 	t.Logf("images built and imported in %s", time.Since(built).Round(time.Millisecond))
 
 	serveInjection(t, ctx, member)
-	rbac := operatorRBAC(t, root)
+	rbac := kcmRBAC(t, root)
 	for _, o := range rbac {
 		env.Create(t, ctx, member.Client, o)
 	}
@@ -461,23 +460,16 @@ const (
 	kcmClusterRole   = "ctrlmesh-test-kcm-disruption"
 )
 
-// operatorRBAC is the proxy's shipped ClusterRole (deploy/rbac/proxy.yaml)
+// kcmRBAC is the proxy's shipped ClusterRole (deploy/rbac/proxy.yaml)
 // and the disruption controller's.
-func operatorRBAC(t *testing.T, root string) []client.Object {
+func kcmRBAC(t *testing.T, root string) []client.Object {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(root, "deploy", "rbac", "proxy.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var proxyRole rbacv1.ClusterRole
-	if err := yaml.UnmarshalStrict(data, &proxyRole); err != nil {
-		t.Fatal(err)
-	}
+	proxyRole := shippedProxyRole(t, root)
 	if proxyRole.Name != proxyClusterRole {
 		t.Fatalf("deploy/rbac/proxy.yaml names ClusterRole %q, want %q", proxyRole.Name, proxyClusterRole)
 	}
 	read := []string{"get", "list", "watch"}
-	return []client.Object{&proxyRole, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: kcmClusterRole}, Rules: []rbacv1.PolicyRule{
+	return []client.Object{proxyRole, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: kcmClusterRole}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods", "replicationcontrollers", "namespaces"}, Verbs: read},
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments", "replicasets", "statefulsets"}, Verbs: read},
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments/scale", "replicasets/scale", "statefulsets/scale"}, Verbs: []string{"get"}},
