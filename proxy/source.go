@@ -204,12 +204,7 @@ func (s *APISource) Run(ctx context.Context) error {
 			}
 		}
 		// Under mu: two senders must not race for the one slot.
-		select {
-		case latest <- route:
-		default:
-			<-latest
-			latest <- route
-		}
+		replaceLatest(latest, route)
 		mu.Unlock()
 	}
 	// withdraw takes the rules away when the ShardRoute is deleted.
@@ -222,12 +217,7 @@ func (s *APISource) Run(ctx context.Context) error {
 			"To run the operator without ctrlmesh, remove the label "+ctrlmeshv1alpha1.EnableProxyLabel+" from its pod template and restart its pods",
 			"shardRoute", s.Namespace+"/"+s.Name)
 		// Nothing to report the applied rules into any more.
-		select {
-		case latest <- nil:
-		default:
-			<-latest
-			latest <- nil
-		}
+		replaceLatest(latest, nil)
 	}
 	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    handle,
@@ -240,6 +230,21 @@ func (s *APISource) Run(ctx context.Context) error {
 	go s.report(ctx, shardRoutes, latest)
 	informer.RunWithContext(ctx)
 	return nil
+}
+
+// replaceLatest puts route into latest (capacity 1), dropping a value the
+// reporter has not taken yet. Its caller must be latest's only sender (it
+// holds the source's mu). It never blocks: it empties the slot without
+// waiting, and then only the sender fills it. (Sending, and on a full slot
+// receiving before sending again, blocked forever when the reporter took
+// the value in between: the informer's handler then held mu for good, no
+// later ShardRoute was offered, and the proxy never stopped.)
+func replaceLatest(latest chan *ctrlmeshv1alpha1.ShardRoute, route *ctrlmeshv1alpha1.ShardRoute) {
+	select {
+	case <-latest:
+	default:
+	}
+	latest <- route
 }
 
 // shardRoutesResource is the resource of ShardRoutes.
