@@ -177,7 +177,8 @@ func (f *NodeFleet) InstallHub(ctx context.Context) error {
 	args := []string{"install", "ctrlmesh-hub", filepath.Join(f.root, "deploy", "charts", "ctrlmesh-hub"),
 		"--kubeconfig", f.Hub.KubeconfigPath, "--namespace", namespace, "--create-namespace",
 		"--set", "image.repository=" + repository, "--set", "image.tag=" + tag, "--set", "image.pullPolicy=Never",
-		"--set", "replicas=1", "--set", "podDisruptionBudget.enabled=false", "--set", "crds.shardingConfig=false"}
+		"--set", "replicas=1", "--set", "podDisruptionBudget.enabled=false", "--set", "crds.shardingConfig=false",
+		"--set", "crds.circuitBreaker=false", "--set", "crds.faultInjection=false"}
 	for i, m := range f.members {
 		args = append(args, "--set", fmt.Sprintf("members[%d].name=%s", i, m))
 	}
