@@ -43,7 +43,7 @@ const PauseImage = "ctrlmesh.test/pause:1"
 // node-packages' installs that a node runs, found in PATH; cniPlugins are
 // the CNI plugins of its network, in cniBinDir.
 var (
-	nodeExecutables = []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "iptables", "ip", "nsenter"}
+	nodeExecutables = []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "iptables", "ip", "nsenter", "unshare"}
 	cniPlugins      = []string{"bridge", "host-local", "loopback"}
 )
 
@@ -192,7 +192,7 @@ func startNode(ctx context.Context, c *Cluster, net *nodeNetwork, assets, workDi
 			err = errors.Join(fmt.Errorf("starting the node of %q (logs in %s): %w", c.Name, n.Dir, err), n.stop())
 		}
 	}()
-	for _, d := range []string{"containerd", "kubelet", "pod-logs", "cni", "images"} {
+	for _, d := range []string{"containerd", "kubelet", "device-plugins", "pod-logs", "cni", "images"} {
 		if err := os.MkdirAll(filepath.Join(n.Dir, d), 0o755); err != nil {
 			return n, err
 		}
@@ -408,14 +408,49 @@ evictionHard:
 	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
 		return err
 	}
-	n.kubelet, err = StartProcess(KubeletBinary, filepath.Join(n.Dir, "kubelet.log"), false, filepath.Join(assets, KubeletBinary),
+	command, err := n.kubeletMountNamespace(filepath.Join(assets, KubeletBinary),
 		"--config="+configPath,
 		"--kubeconfig="+kubeconfigPath,
 		"--root-dir="+filepath.Join(n.Dir, "kubelet"),
 		"--hostname-override="+n.Name,
 		"--v=2",
 	)
+	if err != nil {
+		return err
+	}
+	n.kubelet, err = StartProcess(KubeletBinary, filepath.Join(n.Dir, "kubelet.log"), false, command[0], command[1:]...)
 	return err
+}
+
+// hostDevicePlugins is the device plugins' directory every kubelet uses
+// whatever its --root-dir: the kubelet's registration socket and its
+// checkpoint live there (pluginapi.KubeletSocket, a constant).
+const hostDevicePlugins = "/var/lib/kubelet/device-plugins"
+
+// kubeletMountNamespace is the command that runs the kubelet in a mount
+// namespace of its own where the node's device-plugins directory is
+// mounted over hostDevicePlugins. Several kubelets on one machine otherwise
+// share that socket: one starting removes another's and binds it again, or
+// fails with "address already in use" when a third bound it in between (a
+// kubelet restarted in CI so). The kubelet's --root-dir is made a shared
+// mount first, so what the kubelet mounts there (the pods' volumes)
+// propagates to the host, where the node's containerd and runc see it; the
+// mount namespace is created with the host's propagation unchanged (a
+// private root), so the device-plugins mount stays the kubelet's.
+func (n *Node) kubeletMountNamespace(kubelet string, args ...string) ([]string, error) {
+	root := filepath.Join(n.Dir, "kubelet")
+	if err := os.MkdirAll(hostDevicePlugins, 0o750); err != nil {
+		return nil, fmt.Errorf("making the kubelets' device-plugins directory: %w", err)
+	}
+	if err := syscall.Mount(root, root, "", syscall.MS_BIND, ""); err != nil {
+		return nil, fmt.Errorf("bind-mounting the kubelet's root directory %s: %w", root, err)
+	}
+	if err := syscall.Mount("", root, "", syscall.MS_SHARED, ""); err != nil {
+		return nil, fmt.Errorf("making the kubelet's root directory %s a shared mount: %w", root, err)
+	}
+	script := `mount --bind "$1" "$2" && shift 2 && exec "$@"`
+	return append([]string{"unshare", "--mount", "--propagation", "unchanged", "--", "sh", "-c", script, "sh",
+		filepath.Join(n.Dir, "device-plugins"), hostDevicePlugins, kubelet}, args...), nil
 }
 
 // startKubeProxy starts the node's kube-proxy in the node's network

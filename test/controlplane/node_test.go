@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -224,4 +226,61 @@ func logTails(t *testing.T, dir string) {
 		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
 		t.Logf("%s, last lines:\n%s", filepath.Base(path), strings.Join(lines[max(0, len(lines)-15):], "\n"))
 	}
+}
+
+// TestKubeletsKeepTheirOwnDevicePluginSocket: two nodes on one machine,
+// whose kubelets are restarted at once, each keep the device plugins'
+// registration socket in their own directory and come back Ready. The
+// kubelet binds that socket at a fixed host path whatever its --root-dir;
+// shared, a restarting kubelet failed with "address already in use" (in
+// CI, TestNoDoubleReconcileOnRealPods).
+func TestKubeletsKeepTheirOwnDevicePluginSocket(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	fleet, err := env.Start(ctx, env.Options{Clusters: []env.ClusterSpec{{Name: "member1", Node: true}, {Name: "member2", Node: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			for _, name := range []string{"member1", "member2"} {
+				logTails(t, fleet.Cluster(name).Node.Dir)
+			}
+		}
+		if err := fleet.Stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	sockets := func() {
+		t.Helper()
+		for _, name := range []string{"member1", "member2"} {
+			socket := filepath.Join(fleet.Cluster(name).Node.Dir, "device-plugins", "kubelet.sock")
+			env.Eventually(t, time.Minute, "the kubelet of "+name+" serves its device plugin socket", func() error {
+				info, err := os.Stat(socket)
+				if err != nil {
+					return err
+				}
+				if info.Mode()&os.ModeSocket == 0 {
+					return fmt.Errorf("%s is %s, not a socket", socket, info.Mode())
+				}
+				return nil
+			})
+		}
+	}
+	sockets()
+	var g errgroup.Group
+	for _, name := range []string{"member1", "member2"} {
+		cluster := fleet.Cluster(name)
+		g.Go(func() error {
+			took, err := cluster.Node.RestartKubelet(ctx, cluster, time.Second, 2*time.Minute)
+			if err == nil {
+				t.Logf("kubelet of %s restarted, node Ready %s after the kill", name, took.Round(time.Millisecond))
+			}
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	sockets()
 }
