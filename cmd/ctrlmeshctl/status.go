@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/tools/clientcmd"
@@ -16,10 +17,15 @@ func newStatusCommand() *cobra.Command {
 	var kubeconfig, namespace string
 	cmd := &cobra.Command{
 		Use:   "status <shardingconfig>",
-		Short: "Print a ShardingConfig's placement as a table",
+		Short: "Print a ShardingConfig's placement, subsets and traffic policies",
 		Long: `status reads a ShardingConfig from the hub and prints what the hub reports
 in its status: the conditions, and per shard its cluster, pods, leader,
-buckets (compact notation), exact namespaces, canary flag, state and health.`,
+buckets (compact notation), exact namespaces, canary flag, state and health;
+per subset its pod selector, its rules, and per cluster its pods and what
+they are served. Then the traffic policies bound to it (the CircuitBreakers
+and FaultInjections of its namespace that name it): per member cluster how
+many of the operator's proxies enforce each policy's generation, and each
+breaker that is not closed, in which pods, since when.`,
 		Example: `  ctrlmeshctl status demo-op -n ops --kubeconfig hub.kubeconfig`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -49,7 +55,22 @@ buckets (compact notation), exact namespaces, canary flag, state and health.`,
 			if err := hub.Get(cmd.Context(), client.ObjectKey{Namespace: namespace, Name: args[0]}, &sc); err != nil {
 				return fmt.Errorf("reading ShardingConfig %s/%s: %w", namespace, args[0], err)
 			}
-			return printers.ShardingConfig(cmd.OutOrStdout(), &sc)
+			var breakers ctrlmeshv1alpha1.CircuitBreakerList
+			if err := hub.List(cmd.Context(), &breakers, client.InNamespace(namespace)); err != nil {
+				return fmt.Errorf("listing the CircuitBreakers of namespace %s (ctrlmeshctl status needs get and list on shardingconfigs, circuitbreakers and faultinjections there): %w", namespace, err)
+			}
+			var faults ctrlmeshv1alpha1.FaultInjectionList
+			if err := hub.List(cmd.Context(), &faults, client.InNamespace(namespace)); err != nil {
+				return fmt.Errorf("listing the FaultInjections of namespace %s (ctrlmeshctl status needs get and list on shardingconfigs, circuitbreakers and faultinjections there): %w", namespace, err)
+			}
+			out := cmd.OutOrStdout()
+			if err := printers.ShardingConfig(out, &sc); err != nil {
+				return err
+			}
+			// Policies of the namespace that name another ShardingConfig are not printed.
+			unbound := func(p ctrlmeshv1alpha1.Policy) bool { return p.ShardingConfigName() != sc.Name }
+			return printers.Policies(out, slices.DeleteFunc(breakers.Items, func(cb ctrlmeshv1alpha1.CircuitBreaker) bool { return unbound(&cb) }),
+				slices.DeleteFunc(faults.Items, func(fi ctrlmeshv1alpha1.FaultInjection) bool { return unbound(&fi) }))
 		},
 	}
 	f := cmd.Flags()

@@ -9,13 +9,16 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
-// TestStatusCommand prints the placement the hub reported, read from a real
-// API server.
+// TestStatusCommand prints the placement and the subsets the hub reported,
+// and the traffic policies bound to the ShardingConfig with their status
+// (not those naming another ShardingConfig), read from a real API server.
 func TestStatusCommand(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -40,6 +43,8 @@ func TestStatusCommand(t *testing.T) {
 				APIGroups: []string{""}, Resources: []string{"configmaps"},
 			}}}},
 			Clusters: ctrlmeshv1alpha1.ClusterSelection{Names: []string{"member1", "member2"}},
+			Subsets: []ctrlmeshv1alpha1.Subset{{Name: "v2", Selector: metav1.LabelSelector{MatchLabels: map[string]string{"version": "v2"}},
+				Namespaces: []string{"team-a"}}},
 		},
 	}
 	if err := hub.Client.Create(ctx, sc); err != nil {
@@ -56,10 +61,50 @@ func TestStatusCommand(t *testing.T) {
 				State: ctrlmeshv1alpha1.ShardServing, Health: ctrlmeshv1alpha1.ShardHealthy},
 			{Shard: "1", Cluster: "member2", Pods: []string{"demo-op-2"},
 				State: ctrlmeshv1alpha1.ShardPending, Health: ctrlmeshv1alpha1.ShardHealthUnknown},
+			{Shard: "v2", Cluster: "member1", Subset: "v2", Pods: []string{"demo-op-v2"}, Leader: "demo-op-v2", Namespaces: []string{"team-a"},
+				State: ctrlmeshv1alpha1.ShardServing, Health: ctrlmeshv1alpha1.ShardHealthy},
 		},
 	}
 	if err := hub.Client.Status().Update(ctx, sc); err != nil {
 		t.Fatal(err)
+	}
+	openSince := metav1.NewTime(time.Date(2026, 11, 27, 5, 30, 12, 0, time.UTC))
+	writes := ctrlmeshv1alpha1.TrafficMatch{Resources: []ctrlmeshv1alpha1.ResourceGroup{{APIGroups: []string{""}, Resources: []string{"configmaps"}}},
+		Verbs: []ctrlmeshv1alpha1.Verb{"patch"}}
+	guard := &ctrlmeshv1alpha1.CircuitBreaker{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: "guard"},
+		Spec: ctrlmeshv1alpha1.CircuitBreakerSpec{ShardingConfig: ctrlmeshv1alpha1.ShardingConfigReference{Name: "demo-op"},
+			Breakers: []ctrlmeshv1alpha1.Breaker{{Name: "writes", Match: writes, FailureRatioPercent: ptr.To[int32](50)}}},
+	}
+	chaos := &ctrlmeshv1alpha1.FaultInjection{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: "chaos"},
+		Spec: ctrlmeshv1alpha1.FaultInjectionSpec{ShardingConfig: ctrlmeshv1alpha1.ShardingConfigReference{Name: "demo-op"},
+			Faults: []ctrlmeshv1alpha1.Fault{{Name: "errors", Match: writes, Percent: 100, Abort: &ctrlmeshv1alpha1.FaultAbort{StatusCode: 503}}}},
+	}
+	// A policy of another ShardingConfig in the namespace.
+	other := guard.DeepCopy()
+	other.Name, other.Spec.ShardingConfig.Name = "other-guard", "other-op"
+	for _, obj := range []client.Object{guard, chaos, other} {
+		if err := hub.Client.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	guard.Status = ctrlmeshv1alpha1.PolicyStatus{ObservedGeneration: 1,
+		Conditions: []metav1.Condition{{Type: ctrlmeshv1alpha1.ConditionEnforced, Status: metav1.ConditionFalse, Reason: ctrlmeshv1alpha1.ReasonPolicyPending,
+			Message: "not every proxy enforces generation 1 yet in: member2 (0 of 1 proxies)", LastTransitionTime: metav1.Now()}},
+		Clusters: []ctrlmeshv1alpha1.PolicyClusterStatus{
+			{Cluster: "member1", Proxies: 3, Enforcing: 3, Breakers: []ctrlmeshv1alpha1.ClusterBreakerStatus{
+				{Name: "writes", State: ctrlmeshv1alpha1.BreakerOpen, Pods: []string{"demo-op-0", "demo-op-v2"}, LastTransitionTime: openSince}}},
+			{Cluster: "member2", Proxies: 1, Enforcing: 0},
+		}}
+	chaos.Status = ctrlmeshv1alpha1.PolicyStatus{ObservedGeneration: 1,
+		Conditions: []metav1.Condition{{Type: ctrlmeshv1alpha1.ConditionEnforced, Status: metav1.ConditionTrue, Reason: ctrlmeshv1alpha1.ReasonPolicyEnforced,
+			Message: "every proxy in 2 member clusters enforces generation 1", LastTransitionTime: metav1.Now()}},
+		Clusters: []ctrlmeshv1alpha1.PolicyClusterStatus{{Cluster: "member1", Proxies: 3, Enforcing: 3}, {Cluster: "member2", Proxies: 1, Enforcing: 1}}}
+	for _, obj := range []client.Object{guard, chaos} {
+		if err := hub.Client.Status().Update(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	run := func(args ...string) (string, error) {
@@ -77,9 +122,22 @@ func TestStatusCommand(t *testing.T) {
 	}
 	want := `ShardingConfig ops/demo-op: generation 1, observed 1; 2 clusters, 2 shards, 1 ready
 Ready=False (HandoverPending) buckets 24-31 wait for shard 0 to let them go
-SHARD  CLUSTER  PODS                 LEADER     BUCKETS  NAMESPACES  CANARY  STATE    HEALTH
-0      member1  demo-op-0,demo-op-1  demo-op-0  0-23     -           -       Serving  Healthy
-1      member2  demo-op-2            -          -        -           -       Pending  Unknown
+SHARD  CLUSTER  PODS                 LEADER      BUCKETS  NAMESPACES  CANARY  STATE    HEALTH
+0      member1  demo-op-0,demo-op-1  demo-op-0   0-23     -           -       Serving  Healthy
+1      member2  demo-op-2            -           -        -           -       Pending  Unknown
+v2     member1  demo-op-v2           demo-op-v2  -        team-a      -       Serving  Healthy
+SUBSET  SELECTOR    RULES              CLUSTER  PODS        BUCKETS  NAMESPACES  STATE
+v2      version=v2  namespaces team-a  member1  demo-op-v2  -        team-a      Serving
+CircuitBreaker ops/guard: generation 1, observed 1
+Enforced=False (PolicyPending) not every proxy enforces generation 1 yet in: member2 (0 of 1 proxies)
+CLUSTER  ENFORCING  BREAKER  STATE   PODS                  SINCE
+member1  3/3        writes   Open    demo-op-0,demo-op-v2  2026-11-27T05:30:12Z
+member2  0/1        all      Closed  -                     -
+FaultInjection ops/chaos: generation 1, observed 1
+Enforced=True (PolicyEnforced) every proxy in 2 member clusters enforces generation 1
+CLUSTER  ENFORCING
+member1  3/3
+member2  1/1
 `
 	if out != want {
 		t.Errorf("status printed\n%s\nwant\n%s", out, want)

@@ -65,8 +65,8 @@ type Input struct {
 // of those (numbered) shards differ by at most one; a bucket moves only when
 // a shard appears, is dissolved, or the canary or a subset takes or returns
 // it, and then only as few as balance needs. The canary and each subset
-// with a ready pod form one shard each, of all their ready pods, serving
-// exactly what the step or the subset names; the canary is a subset named
+// with a ready pod and something to serve form one shard each, of all
+// their ready pods, serving exactly what the step or the subset names; the canary is a subset named
 // CanaryShardID whose rules are the step in force. The same input in any
 // order gives the same placement.
 func Compute(in Input) (Placement, error) {
@@ -78,7 +78,12 @@ func Compute(in Input) (Placement, error) {
 	free := in.Space.AllBuckets()
 	var active []Subset
 	for _, g := range in.groups() {
-		if len(grouped[g.Name]) > 0 {
+		// A group with nothing to serve forms no shard: its pods stand by.
+		// (A namespace rule may match no namespace in a member; the route
+		// lists no shard that serves nothing, so such a shard would never
+		// be read back as published, and every reconcile would publish it
+		// again.)
+		if len(grouped[g.Name]) > 0 && (!g.Buckets.IsEmpty() || len(g.Namespaces) > 0) {
 			active = append(active, g)
 			free = free.Difference(g.Buckets)
 		}

@@ -113,6 +113,15 @@ func TestComputeTable(t *testing.T) {
 			want: "0@a [a/p0] 0-31 []",
 		},
 		{
+			name: "a subset whose rules match nothing here forms no shard: its pods stand by",
+			in: Input{Space: s32, PodsPerShard: 1,
+				Pods: append(makePods("a", "p0"),
+					Pod{PodID: route.PodID{Cluster: "a", Name: "gold-0"}, Ready: true, Subset: "gold"},
+					Pod{PodID: route.PodID{Cluster: "a", Name: "silver-0"}, Ready: true, Subset: "silver"}),
+				Subsets: []Subset{{Name: "gold", Buckets: mustSet(t, s32, ""), Namespaces: []string{"team-a"}}, {Name: "silver", Buckets: mustSet(t, s32, "")}}},
+			want: "0@a [a/p0] 0-31 []\ngold@a [a/gold-0]  [team-a]",
+		},
+		{
 			name: "fleet: shards keep to one cluster",
 			in: Input{Space: s32, PodsPerShard: 2,
 				Pods: slices.Concat(makePods("b", "x", "y"), makePods("a", "p0"), makePods("c", "m", "n", "o", "p"))},

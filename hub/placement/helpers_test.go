@@ -110,7 +110,8 @@ func checkPlacement(t *testing.T, in Input, p Placement) {
 	active := map[string]bool{}
 	free := in.Space.Buckets()
 	for name, g := range groups {
-		if len(readyIn[name]) > 0 {
+		// A group with ready pods and something to serve has a shard.
+		if len(readyIn[name]) > 0 && (!g.Buckets.IsEmpty() || len(g.Namespaces) > 0) {
 			active[name] = true
 			free -= g.Buckets.Len()
 		}
