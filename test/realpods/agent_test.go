@@ -11,15 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/karmada-io/karmada/pkg/util/names"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -94,80 +89,10 @@ func TestAgentChartOnRealNode(t *testing.T) {
 	}
 	t.Logf("images %s, %s and %s built and imported in %s", agentImage, proxyImage, operatorImage, time.Since(built).Round(time.Millisecond))
 
-	// The hub admin's part: the member's identity on the hub, and its
-	// token in a kubeconfig for the member.
+	// The hub admin's part, then the member's (installAgent): the
+	// chart's two replicas run Ready on the member's node.
 	const cluster = "member1"
-	hubObjects := []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: membership.AgentNamespace}},
-		// The cluster namespace, where the agent renews its heartbeat.
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ctrlmeshv1alpha1.ClusterNamespace(cluster)}},
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: names.GenerateExecutionSpaceName(cluster)}},
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: membership.AgentNamespace, Name: membership.AgentServiceAccount(cluster)}},
-	}
-	for _, o := range append(hubObjects, membership.AgentHubRBAC(cluster)...) {
-		env.Create(t, ctx, hub.Client, o)
-	}
-	hubClientset, err := kubernetes.NewForConfig(hub.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	token, err := hubClientset.CoreV1().ServiceAccounts(membership.AgentNamespace).CreateToken(ctx, membership.AgentServiceAccount(cluster),
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := clientcmd.Write(clientcmdapi.Config{
-		Clusters:       map[string]*clientcmdapi.Cluster{"hub": {Server: hub.Config.Host, CertificateAuthorityData: hub.Config.CAData}},
-		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"agent": {Token: token.Status.Token}},
-		Contexts:       map[string]*clientcmdapi.Context{"hub": {Cluster: "hub", AuthInfo: "agent"}},
-		CurrentContext: "hub",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The member's part: the namespace and the Secret the chart mounts,
-	// then the chart.
-	const namespace = "ctrlmesh"
-	env.Create(t, ctx, member.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})
-	env.Create(t, ctx, member.Client, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "ctrlmesh-hub-kubeconfig"},
-		Data:       map[string][]byte{"kubeconfig": kubeconfig},
-	})
-	repository, tag, _ := strings.Cut(agentImage, ":")
-	proxyRepository, proxyTag, _ := strings.Cut(proxyImage, ":")
-	installed := time.Now()
-	helmInstall(t, ctx, helm, member.KubeconfigPath, namespace, filepath.Join(root, "deploy", "charts", "ctrlmesh-agent"),
-		"clusterName="+cluster, "image.repository="+repository, "image.tag="+tag, "image.pullPolicy=Never",
-		"proxyImage.repository="+proxyRepository, "proxyImage.tag="+proxyTag,
-		// The test clusters start with ctrlmesh's CRDs, as a cluster
-		// whose CRDs are managed apart from the chart.
-		"crds.install=false")
-	t.Logf("helm install returned after %s", time.Since(installed).Round(time.Millisecond))
-
-	// The chart's two replicas run Ready on the member's node.
-	env.Eventually(t, 4*time.Minute, "the agent's pods Running and Ready on "+member.Node.Name, func() error {
-		var pods corev1.PodList
-		if err := member.Client.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{"app.kubernetes.io/name": "ctrlmesh-agent"}); err != nil {
-			return err
-		}
-		var states []string
-		ready := 0
-		for _, p := range pods.Items {
-			state := fmt.Sprintf("%s on %q: %s", p.Name, p.Spec.NodeName, p.Status.Phase)
-			for _, s := range p.Status.ContainerStatuses {
-				state += fmt.Sprintf(", %s ready=%v restarts=%d %+v", s.Name, s.Ready, s.RestartCount, s.State)
-			}
-			states = append(states, state)
-			if p.Spec.NodeName == member.Node.Name && p.Status.Phase == corev1.PodRunning &&
-				len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].Ready {
-				ready++
-			}
-		}
-		if ready != 2 {
-			return fmt.Errorf("%d of 2 ready: %v", ready, states)
-		}
-		return nil
-	})
+	installed := installAgent(t, ctx, helm, root, hub, member, cluster, 2)
 	t.Logf("the agent's 2 pods Running and Ready %s after helm install", time.Since(installed).Round(time.Second))
 
 	// The agent joined: its ManagedCluster on the hub, with its claims.
@@ -176,8 +101,8 @@ func TestAgentChartOnRealNode(t *testing.T) {
 		if err := hub.Client.Get(ctx, client.ObjectKey{Name: cluster}, &mc); err != nil {
 			return err
 		}
-		if membership.ClaimedAgentNamespace(&mc) != namespace {
-			return fmt.Errorf("claims %+v, want the agent namespace %q", mc.Status.ClusterClaims, namespace)
+		if membership.ClaimedAgentNamespace(&mc) != agentNamespace {
+			return fmt.Errorf("claims %+v, want the agent namespace %q", mc.Status.ClusterClaims, agentNamespace)
 		}
 		return nil
 	})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,18 +27,20 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
-// installAgent joins member to the hub as TestAgentChartOnRealNode does,
-// the user's way: the hub admin makes the member's identity on the hub and
-// hands its token over as a kubeconfig Secret, and the agent chart is
-// installed into the member with the real helm (one replica: the test
-// machine is small), with the images of buildImages. It returns once the
-// agent's pod runs Ready.
-// TODO(lead): the same steps as TestAgentChartOnRealNode's; one helper once
-// they move to a shared place.
-func installAgent(t *testing.T, ctx context.Context, helm, root string, hubCluster, member *env.Cluster, cluster string) {
+// agentNamespace is the member namespace the agent chart is installed in.
+const agentNamespace = "ctrlmesh"
+
+// installAgent joins member to the hub as cluster, the user's way: the hub
+// admin makes the member's identity on the hub and hands its token over as
+// a kubeconfig Secret, and the agent chart is installed into the member
+// with the real helm (replicas of it), with the images of buildImages. It
+// returns when helm install was started, once the agent's pods run Ready
+// on the member's node.
+func installAgent(t *testing.T, ctx context.Context, helm, root string, hubCluster, member *env.Cluster, cluster string, replicas int) time.Time {
 	t.Helper()
 	hubObjects := []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: membership.AgentNamespace}},
+		// The cluster namespace, where the agent renews its heartbeat.
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ctrlmeshv1alpha1.ClusterNamespace(cluster)}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: names.GenerateExecutionSpaceName(cluster)}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: membership.AgentNamespace, Name: membership.AgentServiceAccount(cluster)}},
@@ -63,33 +66,43 @@ func installAgent(t *testing.T, ctx context.Context, helm, root string, hubClust
 	if err != nil {
 		t.Fatal(err)
 	}
-	const namespace = "ctrlmesh"
-	env.Create(t, ctx, member.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})
+	// The member's part: the namespace and the Secret the chart mounts,
+	// then the chart.
+	env.Create(t, ctx, member.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}})
 	env.Create(t, ctx, member.Client, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "ctrlmesh-hub-kubeconfig"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace, Name: "ctrlmesh-hub-kubeconfig"},
 		Data:       map[string][]byte{"kubeconfig": kubeconfig},
 	})
 	repository, tag, _ := strings.Cut(agentImage, ":")
 	proxyRepository, proxyTag, _ := strings.Cut(proxyImage, ":")
-	helmInstall(t, ctx, helm, member.KubeconfigPath, namespace, filepath.Join(root, "deploy", "charts", "ctrlmesh-agent"),
+	installed := time.Now()
+	helmInstall(t, ctx, helm, member.KubeconfigPath, agentNamespace, filepath.Join(root, "deploy", "charts", "ctrlmesh-agent"),
 		"clusterName="+cluster, "image.repository="+repository, "image.tag="+tag, "image.pullPolicy=Never",
-		"proxyImage.repository="+proxyRepository, "proxyImage.tag="+proxyTag, "replicas=1", "crds.install=false")
-	env.Eventually(t, 4*time.Minute, cluster+": the agent's pod Running and Ready on "+member.Node.Name, func() error {
+		"proxyImage.repository="+proxyRepository, "proxyImage.tag="+proxyTag, "replicas="+strconv.Itoa(replicas),
+		// The test clusters start with ctrlmesh's CRDs, as a cluster
+		// whose CRDs are managed apart from the chart.
+		"crds.install=false")
+	t.Logf("%s: helm install returned after %s", cluster, time.Since(installed).Round(time.Millisecond))
+	env.Eventually(t, 4*time.Minute, fmt.Sprintf("%s: the agent's %d pods Running and Ready on %s", cluster, replicas, member.Node.Name), func() error {
 		var pods corev1.PodList
-		if err := member.Client.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{"app.kubernetes.io/name": "ctrlmesh-agent"}); err != nil {
+		if err := member.Client.List(ctx, &pods, client.InNamespace(agentNamespace), client.MatchingLabels{"app.kubernetes.io/name": "ctrlmesh-agent"}); err != nil {
 			return err
 		}
+		var states []string
+		ready := 0
 		for _, p := range pods.Items {
-			if p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].Ready {
-				return nil
+			states = append(states, fmt.Sprintf("%s on %q: %s", p.Name, p.Spec.NodeName, podState(&p)))
+			if p.Spec.NodeName == member.Node.Name && p.Status.Phase == corev1.PodRunning &&
+				len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].Ready {
+				ready++
 			}
 		}
-		var states []string
-		for _, p := range pods.Items {
-			states = append(states, p.Name+": "+podState(&p))
+		if ready != replicas {
+			return fmt.Errorf("%d of %d ready: %v", ready, replicas, states)
 		}
-		return fmt.Errorf("none Ready: %v", states)
+		return nil
 	})
+	return installed
 }
 
 // operatorRBAC are the demo operator's ServiceAccount name in namespace and

@@ -150,7 +150,7 @@ func TestNoDoubleReconcileOnRealPods(t *testing.T) {
 	// and RBAC, and the managed objects.
 	var objects []fleettest.ClusterObjects
 	for _, m := range members {
-		installAgent(t, ctx, helm, root, hubCluster, m.cluster, m.name)
+		installAgent(t, ctx, helm, root, hubCluster, m.cluster, m.name, 1)
 		for _, o := range operatorRBAC(t, root, shardedNamespace, shardedName) {
 			env.Create(t, ctx, m.cluster.Client, o)
 		}
