@@ -29,6 +29,7 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/hub/propagation"
 	"github.com/ctrlmesh/ctrlmesh/hub/shardingconfig"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
+	"github.com/ctrlmesh/ctrlmesh/pkg/leaderelection"
 	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 	ctrlmeshscheme "github.com/ctrlmesh/ctrlmesh/pkg/scheme"
 )
@@ -115,9 +116,14 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	mgr, err := manager.New(clientConfig(opts), manager.Options{
+	cfg := clientConfig(opts)
+	mgr, err := manager.New(cfg, manager.Options{
 		Scheme: scheme, Logger: opts.Log,
 		LeaderElection: opts.LeaderElection, LeaderElectionID: LeaderElectionID, LeaderElectionNamespace: opts.Namespace,
+		// Renewals wait on neither the controllers' limit nor their
+		// connection: at 100 configs over 100 members the hub lost its
+		// Lease while writing Works (make bench-scale).
+		LeaderElectionConfig: leaderelection.Config(cfg, ctrlmeshv1alpha1.HubComponent),
 		// A new leader must not publish before the old one stopped.
 		LeaderElectionReleaseOnCancel: true,
 		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddress},
