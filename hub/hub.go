@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -119,6 +120,12 @@ func Run(ctx context.Context, opts Options) error {
 	cfg := clientConfig(opts)
 	mgr, err := manager.New(cfg, manager.Options{
 		Scheme: scheme, Logger: opts.Log,
+		// Cached objects without their managedFields: the hub never reads
+		// them, and they grow with every manager writing an object (the
+		// Works' manifests and status are tracked field by field). An
+		// update from the cache omits them, and the API server then keeps
+		// its own (TestWriterThroughLeanCache).
+		Cache:          cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
 		LeaderElection: opts.LeaderElection, LeaderElectionID: LeaderElectionID, LeaderElectionNamespace: opts.Namespace,
 		// Renewals wait on neither the controllers' limit nor their
 		// connection: at 100 configs over 100 members the hub lost its
