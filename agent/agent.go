@@ -45,6 +45,7 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/agent/routestatus"
 	"github.com/ctrlmesh/ctrlmesh/agent/workapply"
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/pkg/leaderelection"
 	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
 	ctrlmeshscheme "github.com/ctrlmesh/ctrlmesh/pkg/scheme"
 	"github.com/ctrlmesh/ctrlmesh/pkg/webhookutil"
@@ -157,6 +158,9 @@ func Run(ctx context.Context, opts Options) error {
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        LeaderElectionID,
 		LeaderElectionNamespace: opts.Namespace,
+		// Renewals wait on neither the controllers' limit nor their
+		// connection to the member API server.
+		LeaderElectionConfig: leaderelection.Config(opts.Member, ctrlmeshv1alpha1.AgentComponent),
 		// A new leader must not act before the old one stopped: the
 		// labeler and the Work applier write to the cluster.
 		LeaderElectionReleaseOnCancel: true,

@@ -7,6 +7,7 @@
 package hub
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -29,6 +31,7 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/hub/propagation"
 	"github.com/ctrlmesh/ctrlmesh/hub/shardingconfig"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
+	"github.com/ctrlmesh/ctrlmesh/pkg/leaderelection"
 	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 	ctrlmeshscheme "github.com/ctrlmesh/ctrlmesh/pkg/scheme"
 )
@@ -80,6 +83,13 @@ type Options struct {
 	// LeaderElection among replicas, with the Lease in Namespace.
 	LeaderElection bool
 	Namespace      string
+	// LeaseDuration, RenewDeadline and RetryPeriod of the leader election;
+	// zero takes controller-runtime's (15 s, 10 s, 2 s: those of Kubernetes'
+	// own components). The leader steps down when it could not renew
+	// within RenewDeadline, each request timing out after half of it: a
+	// longer one rides out a slower API server, a longer LeaseDuration
+	// makes a crashed leader's successor wait longer.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// MetricsAddress and HealthAddress; "0" disables.
 	MetricsAddress, HealthAddress string
 	// QPS and Burst limit the hub's requests to the hub cluster on its
@@ -111,13 +121,28 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.RulesValidity < 5*time.Second || opts.RulesValidity > time.Hour || opts.RulesValidity%time.Second != 0 {
 		return fmt.Errorf("hub: rules validity %s: it must be whole seconds from 5s to 1h (spec.validitySeconds of the ShardRoutes)", opts.RulesValidity)
 	}
+	if err := checkLeaderElection(opts); err != nil {
+		return err
+	}
 	scheme, err := ctrlmeshscheme.New()
 	if err != nil {
 		return err
 	}
-	mgr, err := manager.New(clientConfig(opts), manager.Options{
+	cfg := clientConfig(opts)
+	mgr, err := manager.New(cfg, manager.Options{
 		Scheme: scheme, Logger: opts.Log,
+		// Cached objects without their managedFields: the hub never reads
+		// them, and they grow with every manager writing an object (the
+		// Works' manifests and status are tracked field by field). An
+		// update from the cache omits them, and the API server then keeps
+		// its own (TestWriterThroughLeanCache).
+		Cache:          cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
 		LeaderElection: opts.LeaderElection, LeaderElectionID: LeaderElectionID, LeaderElectionNamespace: opts.Namespace,
+		// Renewals wait on neither the controllers' limit nor their
+		// connection: at 100 configs over 100 members the hub lost its
+		// Lease while writing Works (make bench-scale).
+		LeaderElectionConfig: leaderelection.Config(cfg, ctrlmeshv1alpha1.HubComponent),
+		LeaseDuration:        nonZero(opts.LeaseDuration), RenewDeadline: nonZero(opts.RenewDeadline), RetryPeriod: nonZero(opts.RetryPeriod),
 		// A new leader must not publish before the old one stopped.
 		LeaderElectionReleaseOnCancel: true,
 		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddress},
@@ -171,4 +196,40 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("hub: %w", err)
 	}
 	return nil
+}
+
+// Defaults of Options.LeaseDuration, RenewDeadline and RetryPeriod:
+// controller-runtime's, and Kubernetes' own components'.
+const (
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+)
+
+// checkLeaderElection refuses leader-election timing client-go's elector
+// would refuse at start, saying which flags to change: the lease must
+// outlast the renew deadline (the margin covers clock drift between
+// replicas), and the deadline must leave room for retries.
+func checkLeaderElection(opts Options) error {
+	lease, renew, retry := cmp.Or(opts.LeaseDuration, DefaultLeaseDuration), cmp.Or(opts.RenewDeadline, DefaultRenewDeadline), cmp.Or(opts.RetryPeriod, DefaultRetryPeriod)
+	if lease < 0 || renew < 0 || retry < 0 {
+		return fmt.Errorf("hub: negative leader-election timing (lease %s, renew deadline %s, retry period %s)", lease, renew, retry)
+	}
+	if lease <= renew {
+		return fmt.Errorf("hub: the leader-election lease duration %s must be longer than the renew deadline %s (--leader-elect-lease-duration, --leader-elect-renew-deadline)", lease, renew)
+	}
+	if float64(renew) <= leaderelectionJitter*float64(retry) {
+		return fmt.Errorf("hub: the leader-election renew deadline %s must be longer than %.1f× the retry period %s (--leader-elect-renew-deadline, --leader-elect-retry-period)", renew, leaderelectionJitter, retry)
+	}
+	return nil
+}
+
+// leaderelectionJitter is client-go's leaderelection.JitterFactor.
+const leaderelectionJitter = 1.2
+
+func nonZero(d time.Duration) *time.Duration {
+	if d == 0 {
+		return nil
+	}
+	return &d
 }

@@ -99,6 +99,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// elections), and RBAC can then grant that name alone.
 	leases, err := cache.New(mgr.GetConfig(), cache.Options{
 		HTTPClient: mgr.GetHTTPClient(), Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
+		// As the manager's cache (hub.Run): one heartbeat Lease per member.
+		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&coordinationv1.Lease{}: {Field: fields.OneTermEqualSelector("metadata.name", ctrlmeshv1alpha1.HeartbeatLeaseName)},
 		},

@@ -104,7 +104,9 @@ type options struct {
 	readyWithin time.Duration
 	stepWithin  time.Duration
 	workDir     string
-	log         io.Writer
+	// hubArgs are further flags of both hub replicas.
+	hubArgs []string
+	log     io.Writer
 }
 
 // bench is one run's hub cluster, hub replicas and simulated members.
@@ -261,7 +263,7 @@ func (b *bench) startHubIdentity(ctx context.Context, c *controlplane.Cluster, d
 }
 
 func (b *bench) startHub(logPath string) error {
-	h, err := startHub(b.hubBin, b.kubecf, hubNamespace, fmt.Sprintf("hub-%d", len(b.hubs)), logPath)
+	h, err := startHub(b.hubBin, b.kubecf, hubNamespace, fmt.Sprintf("hub-%d", len(b.hubs)), logPath, b.opts.hubArgs)
 	if err != nil {
 		return err
 	}

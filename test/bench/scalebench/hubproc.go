@@ -68,7 +68,7 @@ func freePort() (string, error) {
 }
 
 // startHub starts a replica; its log goes to logPath.
-func startHub(bin, kubeconfig, namespace, name, logPath string) (*hubProcess, error) {
+func startHub(bin, kubeconfig, namespace, name, logPath string, extra []string) (*hubProcess, error) {
 	metrics, err := freePort()
 	if err != nil {
 		return nil, err
@@ -81,8 +81,9 @@ func startHub(bin, kubeconfig, namespace, name, logPath string) (*hubProcess, er
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--namespace="+namespace, "--leader-elect=true", "--auto-accept",
-		"--metrics-bind-address="+metrics, "--health-probe-bind-address=0", "--pprof-bind-address="+pprof)
+	args := append([]string{"--kubeconfig=" + kubeconfig, "--namespace=" + namespace, "--leader-elect=true", "--auto-accept",
+		"--metrics-bind-address=" + metrics, "--health-probe-bind-address=0", "--pprof-bind-address=" + pprof}, extra...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		logFile.Close()

@@ -45,7 +45,7 @@ func readyCell(r *result) string {
 func report(out io.Writer, results []*result, opts options) {
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Fprintf(out, "\n## hub at fleet scale (%d CPUs; load average at the end: %s)\n", runtime.NumCPU(), strings.TrimSpace(string(load)))
-	fmt.Fprintf(out, "pods per config and member %d, proxies apply in %s, heartbeat every %s (lease %s), Fleet config over %d members\n\n",
+	fmt.Fprintf(out, "this run: pods per config and member %d, proxies apply in %s, heartbeat every %s (lease %s), Fleet config over %d members\n\n",
 		opts.pods, opts.proxyDelay, opts.renew, opts.lease, opts.fleetSize)
 	fmt.Fprintln(out, "| clusters × configs | Works | apply → Ready | hub CPU | hub RSS (peak) | hub requests during apply | hub req/s at rest, without Events (heartbeats/s) | pod failure healed (Works written) | restart: leads, healed (Works written, unchanged rewritten) | Fleet member lost → served elsewhere |")
 	fmt.Fprintln(out, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -55,7 +55,7 @@ func report(out io.Writer, results []*result, opts options) {
 			fmt.Sprintf("%.0f (%.0f/s): %s", total(r.requests), total(r.requests)/max(r.ready.Seconds(), 1e-3), methods(r.requests))}
 		if r.readyDone {
 			row = append(row,
-				fmt.Sprintf("%.2f (%.1f)", r.steadyRate(), r.heartbeatsPerSec),
+				fmt.Sprintf("%.2f (%.1f, each member every %s)", r.steadyRate(), r.heartbeatsPerSec, secs(time.Duration(float64(r.clusters)/r.heartbeatsPerSec*float64(time.Second)))),
 				fmt.Sprintf("%s (%d)", secs(r.podFailure), len(r.podFailureWrites)),
 				fmt.Sprintf("%s, %s (%d, %d)", secs(r.restartLeads), secs(r.restartHealed), len(r.restartWrites), len(r.restartUnchanged)),
 				secs(r.fleetLoss))
