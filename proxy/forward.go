@@ -286,6 +286,29 @@ type forwardProxy struct {
 	log     logr.Logger
 }
 
+// dial connects to address unless it is the API server's: a name is
+// refused when any of its addresses is (the dialer may try them all),
+// and the dialer's control refuses an API server's address it is handed
+// anyway.
+func (f *forwardProxy) dial(ctx context.Context, network, address string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := netip.ParseAddr(host); err != nil {
+		ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		if err != nil {
+			return nil, err
+		}
+		for _, ip := range ips {
+			if f.api.refusesIP(netip.AddrPortFrom(ip, parsePort(port))) {
+				return nil, fmt.Errorf("%s resolves to %s: %w", host, ip, errAPIServer)
+			}
+		}
+	}
+	return f.dialer.DialContext(ctx, network, address)
+}
+
 // ForwardProxy returns the handler of the forward proxy of p, which never
 // reaches api. Serve it on loopback only: anything that reaches it
 // reaches what the pod's network does.
@@ -296,7 +319,7 @@ func (p *Proxy) ForwardProxy(api *APIAddresses) http.Handler {
 		// Never another proxy: the proxy's own environment is not the
 		// operator's.
 		Proxy:                 nil,
-		DialContext:           f.dialer.DialContext,
+		DialContext:           f.dial,
 		MaxIdleConns:          100,
 		IdleConnTimeout:       90 * time.Second,
 		ExpectContinueTimeout: time.Second,
@@ -382,7 +405,7 @@ func (f *forwardProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // what flows through the tunnel is the client's and the host's.
 func (f *forwardProxy) tunnel(w http.ResponseWriter, r *http.Request, authority string, e *policy.Engine, d *policy.Decision) {
 	start := time.Now()
-	upstream, err := f.dialer.DialContext(r.Context(), "tcp", authority)
+	upstream, err := f.dial(r.Context(), "tcp", authority)
 	if err != nil {
 		e.Done(d, 0, time.Since(start), false)
 		f.count(r.Method, forwardFailed)
