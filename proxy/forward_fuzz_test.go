@@ -20,7 +20,9 @@ import (
 func fuzzAPI(t testing.TB) *APIAddresses {
 	a, err := NewAPIAddresses(context.Background(), []string{"https://10.96.0.1:443", "https://api.example.com:6443"},
 		[]string{"172.18.0.2", "127.0.0.1", "localhost", "kubernetes.default.svc.cluster.local"},
-		func(context.Context, string) ([]netip.Addr, error) { return nil, errors.New("no resolver in the fuzz target") })
+		func(context.Context, string) ([]netip.Addr, error) {
+			return nil, errors.New("no resolver in the fuzz target")
+		})
 	if err != nil {
 		t.Fatal(err)
 	}
