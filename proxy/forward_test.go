@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/proxy"
 	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 )
 
@@ -453,5 +454,64 @@ func TestForwardProxyRefusesTheAPIServer(t *testing.T) {
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "is not a proxy request") {
 		t.Errorf("an origin-form request: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestForwardProxyForwards: a plain request reaches its host as sent —
+// method, path, query, body, end-to-end headers — without hop-by-hop
+// headers, proxy credentials or X-Forwarded-*; a tunnel carries TLS both
+// ways; and the forward proxy listens on loopback only.
+func TestForwardProxyForwards(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type seen struct {
+		method, uri, body string
+		header            http.Header
+	}
+	got := make(chan seen, 1)
+	echo := externalServer(t, "127.0.0.2", false, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		got <- seen{r.Method, r.RequestURI, string(body), r.Header.Clone()}
+		w.Header().Set("X-Answer", "42")
+		w.WriteHeader(http.StatusCreated)
+	}))
+	secure, served := okServer(t, "127.0.0.3", true)
+	p, _ := startPolicyProxy(t, ctx, policyRoute("ffwd1", nil))
+	req, err := http.NewRequest(http.MethodPut, echo.URL+"/a/b?c=d", strings.NewReader("payload"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-End-To-End", "kept")
+	req.Header.Set("X-Hop", "dropped")
+	req.Header.Set("Connection", "X-Hop")
+	req.Header.Set("Proxy-Authorization", "Basic c2VjcmV0")
+	resp, err := forwardClient(p, nil).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated || resp.Header.Get("X-Answer") != "42" {
+		t.Errorf("the answer: %d %v", resp.StatusCode, resp.Header)
+	}
+	s := <-got
+	if s.method != http.MethodPut || s.uri != "/a/b?c=d" || s.body != "payload" || s.header.Get("X-End-To-End") != "kept" {
+		t.Errorf("the host saw %s %s %q %v", s.method, s.uri, s.body, s.header)
+	}
+	for _, h := range []string{"X-Hop", "Proxy-Authorization", "X-Forwarded-For", "X-Forwarded-Host", "Forwarded"} {
+		if v := s.header.Values(h); v != nil {
+			t.Errorf("the host saw %s: %v", h, v)
+		}
+	}
+	if code, _, body, err := send(forwardClient(p, secure), http.MethodGet, secure.URL); err != nil || code != http.StatusOK || body != "ok" || served.Load() != 1 {
+		t.Errorf("HTTPS through a tunnel: %d %q %v (served %d)", code, body, err, served.Load())
+	}
+	if want := `ctrlmesh_proxy_forward_requests_total{method="CONNECT",outcome="tunneled"} 1`; !strings.Contains(scrape(t, p.health), want) {
+		t.Errorf("metrics lack %s", want)
+	}
+
+	err = proxy.Run(ctx, proxy.Options{Upstream: fleet.Cluster("label").Config, Pod: "pod-a", RulesFile: filepath.Join(t.TempDir(), "rules.yaml"),
+		ListenAddress: "127.0.0.1:0", ForwardProxyAddress: "0.0.0.0:0"})
+	if err == nil || !strings.Contains(err.Error(), "is not a loopback IP address") {
+		t.Errorf("a forward proxy on every address: %v", err)
 	}
 }
