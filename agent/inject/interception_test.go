@@ -287,6 +287,9 @@ func TestInterceptionConflicts(t *testing.T) {
 		reason string
 	}{
 		{"unknown mode", "Ebpf", func(*corev1.Pod) {}, `interception "Ebpf", which this agent does not know`},
+		{"forward proxy port", ctrlmeshv1alpha1.InterceptKubeconfig, func(p *corev1.Pod) {
+			p.Spec.Containers[1].Ports = []corev1.ContainerPort{{ContainerPort: ctrlmeshv1alpha1.ProxyForwardPort}}
+		}, `container "helper" declares port 15082, which the proxy listens on`},
 		{"own service host", ctrlmeshv1alpha1.InterceptEnvironment, func(p *corev1.Pod) {
 			p.Spec.Containers[1].Env = []corev1.EnvVar{{Name: "KUBERNETES_SERVICE_HOST", Value: "10.0.0.1"}}
 		}, `container "helper" sets KUBERNETES_SERVICE_HOST itself`},
