@@ -79,7 +79,7 @@ func NewAPIAddresses(ctx context.Context, urls, hosts []string, resolve func(con
 		}
 		ip, err := netip.ParseAddr(host)
 		isIP := err == nil
-		ip = ip.Unmap()
+		ip = ip.Unmap().WithZone("")
 		switch {
 		case port == "" && isIP && ip.IsLoopback(), port == "" && host == "localhost":
 		case port == "" && isIP:
@@ -93,7 +93,9 @@ func NewAPIAddresses(ctx context.Context, urls, hosts []string, resolve func(con
 			}
 		}
 	}
-	var names []string
+	// The names to resolve, with the port they are refused on ("" every).
+	type name struct{ host, port string }
+	var names []name
 	for _, raw := range urls {
 		host, port, err := urlHostPort(raw)
 		if err != nil {
@@ -101,30 +103,26 @@ func NewAPIAddresses(ctx context.Context, urls, hosts []string, resolve func(con
 		}
 		add(host, port)
 		if _, err := netip.ParseAddr(host); err != nil {
-			names = append(names, host+"|"+port)
+			names = append(names, name{host, port})
 		}
 	}
 	for _, h := range hosts {
 		add(h, "")
 		if h = policy.HostOf(h); h != "" && h != "localhost" && !kubernetesServiceName(h) {
 			if _, err := netip.ParseAddr(h); err != nil {
-				names = append(names, h+"|")
+				names = append(names, name{h, ""})
 			}
 		}
 	}
 	for _, n := range names {
-		host, port, _ := strings.Cut(n, "|")
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		addrs, err := resolve(rctx, host)
+		addrs, err := resolve(rctx, n.host)
 		cancel()
 		if err != nil {
 			continue // refused by name still
 		}
 		for _, ip := range addrs {
-			if ip.Unmap().IsLoopback() && port == "" {
-				continue
-			}
-			add(ip.Unmap().String(), port)
+			add(ip.Unmap().String(), n.port)
 		}
 	}
 	return a, nil
@@ -170,7 +168,7 @@ func (a *APIAddresses) refuses(host, port string) bool {
 }
 
 func (a *APIAddresses) refusesIP(ap netip.AddrPort) bool {
-	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	ap = netip.AddrPortFrom(ap.Addr().Unmap().WithZone(""), ap.Port())
 	return slices.Contains(a.ips, ap.Addr()) || slices.Contains(a.ipPorts, ap)
 }
 

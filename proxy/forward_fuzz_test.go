@@ -99,3 +99,51 @@ func FuzzForwardRoute(f *testing.F) {
 		}
 	})
 }
+
+// TestAPIAddresses: what the forward proxy refuses as the API server's,
+// by name and port and by address when dialing.
+func TestAPIAddresses(t *testing.T) {
+	resolved := map[string][]netip.Addr{"api.example.com": {netip.MustParseAddr("10.0.0.9")}, "local.example.com": {netip.MustParseAddr("127.0.0.1")}}
+	a, err := NewAPIAddresses(context.Background(), []string{"https://api.example.com:6443", "http://127.0.0.1:8080/prefix"},
+		[]string{"10.96.0.1", "127.0.0.1", "localhost", "::1", "local.example.com", "kubernetes.default.svc.cluster.local"},
+		func(_ context.Context, host string) ([]netip.Addr, error) {
+			if ips, ok := resolved[host]; ok {
+				return ips, nil
+			}
+			return nil, errors.New("no such host")
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		host, port string
+		refused    bool
+	}{
+		{"api.example.com", "6443", true},
+		{"api.example.com", "443", false},
+		{"10.0.0.9", "6443", true}, // the name's address, on its port
+		{"10.0.0.9", "80", false},
+		{"10.96.0.1", "443", true}, // a serving name: every port
+		{"10.96.0.1", "80", true},
+		{"::ffff:10.96.0.1", "443", true},
+		{"127.0.0.1", "8080", true}, // a loopback upstream: its port only
+		{"127.0.0.1", "15082", false},
+		{"localhost", "80", false},
+		{"::1", "80", false},
+		{"local.example.com", "80", true}, // by name; its loopback address is not refused
+		{"kubernetes", "443", true},
+		{"kubernetes.default.svc.other.domain", "8443", true},
+		{"kubernetes.example.com", "443", false},
+		{"example.com", "443", false},
+	} {
+		if got := a.refuses(tt.host, tt.port); got != tt.refused {
+			t.Errorf("refuses(%s, %s) = %v, want %v", tt.host, tt.port, got, tt.refused)
+		}
+	}
+	for address, refused := range map[string]bool{"10.96.0.1:1": true, "[::ffff:10.96.0.1]:443": true, "10.0.0.9:6443": true,
+		"10.0.0.9:443": false, "127.0.0.1:8080": true, "127.0.0.1:8081": false, "[fe80::1%eth0]:80": false} {
+		if err := a.control("tcp", address, nil); (err != nil) != refused || (err != nil && !errors.Is(err, errAPIServer)) {
+			t.Errorf("dialing %s: %v, want refused %v", address, err, refused)
+		}
+	}
+}
