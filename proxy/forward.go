@@ -279,7 +279,11 @@ func cleanPath(p string) string {
 type forwardProxy struct {
 	p       *Proxy
 	api     *APIAddresses
-	dialer  *net.Dialer
+	// dialTCP dials with the dialer's control refusing the API server's
+	// addresses. A function, not a *net.Dialer field: a handler's fields
+	// are reachable by reflection, and a *net.Dialer's would keep every
+	// method of net.Resolver linked, costing the idle proxy's memory.
+	dialTCP func(ctx context.Context, network, address string) (net.Conn, error)
 	reverse *httputil.ReverseProxy
 	log     logr.Logger
 }
@@ -304,7 +308,7 @@ func (f *forwardProxy) dial(ctx context.Context, network, address string) (net.C
 			}
 		}
 	}
-	return f.dialer.DialContext(ctx, network, address)
+	return f.dialTCP(ctx, network, address)
 }
 
 // ForwardProxy returns the handler of the forward proxy of p, which never
@@ -312,7 +316,7 @@ func (f *forwardProxy) dial(ctx context.Context, network, address string) (net.C
 // reaches what the pod's network does.
 func (p *Proxy) ForwardProxy(api *APIAddresses) http.Handler {
 	f := &forwardProxy{p: p, api: api, log: p.log.WithName("forward"),
-		dialer: &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: api.control}}
+		dialTCP: (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: api.control}).DialContext}
 	transport := &http.Transport{
 		// Never another proxy: the proxy's own environment is not the
 		// operator's.
