@@ -277,8 +277,8 @@ func cleanPath(p string) string {
 
 // forwardProxy is the forward proxy's handler.
 type forwardProxy struct {
-	p       *Proxy
-	api     *APIAddresses
+	p   *Proxy
+	api *APIAddresses
 	// dialTCP dials with the dialer's control refusing the API server's
 	// addresses. A function, not a *net.Dialer field: a handler's fields
 	// are reachable by reflection, and a *net.Dialer's would keep every
