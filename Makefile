@@ -192,7 +192,8 @@ FUZZ_TARGETS := \
 	./pkg/route:FuzzCompile ./pkg/routework:FuzzReadStatus \
 	./proxy/policy:FuzzMatch ./proxy/policy:FuzzHostOf \
 	./proxy/webhook:FuzzRouteReview ./proxy:FuzzRenameProtobufBody \
-	./proxy/redirect:FuzzParseDestination ./proxy/internal/request:FuzzSameAsAPIServer
+	./proxy/redirect:FuzzParseDestination ./proxy/internal/request:FuzzSameAsAPIServer \
+	./proxy:FuzzForwardRoute
 FUZZTIME ?= 30s
 
 .PHONY: fuzz

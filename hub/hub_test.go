@@ -229,7 +229,7 @@ func (f *testFleet) startPod(t *testing.T, ctx context.Context, cluster, namespa
 		return proxy.Run(ctx, proxy.Options{
 			Upstream: m.Config, ListenAddress: "127.0.0.1:0", Pod: name,
 			RulesNamespace: namespace, RulesName: app, Log: logr.Discard(),
-			Ready: func(api, _ net.Addr) { serving <- api.String() },
+			Ready: func(api, _, _ net.Addr) { serving <- api.String() },
 		})
 	})
 	if withOperator[app] {

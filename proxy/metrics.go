@@ -20,6 +20,7 @@ type Metrics struct {
 	validityLapses    prometheus.Counter
 	policyDecisions   *prometheus.CounterVec
 	faultsInjected    *prometheus.CounterVec
+	forwardRequests   *prometheus.CounterVec
 	isolated          prometheus.Counter
 	insideNamespaces  prometheus.Gauge
 }
@@ -84,6 +85,10 @@ func NewMetrics() *Metrics {
 			Name: "ctrlmesh_proxy_faults_injected_total",
 			Help: "Faults injected, by FaultInjection, fault and effect (delay, abort).",
 		}, []string{"policy", "fault", "effect"}),
+		forwardRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ctrlmesh_proxy_forward_requests_total",
+			Help: "External requests the forward proxy handled, by method (CONNECT for HTTPS tunnels; other for unusual methods) and outcome (forwarded, tunneled, failed, policy, refused, unavailable). Their policy decisions and faults count in ctrlmesh_proxy_policy_decisions_total and ctrlmesh_proxy_faults_injected_total, as API requests' do.",
+		}, []string{"method", "outcome"}),
 		isolated: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ctrlmesh_proxy_isolation_refusals_total",
 			Help: "Requests refused because their namespace is outside the operator's namespace isolation (or its labels are not confirmed).",
@@ -93,7 +98,7 @@ func NewMetrics() *Metrics {
 			Help: "Namespaces confirmed inside the operator's namespace isolation (0 while their labels cannot be confirmed).",
 		}),
 	}
-	m.Registry.MustRegister(m.policyDecisions, m.faultsInjected,
+	m.Registry.MustRegister(m.policyDecisions, m.faultsInjected, m.forwardRequests,
 		m.requests, m.injectedSelectors, m.fencedWrites, m.lockRenames, m.relistsForced, m.unsharded,
 		m.rulesLoaded, m.rulesInfo, m.validityLapses, m.isolated, m.insideNamespaces, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -51,7 +51,7 @@ func (p *Proxy) checkPolicies(w http.ResponseWriter, r *http.Request, info *requ
 	}
 	req := policy.Request{Group: info.APIGroup, Resource: info.Resource, Verb: info.Verb, Namespace: info.Namespace, Name: info.Name}
 	d := e.Check(&req)
-	if !p.enforce(w, r, &d) {
+	if !p.enforce(w, r, &d, p.refuseAPI) {
 		if d.Watched() {
 			// An injected abort stands for the upstream's failure; a client
 			// gone during an injected delay is no success either (a
@@ -81,10 +81,10 @@ func (p *Proxy) checkPolicies(w http.ResponseWriter, r *http.Request, info *requ
 	}, true
 }
 
-// enforce answers d's refusals and aborts, and waits out its delay; it
-// reports whether the request goes on. Every decision a rule made is
-// counted, every injected fault too.
-func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, d *policy.Decision) bool {
+// enforce answers d's refusals and aborts with refuse, and waits out its
+// delay; it reports whether the request goes on. Every decision a rule
+// made is counted, every injected fault too.
+func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, d *policy.Decision, refuse func(http.ResponseWriter, *policy.Decision)) bool {
 	if d.Kind == "" {
 		return true
 	}
@@ -112,9 +112,15 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, d *policy.Decisi
 		// or 503.
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(d.RetryAfter.Seconds())))))
 	}
+	refuse(w, d)
+	return false
+}
+
+// refuseAPI answers an API request a policy refused or aborted with a
+// Status, which client-go decodes.
+func (p *Proxy) refuseAPI(w http.ResponseWriter, d *policy.Decision) {
 	p.count(d.Verb(), outcomePolicy)
 	apistatus.Write(w, int32(d.Status), statusReason(d), "ctrlmesh proxy: "+d.Message, nil)
-	return false
 }
 
 // statusReason is the Status reason a refusal is answered with.
@@ -147,6 +153,8 @@ type outcomeRecorder struct {
 	start    time.Time
 	status   int
 	onHeader func(int)
+	// err is the forward proxy's error reaching the host, if any.
+	err error
 }
 
 func (o *outcomeRecorder) WriteHeader(code int) {

@@ -69,6 +69,50 @@ func rawGet(t *testing.T, p *runningProxy, path string) (int, http.Header, strin
 	return resp.StatusCode, resp.Header, string(body)
 }
 
+// checkRate asserts that passed requests in elapsed are burst + qps ×
+// elapsed within ±10 %.
+func checkRate(t *testing.T, passed, limited int64, elapsed time.Duration, qps, burst int) {
+	t.Helper()
+	want := float64(burst) + float64(qps)*elapsed.Seconds()
+	t.Logf("%v: %d passed (want %.1f ± 10 %%), %d limited", elapsed, passed, want, limited)
+	if math.Abs(float64(passed)-want) > 0.1*want {
+		t.Errorf("%d requests passed in %v at %d qps, burst %d: want %.1f ± 10 %%", passed, elapsed, qps, burst, want)
+	}
+	if limited == 0 {
+		t.Error("nothing was limited: the clients were too slow to test the limit")
+	}
+}
+
+// checkBinomial asserts that hits of n land within 5 standard deviations
+// of percent.
+func checkBinomial(t *testing.T, hits, n, percent int) {
+	t.Helper()
+	p := float64(percent) / 100
+	mean, sd := float64(n)*p, math.Sqrt(float64(n)*p*(1-p))
+	t.Logf("%d of %d hit (expected %.0f ± %.1f)", hits, n, mean, 5*sd)
+	if math.Abs(float64(hits)-mean) > 5*sd {
+		t.Errorf("%d of %d hit at %d %%: outside %.0f ± %.1f", hits, n, percent, mean, 5*sd)
+	}
+}
+
+// hammer runs do from workers goroutines for run, and returns how long
+// they ran.
+func hammer(run time.Duration, workers int, do func()) time.Duration {
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Since(start) < run {
+				do()
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
 // TestRateLimitThroughProxy: GETs as fast as four clients can send them
 // pass at the declared rate (burst + qps × elapsed, within ±10 %), the
 // others get 429 with Retry-After and a Status, and client-go, which
@@ -84,45 +128,26 @@ func TestRateLimitThroughProxy(t *testing.T) {
 	path := "/api/v1/namespaces/" + ns + "/configmaps/cm"
 	var passed, limited atomic.Int64
 	var badRefusal atomic.Value
-	start := time.Now()
-	const run = 4 * time.Second
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Since(start) < run {
-				code, header, body := rawGet(t, p, path)
-				switch code {
-				case http.StatusOK:
-					passed.Add(1)
-				case http.StatusTooManyRequests:
-					limited.Add(1)
-					var st metav1.Status
-					if json.Unmarshal([]byte(body), &st) != nil || st.Reason != metav1.StatusReasonTooManyRequests || header.Get("Retry-After") != "1" ||
-						!strings.Contains(st.Message, "rate limit cm-gets of CircuitBreaker cb") {
-						badRefusal.Store(fmt.Sprintf("%v %s", header, body))
-					}
-				default:
-					badRefusal.Store(fmt.Sprintf("status %d: %s", code, body))
-				}
+	elapsed := hammer(4*time.Second, 4, func() {
+		code, header, body := rawGet(t, p, path)
+		switch code {
+		case http.StatusOK:
+			passed.Add(1)
+		case http.StatusTooManyRequests:
+			limited.Add(1)
+			var st metav1.Status
+			if json.Unmarshal([]byte(body), &st) != nil || st.Reason != metav1.StatusReasonTooManyRequests || header.Get("Retry-After") != "1" ||
+				!strings.Contains(st.Message, "rate limit cm-gets of CircuitBreaker cb") {
+				badRefusal.Store(fmt.Sprintf("%v %s", header, body))
 			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
+		default:
+			badRefusal.Store(fmt.Sprintf("status %d: %s", code, body))
+		}
+	})
 	if bad := badRefusal.Load(); bad != nil {
 		t.Fatalf("a refusal is not a 429 Status with Retry-After: %v", bad)
 	}
-	want := burst + qps*elapsed.Seconds()
-	got := float64(passed.Load())
-	t.Logf("%v: %.0f passed (want %.1f ± 10 %%), %d limited", elapsed, got, want, limited.Load())
-	if math.Abs(got-want) > 0.1*want {
-		t.Errorf("%.0f GETs passed in %v at %d qps, burst %d: want %.1f ± 10 %%", got, elapsed, qps, burst, want)
-	}
-	if limited.Load() == 0 {
-		t.Fatal("nothing was limited: the clients were too slow to test the limit")
-	}
+	checkRate(t, passed.Load(), limited.Load(), elapsed, qps, burst)
 	if !strings.Contains(scrape(t, p.health), fmt.Sprintf(`ctrlmesh_proxy_policy_decisions_total{kind="rateLimit",policy="cb",rule="cm-gets",verdict="rate-limited"} %d`, limited.Load())) {
 		t.Errorf("the refusals are not counted")
 	}
@@ -309,12 +334,7 @@ func TestFaultsThroughProxy(t *testing.T) {
 			t.Fatalf("status %d: %s", code, body)
 		}
 	}
-	mean := float64(n * percent / 100)
-	sd := math.Sqrt(n * percent / 100.0 * (1 - percent/100.0))
-	t.Logf("%d of %d aborted (expected %.0f ± %.1f)", aborted, n, mean, 5*sd)
-	if math.Abs(float64(aborted)-mean) > 5*sd {
-		t.Errorf("%d of %d aborted at %d %%: outside %.0f ± %.1f", aborted, n, percent, mean, 5*sd)
-	}
+	checkBinomial(t, aborted, n, percent)
 	metrics := scrape(t, p.health)
 	if want := fmt.Sprintf(`ctrlmesh_proxy_faults_injected_total{effect="abort",fault="abort",policy="chaos"} %d`, aborted); !strings.Contains(metrics, want) {
 		t.Errorf("metrics lack %s", want)

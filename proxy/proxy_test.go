@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -130,6 +131,8 @@ type runningProxy struct {
 	pod    string
 	config *rest.Config // the operator's view: through the proxy
 	health string
+	// forward is the forward proxy's URL, for http.ProxyURL.
+	forward *url.URL
 }
 
 func startProxy(t *testing.T, ctx context.Context, upstream *rest.Config, pod, rulesFile string, mode rules.Mode) *runningProxy {
@@ -144,10 +147,10 @@ func startProxy(t *testing.T, ctx context.Context, upstream *rest.Config, pod, r
 func runProxy(t *testing.T, ctx context.Context, opts proxy.Options) *runningProxy {
 	t.Helper()
 	pod := opts.Pod
-	ready := make(chan [2]net.Addr, 1)
+	ready := make(chan [3]net.Addr, 1)
 	errc := make(chan error, 1)
-	opts.ListenAddress, opts.HealthAddress = "127.0.0.1:0", "127.0.0.1:0"
-	opts.Ready = func(api, health net.Addr) { ready <- [2]net.Addr{api, health} }
+	opts.ListenAddress, opts.HealthAddress, opts.ForwardProxyAddress = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	opts.Ready = func(api, health, forward net.Addr) { ready <- [3]net.Addr{api, health, forward} }
 	opts.Log = testr.New(t).WithName(pod)
 	go func() { errc <- proxy.Run(ctx, opts) }()
 	select {
@@ -157,7 +160,8 @@ func runProxy(t *testing.T, ctx context.Context, opts proxy.Options) *runningPro
 				t.Errorf("proxy %s: %v", pod, err)
 			}
 		})
-		return &runningProxy{pod: pod, config: &rest.Config{Host: "http://" + addrs[0].String()}, health: "http://" + addrs[1].String()}
+		return &runningProxy{pod: pod, config: &rest.Config{Host: "http://" + addrs[0].String()}, health: "http://" + addrs[1].String(),
+			forward: &url.URL{Scheme: "http", Host: addrs[2].String()}}
 	case err := <-errc:
 		t.Fatalf("proxy %s: %v", pod, err)
 	case <-time.After(30 * time.Second):

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"time"
 
@@ -78,8 +79,14 @@ type Options struct {
 	// WebhookCertDir is where the operator's webhook certificate is mounted
 	// in this container; "" uses the rules' webhook.certDir.
 	WebhookCertDir string
-	// Ready, when set, receives the addresses actually bound, once serving.
-	Ready func(api, health net.Addr)
+	// ForwardProxyAddress serves the operator's external HTTP and HTTPS
+	// requests as a forward proxy (see ForwardProxy); "" disables it. It
+	// must be a loopback IP address: the forward proxy reaches whatever
+	// the pod's network does, with no credentials asked.
+	ForwardProxyAddress string
+	// Ready, when set, receives the addresses actually bound, once serving
+	// (health and forward nil when disabled).
+	Ready func(api, health, forward net.Addr)
 	Log   logr.Logger
 }
 
@@ -156,11 +163,28 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	servers := []*http.Server{{Handler: p, ReadHeaderTimeout: 10 * time.Second}}
 	listeners := []net.Listener{apiListener}
-	var healthAddr net.Addr
+	var healthAddr, forwardAddr net.Addr
+	if opts.ForwardProxyAddress != "" {
+		forward, err := forwardServer(ctx, p, opts)
+		if err != nil {
+			_ = apiListener.Close()
+			return err
+		}
+		forwardListener, err := net.Listen("tcp", opts.ForwardProxyAddress)
+		if err != nil {
+			_ = apiListener.Close()
+			return fmt.Errorf("listening as the operator's forward proxy on %s: %w", opts.ForwardProxyAddress, err)
+		}
+		forwardAddr = forwardListener.Addr()
+		servers = append(servers, forward)
+		listeners = append(listeners, forwardListener)
+	}
 	if opts.HealthAddress != "" {
 		healthListener, err := net.Listen("tcp", opts.HealthAddress)
 		if err != nil {
-			_ = apiListener.Close()
+			for _, l := range listeners {
+				_ = l.Close()
+			}
 			return fmt.Errorf("listening for probes on %s: %w", opts.HealthAddress, err)
 		}
 		healthAddr = healthListener.Addr()
@@ -218,10 +242,33 @@ func Run(ctx context.Context, opts Options) error {
 		g.Go(func() error { return source.Run(ctx) })
 	}
 	if opts.Ready != nil {
-		opts.Ready(apiListener.Addr(), healthAddr)
+		opts.Ready(apiListener.Addr(), healthAddr, forwardAddr)
 	}
-	opts.Log.Info("proxy serving", "api", apiListener.Addr().String(), "upstream", opts.Upstream.Host, "ownCluster", own.Host, "pod", opts.Pod)
+	opts.Log.Info("proxy serving", "api", apiListener.Addr().String(), "forwardProxy", forwardAddr, "upstream", opts.Upstream.Host, "ownCluster", own.Host, "pod", opts.Pod)
 	return g.Wait()
+}
+
+// forwardServer is the forward proxy's server, which refuses the API
+// servers the proxy knows (Upstream, OwnCluster, the ServingNames the
+// operator dials for them) and lives as long as ctx: its tunnels end with
+// it.
+func forwardServer(ctx context.Context, p *Proxy, opts Options) (*http.Server, error) {
+	host, _, err := net.SplitHostPort(opts.ForwardProxyAddress)
+	if ip, perr := netip.ParseAddr(host); err != nil || perr != nil || !ip.IsLoopback() {
+		return nil, fmt.Errorf("the forward proxy's address %q is not a loopback IP address and port: anything reaching it reaches what the pod's network does", opts.ForwardProxyAddress)
+	}
+	urls := []string{opts.Upstream.Host}
+	if opts.OwnCluster != nil {
+		urls = append(urls, opts.OwnCluster.Host)
+	}
+	api, err := NewAPIAddresses(ctx, urls, opts.ServingNames, func(ctx context.Context, host string) ([]netip.Addr, error) {
+		return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &http.Server{Handler: p.ForwardProxy(api), ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return ctx }}, nil
 }
 
 // http1Only returns a copy of cfg whose TLS connections offer only

@@ -51,7 +51,7 @@ func TestRulesFromTheAPIServer(t *testing.T) {
 		errc <- proxy.Run(ctx, proxy.Options{
 			Upstream: operatorConfig, ListenAddress: "127.0.0.1:0", HealthAddress: "127.0.0.1:0", Pod: "pod-a",
 			RulesNamespace: "api-rules", RulesName: "demo", Mode: "",
-			Ready: func(_, health net.Addr) { ready <- health },
+			Ready: func(_, health, _ net.Addr) { ready <- health },
 			Log:   testr.New(t).WithName("pod-a"),
 		})
 	}()

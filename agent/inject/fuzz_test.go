@@ -56,6 +56,7 @@ func FuzzPodPatch(f *testing.F) {
 	}
 	f.Add([]byte(`{"metadata":{"annotations":{"a/b~c":"x"},"labels":{"app":"op","ctrlmesh.io/enable-proxy":"true"}},"spec":{"containers":[{"name":"m","env":[{"name":"X"}]}],"initContainers":[],"volumes":null}}`), true, uint8(0))
 	f.Add([]byte(`{"Metadata":{"labels":{"app":"op","ctrlmesh.io/enable-proxy":"true"}}}`), false, uint8(1))
+	f.Add([]byte(`{"metadata":{"labels":{"app":"op","ctrlmesh.io/enable-proxy":"true"}},"spec":{"containers":[{"name":"m","env":[{"name":"https_proxy","value":"http://corp:3128"},{"name":"NO_PROXY"}]}]}}`), false, uint8(1))
 	f.Add([]byte(`{"metadata":{"labels":{"app":"op","ctrlmesh.io/enable-proxy":"true"}},"spec":{"containers":[{"name":"m","volumeMounts":[{"name":"kube-api-access-x","mountPath":"/var/run/secrets/kubernetes.io/serviceaccount/"},{"name":"a","mountPath":"/a"}]}]}}`), false, uint8(2))
 
 	opts, err := Options{Image: "proxy"}.withDefaults()
@@ -120,14 +121,16 @@ func FuzzPodPatch(f *testing.F) {
 			t.Fatalf("%d proxies", proxies)
 		}
 		for _, c := range got.Spec.Containers {
-			n := 0
-			for _, e := range c.Env {
-				if e.Name == "KUBECONFIG" {
-					n++
+			for _, name := range []string{"KUBECONFIG", "HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"} {
+				n := 0
+				for _, e := range c.Env {
+					if e.Name == name {
+						n++
+					}
 				}
-			}
-			if n > 1 {
-				t.Fatalf("container %q has %d KUBECONFIGs", c.Name, n)
+				if n > 1 {
+					t.Fatalf("container %q has %d %ss", c.Name, n, name)
+				}
 			}
 		}
 		if mode == "" || got.Annotations[ctrlmeshv1alpha1.ProxyInjectionAnnotation] != ctrlmeshv1alpha1.ProxyInjected {

@@ -184,6 +184,8 @@ func mutate(pod *corev1.Pod, namespace string, routes []ctrlmeshv1alpha1.ShardRo
 				corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: "127.0.0.1"},
 				corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: fmt.Sprint(ctrlmeshv1alpha1.ProxyListenPort)})
 		}
+		// After KUBERNETES_SERVICE_HOST, which NO_PROXY refers to.
+		c.Env = append(c.Env, proxyEnvironment(c.Env, opts.apiServerEndpoints)...)
 	}
 	message := fmt.Sprintf("proxy for ShardRoute %q", route.Name)
 	if mode != ctrlmeshv1alpha1.InterceptKubeconfig {
@@ -193,6 +195,66 @@ func mutate(pod *corev1.Pod, namespace string, routes []ctrlmeshv1alpha1.ShardRo
 		message += "; " + noRouter
 	}
 	annotate(pod, ctrlmeshv1alpha1.ProxyInjected, message)
+}
+
+// ForwardProxyURL is the proxy's forward proxy, where the operator
+// containers' HTTP_PROXY and HTTPS_PROXY point.
+var ForwardProxyURL = fmt.Sprintf("http://127.0.0.1:%d", ctrlmeshv1alpha1.ProxyForwardPort)
+
+// noProxyAPIPath is what the operator containers' NO_PROXY excludes from
+// the forward proxy: the API path, which goes to the proxy's API port and
+// never through the forward proxy (which refuses the API server). That is
+// loopback, where the proxy serves the API under Kubeconfig and
+// Environment interception (Go never sends loopback to a proxy; other
+// runtimes do); the kubernetes Service's address as the kubelet sets it
+// (which the kubelet expands) and its DNS names, which the operator dials
+// under Iptables interception. Nothing else: other hosts, in-cluster
+// Services (.svc, .cluster.local) included, go through the forward proxy,
+// so that the traffic policies can name any host the operator calls; the
+// forward proxy resolves names with the pod's own DNS configuration. A
+// name of the API server this list misses is refused by the forward
+// proxy with a message naming the API port: the operator's request fails
+// closed, never around the fencing.
+var noProxyAPIPath = []string{"127.0.0.1", "localhost", "::1", "$(KUBERNETES_SERVICE_HOST)",
+	"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
+
+// proxyEnvironment is the proxy environment an operator container with env
+// gets: HTTP_PROXY and HTTPS_PROXY at the forward proxy, NO_PROXY
+// excluding the API path (noProxyAPIPath and the API server's endpoints,
+// "ip:port", read at admission), each in upper and lower case, as
+// runtimes read either (curl only the lower-case http_proxy).
+//
+// It is on for every injected pod, not opt-in: traffic policies come and
+// go on the hub while the pods run, and a container's environment is
+// fixed at its creation, so the path must be there before a policy names
+// a host. With no policy matching, the forward proxy only forwards.
+//
+// A variable the container sets itself, in either case, is the author's
+// and stays; the injector then sets neither case of it. A container's own
+// HTTP_PROXY or HTTPS_PROXY sends its external requests past the forward
+// proxy, so the traffic policies do not see them; a container's own
+// NO_PROXY is the author's to keep excluding the API path (the forward
+// proxy refuses the API server if it does not). Values from envFrom are
+// not seen here: the injector's env entries take precedence over them, so
+// set the proxy variables in env to keep them.
+func proxyEnvironment(env []corev1.EnvVar, endpoints []string) []corev1.EnvVar {
+	noProxy := slices.Clone(noProxyAPIPath)
+	for _, e := range endpoints {
+		if host, _, err := net.SplitHostPort(e); err == nil && !slices.Contains(noProxy, host) {
+			noProxy = append(noProxy, host)
+		}
+	}
+	var out []corev1.EnvVar
+	for _, v := range []struct{ name, value string }{
+		{"HTTP_PROXY", ForwardProxyURL}, {"HTTPS_PROXY", ForwardProxyURL}, {"NO_PROXY", strings.Join(noProxy, ",")},
+	} {
+		lower := strings.ToLower(v.name)
+		if slices.ContainsFunc(env, func(e corev1.EnvVar) bool { return e.Name == v.name || e.Name == lower }) {
+			continue
+		}
+		out = append(out, corev1.EnvVar{Name: v.name, Value: v.value}, corev1.EnvVar{Name: lower, Value: v.value})
+	}
+	return out
 }
 
 // MissesProxy reports whether the pod asks for the proxy
@@ -291,7 +353,7 @@ func conflict(pod *corev1.Pod, mode ctrlmeshv1alpha1.Interception) string {
 	if pod.Spec.HostNetwork {
 		return "the pod uses the node's network, where the proxy's fixed ports would clash with other pods' proxies"
 	}
-	proxyPorts := []int32{ctrlmeshv1alpha1.ProxyListenPort, ctrlmeshv1alpha1.ProxyHealthPort, ctrlmeshv1alpha1.ProxyWebhookRouterPort}
+	proxyPorts := []int32{ctrlmeshv1alpha1.ProxyListenPort, ctrlmeshv1alpha1.ProxyHealthPort, ctrlmeshv1alpha1.ProxyWebhookRouterPort, ctrlmeshv1alpha1.ProxyForwardPort}
 	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
 		for _, p := range c.Ports {
 			if slices.Contains(proxyPorts, p.ContainerPort) {
@@ -400,6 +462,7 @@ func proxyContainer(rules string, mode ctrlmeshv1alpha1.Interception, certMount 
 		Args: slices.Concat([]string{ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagRulesName, rules)}, kubeconfigArg, []string{
 			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagListenAddress, fmt.Sprintf("127.0.0.1:%d", ctrlmeshv1alpha1.ProxyListenPort)),
 			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagHealthAddress, fmt.Sprintf(":%d", ctrlmeshv1alpha1.ProxyHealthPort)),
+			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagForwardProxyAddress, fmt.Sprintf("127.0.0.1:%d", ctrlmeshv1alpha1.ProxyForwardPort)),
 		}),
 		Env: []corev1.EnvVar{
 			fieldEnv(ctrlmeshv1alpha1.ProxyEnvPodName, "metadata.name"),

@@ -126,6 +126,7 @@ func checkInjected(t *testing.T, pod *corev1.Pod, rules string, extraArgs ...str
 		"--operator-kubeconfig=" + inject.KubeconfigPath,
 		"--listen-address=127.0.0.1:15080",
 		"--health-address=:15081",
+		"--forward-proxy-address=127.0.0.1:15082",
 	}, extraArgs...)
 	if !slices.Equal(proxy.Args, wantArgs) {
 		t.Errorf("proxy args %q, want %q", proxy.Args, wantArgs)

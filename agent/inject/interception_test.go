@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -132,6 +133,15 @@ func TestInterceptionMutation(t *testing.T) {
 				if got := envValue(c, "KUBERNETES_SERVICE_PORT"); !slices.Equal(got, tt.port) {
 					t.Errorf("%s: KUBERNETES_SERVICE_PORT %v, want %v", c.Name, got, tt.port)
 				}
+				// Every mode: the forward proxy, the API path excluded.
+				for name, want := range map[string]string{"HTTP_PROXY": "http://127.0.0.1:15082", "HTTPS_PROXY": "http://127.0.0.1:15082",
+					"NO_PROXY": "127.0.0.1,localhost,::1,$(KUBERNETES_SERVICE_HOST),kubernetes,kubernetes.default,kubernetes.default.svc,kubernetes.default.svc.cluster.local,10.245.0.1"} {
+					for _, n := range []string{name, strings.ToLower(name)} {
+						if got := envValue(c, n); !slices.Equal(got, []string{want}) {
+							t.Errorf("%s: %s %v, want %s", c.Name, n, got, want)
+						}
+					}
+				}
 				// In-cluster: the proxy's directory replaces the token
 				// volume; otherwise the token stays.
 				var sa []corev1.VolumeMount
@@ -148,7 +158,11 @@ func TestInterceptionMutation(t *testing.T) {
 					t.Errorf("%s: service-account mounts %+v, want %+v", c.Name, sa, want)
 				}
 			}
-			// The pod's own init container keeps the real token.
+			// The pod's own init container keeps the real token, and runs
+			// before the forward proxy.
+			if got := envValue(pod.Spec.InitContainers[0], "HTTP_PROXY"); got != nil {
+				t.Errorf("the pod's init container got HTTP_PROXY %v", got)
+			}
 			if got := pod.Spec.InitContainers[0].VolumeMounts; len(got) != 1 || got[0].Name != "kube-api-access-abcde" {
 				t.Errorf("the pod's init container's mounts %+v changed", got)
 			}
@@ -176,6 +190,54 @@ func TestInterceptionMutation(t *testing.T) {
 			checkProxyUnprivileged(t, proxy)
 			if tt.mode == ctrlmeshv1alpha1.InterceptIptables {
 				checkRedirect(t, pod.Spec.InitContainers[1])
+			}
+		})
+	}
+}
+
+// TestProxyEnvironment: the proxy variables a container sets itself, in
+// either case, stay as they are, and the injector sets neither case of
+// them; the others point at the forward proxy, with the API path excluded.
+func TestProxyEnvironment(t *testing.T) {
+	const noProxy = "127.0.0.1,localhost,::1,$(KUBERNETES_SERVICE_HOST),kubernetes,kubernetes.default,kubernetes.default.svc,kubernetes.default.svc.cluster.local,10.245.0.1"
+	for _, tt := range []struct {
+		name string
+		own  []corev1.EnvVar
+		want []corev1.EnvVar
+	}{
+		{"none", nil, []corev1.EnvVar{{Name: "HTTP_PROXY", Value: ForwardProxyURL}, {Name: "http_proxy", Value: ForwardProxyURL},
+			{Name: "HTTPS_PROXY", Value: ForwardProxyURL}, {Name: "https_proxy", Value: ForwardProxyURL},
+			{Name: "NO_PROXY", Value: noProxy}, {Name: "no_proxy", Value: noProxy}}},
+		{"own http_proxy", []corev1.EnvVar{{Name: "http_proxy", Value: "http://corp:3128"}}, []corev1.EnvVar{{Name: "http_proxy", Value: "http://corp:3128"},
+			{Name: "HTTPS_PROXY", Value: ForwardProxyURL}, {Name: "https_proxy", Value: ForwardProxyURL},
+			{Name: "NO_PROXY", Value: noProxy}, {Name: "no_proxy", Value: noProxy}}},
+		{"own HTTPS_PROXY from a secret", []corev1.EnvVar{{Name: "HTTPS_PROXY", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{Key: "p"}}}},
+			[]corev1.EnvVar{{Name: "HTTPS_PROXY", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{Key: "p"}}},
+				{Name: "HTTP_PROXY", Value: ForwardProxyURL}, {Name: "http_proxy", Value: ForwardProxyURL},
+				{Name: "NO_PROXY", Value: noProxy}, {Name: "no_proxy", Value: noProxy}}},
+		{"own NO_PROXY", []corev1.EnvVar{{Name: "NO_PROXY", Value: ".corp"}}, []corev1.EnvVar{{Name: "NO_PROXY", Value: ".corp"},
+			{Name: "HTTP_PROXY", Value: ForwardProxyURL}, {Name: "http_proxy", Value: ForwardProxyURL},
+			{Name: "HTTPS_PROXY", Value: ForwardProxyURL}, {Name: "https_proxy", Value: ForwardProxyURL}}},
+		{"all own", []corev1.EnvVar{{Name: "HTTP_PROXY", Value: "a"}, {Name: "https_proxy", Value: "b"}, {Name: "no_proxy", Value: "c"}},
+			[]corev1.EnvVar{{Name: "HTTP_PROXY", Value: "a"}, {Name: "https_proxy", Value: "b"}, {Name: "no_proxy", Value: "c"}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			opts, err := Options{Image: "proxy:1"}.withDefaults()
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts.apiServerEndpoints = []string{"10.245.0.1:6443"}
+			pod := interceptionPod()
+			pod.Spec.Containers[0].Env = tt.own
+			mutate(pod, "ns", interceptionRoute(ctrlmeshv1alpha1.InterceptKubeconfig), opts)
+			var got []corev1.EnvVar
+			for _, e := range pod.Spec.Containers[0].Env {
+				if e.Name != "KUBECONFIG" {
+					got = append(got, e)
+				}
+			}
+			if !equality.Semantic.DeepEqual(got, tt.want) {
+				t.Errorf("environment %+v, want %+v", got, tt.want)
 			}
 		})
 	}
@@ -225,6 +287,9 @@ func TestInterceptionConflicts(t *testing.T) {
 		reason string
 	}{
 		{"unknown mode", "Ebpf", func(*corev1.Pod) {}, `interception "Ebpf", which this agent does not know`},
+		{"forward proxy port", ctrlmeshv1alpha1.InterceptKubeconfig, func(p *corev1.Pod) {
+			p.Spec.Containers[1].Ports = []corev1.ContainerPort{{ContainerPort: ctrlmeshv1alpha1.ProxyForwardPort}}
+		}, `container "helper" declares port 15082, which the proxy listens on`},
 		{"own service host", ctrlmeshv1alpha1.InterceptEnvironment, func(p *corev1.Pod) {
 			p.Spec.Containers[1].Env = []corev1.EnvVar{{Name: "KUBERNETES_SERVICE_HOST", Value: "10.0.0.1"}}
 		}, `container "helper" sets KUBERNETES_SERVICE_HOST itself`},

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +22,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/ctrlmesh/ctrlmesh/agent/inject"
 )
 
 // TestInjectedProxyServesTheOperator runs the ctrlmesh-proxy binary exactly
@@ -51,10 +56,12 @@ func TestInjectedProxyServesTheOperator(t *testing.T) {
 
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	healthAddress := "127.0.0.1:" + freePort(t)
+	forwardAddress := "127.0.0.1:" + freePort(t)
 	args := rewriteArgs(t, proxy.Args, map[string]string{
-		"--listen-address":      "127.0.0.1:" + freePort(t),
-		"--health-address":      healthAddress,
-		"--operator-kubeconfig": kubeconfig,
+		"--listen-address":        "127.0.0.1:" + freePort(t),
+		"--health-address":        healthAddress,
+		"--operator-kubeconfig":   kubeconfig,
+		"--forward-proxy-address": forwardAddress,
 	})
 	args = append(args, "--upstream-kubeconfig="+member.KubeconfigPath)
 	cmd := exec.CommandContext(ctx, bin, args...)
@@ -107,6 +114,40 @@ func TestInjectedProxyServesTheOperator(t *testing.T) {
 	}
 	if !slices.Contains(names, "owned") {
 		t.Errorf("ConfigMaps through the proxy: %v, want the shard's ConfigMap \"owned\"", names)
+	}
+	checkForwardProxy(t, pod, forwardAddress)
+}
+
+// checkForwardProxy: the operator container's HTTP_PROXY names the
+// proxy's forward proxy, which the injected proxy serves (here at
+// address): an external server is reached through it, the API server is
+// refused.
+func checkForwardProxy(t *testing.T, pod *corev1.Pod, address string) {
+	t.Helper()
+	if !slices.Contains(pod.Spec.Containers[0].Env, corev1.EnvVar{Name: "HTTP_PROXY", Value: inject.ForwardProxyURL}) {
+		t.Fatalf("the operator's environment %+v lacks HTTP_PROXY=%s", pod.Spec.Containers[0].Env, inject.ForwardProxyURL)
+	}
+	external := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("external")) }))
+	defer external.Close()
+	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: address})}}
+	get := func(u string) (int, string) {
+		resp, err := client.Get(u)
+		if err != nil {
+			t.Fatalf("GET %s through the forward proxy: %v", u, err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := get(external.URL); code != http.StatusOK || body != "external" {
+		t.Errorf("an external server through the forward proxy: %d %s", code, body)
+	}
+	api, err := url.Parse(member.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body := get("http://" + api.Host + "/api"); code != http.StatusForbidden || !strings.Contains(body, "is the Kubernetes API server") {
+		t.Errorf("the API server through the forward proxy: %d %s", code, body)
 	}
 }
 

@@ -88,6 +88,10 @@ kube-apiserver. Point the operator's kubeconfig at --listen-address (see
     ` + ctrlmeshv1alpha1.EnableProxyLabel + ` label from its pod template and restart it;
   - with --webhook-listen-address, sends each admission request to the pod
     whose shard owns the object's namespace (never answering on its own);
+  - serves the operator's external HTTP and HTTPS requests as a forward
+    proxy on --forward-proxy-address (HTTP_PROXY, HTTPS_PROXY), under the
+    same traffic policies (deny rules, rate limits, circuit breakers,
+    faults), matched by host; it refuses the API server;
   - reloads rules without restarts, ending affected watches with 410 Expired
     so informers relist.
 
@@ -165,6 +169,11 @@ func newCommand(run runFunc) *command {
 	}
 	f.Bool("version", false, "print the version and exit")
 	f.StringVar(&opts.ListenAddress, ctrlmeshv1alpha1.ProxyFlagListenAddress, fmt.Sprintf("127.0.0.1:%d", ctrlmeshv1alpha1.ProxyListenPort), "address serving the operator's API requests (plain HTTP; keep it on loopback)")
+	// Off unless asked for, as the injector does (127.0.0.1:15082, where it
+	// points the operator's HTTP_PROXY): proxies run side by side outside
+	// pods (tests, the process-based local fleet) would otherwise contend
+	// for one port.
+	f.StringVar(&opts.ForwardProxyAddress, ctrlmeshv1alpha1.ProxyFlagForwardProxyAddress, "", fmt.Sprintf("address serving the operator's external HTTP and HTTPS requests as a forward proxy, under the traffic policies (a loopback IP address; the API server is refused there); the injector sets 127.0.0.1:%d; empty disables", ctrlmeshv1alpha1.ProxyForwardPort))
 	f.StringVar(&opts.HealthAddress, ctrlmeshv1alpha1.ProxyFlagHealthAddress, fmt.Sprintf(":%d", ctrlmeshv1alpha1.ProxyHealthPort), "address serving /healthz, /readyz and /metrics; empty disables")
 	f.StringVar(&upstreamKubeconfig, "upstream-kubeconfig", "", "kubeconfig with the operator's own credentials for the real API server; empty uses in-cluster credentials")
 	f.StringVar(&rulesKubeconfig, "rules-kubeconfig", "", "kubeconfig for this pod's own cluster, which holds its ShardRoute and its shards' leader-election locks, when --upstream-kubeconfig points at another API server (Fleet scope over the hub's objects); empty: the upstream")

@@ -37,6 +37,9 @@ func TestExamplesAreValid(t *testing.T) {
 	for file, obj := range map[string]client.Object{
 		"circuitbreaker.yaml": &ctrlmeshv1alpha1.CircuitBreaker{},
 		"faultinjection.yaml": &ctrlmeshv1alpha1.FaultInjection{},
+		// External hosts, through the proxy's forward proxy.
+		"external-circuitbreaker.yaml": &ctrlmeshv1alpha1.CircuitBreaker{},
+		"external-faultinjection.yaml": &ctrlmeshv1alpha1.FaultInjection{},
 	} {
 		data, err := os.ReadFile(file)
 		if err != nil {

@@ -100,6 +100,13 @@ const (
 	// targetPort here. The operator keeps serving on spec.webhook.port,
 	// which must therefore differ.
 	ProxyWebhookRouterPort = 15443
+	// ProxyForwardPort serves the operator's external (non-Kubernetes)
+	// HTTP and HTTPS requests as a forward proxy, on loopback only: the
+	// injector points the operator containers' HTTP_PROXY and HTTPS_PROXY
+	// here, so that traffic policies matching hosts apply to them. It
+	// refuses the API server's addresses: the API goes through
+	// ProxyListenPort, where it is fenced.
+	ProxyForwardPort = 15082
 
 	ProxyFlagListenAddress        = "listen-address"
 	ProxyFlagHealthAddress        = "health-address"
@@ -107,6 +114,7 @@ const (
 	ProxyFlagOperatorKubeconfig   = "operator-kubeconfig"
 	ProxyFlagWebhookListenAddress = "webhook-listen-address"
 	ProxyFlagWebhookCertDir       = "webhook-cert-dir"
+	ProxyFlagForwardProxyAddress  = "forward-proxy-address"
 
 	// Flags of the in-cluster interceptions (Environment, Iptables).
 	ProxyFlagOperatorServiceAccountDir = "operator-serviceaccount-dir"
