@@ -256,25 +256,13 @@ func TestForwardProxyBreaker(t *testing.T) {
 		t.Fatalf("the host saw %d requests; the open breaker let one through", got)
 	}
 	failing.Store(false)
-	var recovered time.Duration
-	for {
+	waitBreakerClosed(t, opened, open, func() (int, string) {
 		code, _, body, err := send(c, http.MethodGet, flaky.URL)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if code == http.StatusOK {
-			recovered = time.Since(opened)
-			break
-		}
-		if code != http.StatusServiceUnavailable || time.Since(opened) > open+5*time.Second {
-			t.Fatalf("waiting for the breaker to close: %d %s", code, body)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Logf("closed %v after opening (recovery window %v)", recovered, open)
-	if recovered < open-100*time.Millisecond || recovered > open+5*time.Second {
-		t.Errorf("closed after %v; its recovery window is %v", recovered, open)
-	}
+		return code, body
+	})
 	if got := served.Load(); got != 5 {
 		t.Errorf("the host saw %d requests: want the 4 failures and the one probe", got)
 	}

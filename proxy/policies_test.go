@@ -283,22 +283,10 @@ func TestBreakerThroughProxy(t *testing.T) {
 	}
 	// Half-open at the end of the window: the first request is the probe,
 	// it succeeds, and the breaker closes.
-	var recovered time.Duration
-	for {
+	waitBreakerClosed(t, opened, open, func() (int, string) {
 		code, _, body := rawGet(t, p, path)
-		if code == http.StatusOK {
-			recovered = time.Since(opened)
-			break
-		}
-		if code != http.StatusServiceUnavailable || time.Since(opened) > open+5*time.Second {
-			t.Fatalf("waiting for the breaker to close: %d %s", code, body)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Logf("closed %v after opening (recovery window %v)", recovered, open)
-	if recovered < open-100*time.Millisecond || recovered > open+5*time.Second {
-		t.Errorf("closed after %v; its recovery window is %v", recovered, open)
-	}
+		return code, body
+	})
 	for range 5 {
 		if code, _, body := rawGet(t, p, path); code != http.StatusOK {
 			t.Fatalf("after closing: %d %s", code, body)
@@ -353,5 +341,30 @@ func TestFaultsThroughProxy(t *testing.T) {
 	}
 	if want := `ctrlmesh_proxy_faults_injected_total{effect="delay",fault="slow",policy="chaos"} ` + strconv.Itoa(5); !strings.Contains(scrape(t, p.health), want) {
 		t.Errorf("metrics lack %s", want)
+	}
+}
+
+// waitBreakerClosed sends requests (send returns the status and body of
+// one) until one passes, and checks that the breaker that opened at opened
+// with recovery window open closed at the window's end: before it every
+// request fails fast with 503, and the first after it is the half-open
+// probe that closes it.
+func waitBreakerClosed(t *testing.T, opened time.Time, open time.Duration, send func() (int, string)) {
+	t.Helper()
+	var recovered time.Duration
+	for {
+		code, body := send()
+		if code == http.StatusOK {
+			recovered = time.Since(opened)
+			break
+		}
+		if code != http.StatusServiceUnavailable || time.Since(opened) > open+5*time.Second {
+			t.Fatalf("waiting for the breaker to close: %d %s", code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("closed %v after opening (recovery window %v)", recovered, open)
+	if recovered < open-100*time.Millisecond || recovered > open+5*time.Second {
+		t.Errorf("closed after %v; its recovery window is %v", recovered, open)
 	}
 }
