@@ -216,13 +216,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	g.Go(func() error {
 		<-ctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		var errs []error
-		for _, s := range servers {
-			errs = append(errs, s.Shutdown(shutdownCtx))
-		}
-		return errors.Join(errs...)
+		return shutdown(servers, shutdownGrace, opts.Log)
 	})
 	if opts.WebhookListenAddress != "" {
 		g.Go(func() error {
@@ -321,4 +315,28 @@ func WriteOperatorKubeconfig(path, addr, token string) error {
 		return fmt.Errorf("writing the operator kubeconfig %s: %w", path, err)
 	}
 	return os.Chmod(path, 0o644)
+}
+
+// shutdownGrace is how long the proxy's servers wait, once stopped, for
+// the requests in flight to end before closing what is still open.
+const shutdownGrace = 5 * time.Second
+
+// shutdown stops servers gracefully within grace, then closes the
+// connections still open: an operator's watches run until the proxy goes,
+// and a client's connection that never sent a request counts as busy for
+// its first 5 s (net/http), so a graceful stop alone ran out its time and
+// the proxy exited with "context deadline exceeded" for what is no error.
+func shutdown(servers []*http.Server, grace time.Duration, log logr.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	var errs []error
+	for _, s := range servers {
+		err := s.Shutdown(ctx)
+		if errors.Is(err, context.DeadlineExceeded) {
+			log.Info("closing the connections still open after the shutdown's grace", "grace", grace)
+			err = s.Close()
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
