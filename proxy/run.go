@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/ctrlmesh/ctrlmesh/proxy/internal/stop"
 	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 	"github.com/ctrlmesh/ctrlmesh/proxy/webhook"
 )
@@ -216,7 +217,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	g.Go(func() error {
 		<-ctx.Done()
-		return shutdown(servers, shutdownGrace, opts.Log)
+		return stop.Servers(servers, stop.Grace, opts.Log)
 	})
 	if opts.WebhookListenAddress != "" {
 		g.Go(func() error {
@@ -315,28 +316,4 @@ func WriteOperatorKubeconfig(path, addr, token string) error {
 		return fmt.Errorf("writing the operator kubeconfig %s: %w", path, err)
 	}
 	return os.Chmod(path, 0o644)
-}
-
-// shutdownGrace is how long the proxy's servers wait, once stopped, for
-// the requests in flight to end before closing what is still open.
-const shutdownGrace = 5 * time.Second
-
-// shutdown stops servers gracefully within grace, then closes the
-// connections still open: an operator's watches run until the proxy goes,
-// and a client's connection that never sent a request counts as busy for
-// its first 5 s (net/http), so a graceful stop alone ran out its time and
-// the proxy exited with "context deadline exceeded" for what is no error.
-func shutdown(servers []*http.Server, grace time.Duration, log logr.Logger) error {
-	ctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	var errs []error
-	for _, s := range servers {
-		err := s.Shutdown(ctx)
-		if errors.Is(err, context.DeadlineExceeded) {
-			log.Info("closing the connections still open after the shutdown's grace", "grace", grace)
-			err = s.Close()
-		}
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
 }

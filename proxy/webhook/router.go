@@ -33,6 +33,7 @@ import (
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/proxy/internal/apistatus"
+	"github.com/ctrlmesh/ctrlmesh/proxy/internal/stop"
 	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 )
 
@@ -171,9 +172,7 @@ func (rt *Router) Serve(ctx context.Context, l net.Listener) error {
 	case err := <-served:
 		return err
 	case <-ctx.Done():
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		err := srv.Shutdown(shutdownCtx)
+		err := stop.Servers([]*http.Server{srv}, stop.Grace, rt.log)
 		<-served
 		return err
 	}

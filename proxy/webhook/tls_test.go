@@ -2,16 +2,20 @@ package webhook_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"math/big"
+	"net"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/testr"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 	"github.com/ctrlmesh/ctrlmesh/proxy/webhook"
 )
 
@@ -183,4 +187,46 @@ func servedSerial(t *testing.T, ca *testCA, addr string) *big.Int {
 	}
 	defer func() { _ = conn.Close() }()
 	return conn.ConnectionState().PeerCertificates[0].SerialNumber
+}
+
+// TestStopsCleanlyWithAConnectionOpen: a router told to stop while a
+// connection that never finished its handshake is open (as the API
+// server's client leaves one) stops without an error, closing it after its
+// grace; it returned "context deadline exceeded" instead.
+func TestStopsCleanlyWithAConnectionOpen(t *testing.T) {
+	ca := newTestCA(t)
+	dir := t.TempDir()
+	c, k := ca.issue(t, "webhook.test.svc", "127.0.0.1")
+	writeCertDir(t, dir, c, k, nil)
+	r := listenRouter(t, "pod-a")
+	rt, err := webhook.New(webhook.Options{CertDir: dir, Registry: r.registry, Log: testr.New(t),
+		Rules: func() (*rules.Snapshot, string) { return nil, "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- rt.Serve(ctx, r.listener) }()
+	conn, err := net.Dial("tcp", r.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	// Served: a request on another connection is answered.
+	code, body := post(t, clientTrusting(ca), r.addr(), "/mutate", reviewFor(t, types.UID("u1"), "default"), nil)
+	if code != http.StatusServiceUnavailable {
+		t.Fatalf("status %d, want 503 (no rules): %s", code, body)
+	}
+	stopped := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the router stopped with %v, %v after it was told to", err, time.Since(stopped))
+		}
+		t.Logf("stopped %v after it was told to", time.Since(stopped).Round(time.Millisecond))
+	case <-time.After(30 * time.Second):
+		t.Fatal("the router did not stop within 30s")
+	}
 }
