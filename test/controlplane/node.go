@@ -43,7 +43,7 @@ const PauseImage = "ctrlmesh.test/pause:1"
 // node-packages' installs that a node runs, found in PATH; cniPlugins are
 // the CNI plugins of its network, in cniBinDir.
 var (
-	nodeExecutables = []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "iptables", "ip", "nsenter", "unshare"}
+	nodeExecutables = []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "iptables", "ip", "nsenter", "unshare", "findmnt"}
 	cniPlugins      = []string{"bridge", "host-local", "loopback"}
 )
 
@@ -448,7 +448,11 @@ func (n *Node) kubeletMountNamespace(kubelet string, args ...string) ([]string, 
 	if err := syscall.Mount("", root, "", syscall.MS_SHARED, ""); err != nil {
 		return nil, fmt.Errorf("making the kubelet's root directory %s a shared mount: %w", root, err)
 	}
-	script := `mount --bind "$1" "$2" && shift 2 && exec "$@"`
+	// Where the host's root is a shared mount (systemd's default), the
+	// bind mount would propagate back to the host: the mount holding the
+	// device-plugins directory is made private in the kubelet's namespace
+	// first (that mount only, not the root directory's bind mount).
+	script := `mount --make-private "$(findmnt -n -o TARGET -T "$2")" && mount --bind "$1" "$2" && shift 2 && exec "$@"`
 	return append([]string{"unshare", "--mount", "--propagation", "unchanged", "--", "sh", "-c", script, "sh",
 		filepath.Join(n.Dir, "device-plugins"), hostDevicePlugins, kubelet}, args...), nil
 }
