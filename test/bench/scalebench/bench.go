@@ -91,6 +91,9 @@ type result struct {
 	// buckets served (Ready) by other members' pods.
 	fleetLoss time.Duration
 	heapFile  string
+	// ceiling is the API server's, measured before the hub started; nil
+	// when not measured.
+	ceiling *ceiling
 }
 
 type options struct {
@@ -104,6 +107,9 @@ type options struct {
 	readyWithin time.Duration
 	stepWithin  time.Duration
 	workDir     string
+	// ceilingWorks is how many Works the API server's ceiling is measured
+	// with; 0 measures none.
+	ceilingWorks int
 	// hubArgs are further flags of both hub replicas.
 	hubArgs []string
 	log     io.Writer
@@ -199,6 +205,14 @@ func run(ctx context.Context, opts options, s scale) (_ *result, err error) {
 	defer cancel()
 	hubCluster := b.group.Cluster("hub")
 	b.admin = hubCluster.Client
+	var ceil *ceiling
+	if opts.ceilingWorks > 0 {
+		if ceil, err = measureCeiling(ctx, hubCluster.Config, b.group.Scheme, opts.ceilingWorks, opts.pods); err != nil {
+			return nil, fmt.Errorf("the API server's ceiling: %w", err)
+		}
+		b.logf("API server ceiling, %d Works of %d bytes: %.0f creations/s, %.0f updates/s, %.0f status writes/s",
+			ceil.works, ceil.bytes, ceil.creates, ceil.updates, ceil.statuses)
+	}
 	defer func() {
 		for _, h := range b.hubs {
 			_ = h.stop(30 * time.Second)
@@ -213,7 +227,7 @@ func run(ctx context.Context, opts options, s scale) (_ *result, err error) {
 	if err := b.startMembersSide(ctx, hubCluster.Config); err != nil {
 		return nil, err
 	}
-	r := &result{scale: s, pods: opts.pods}
+	r := &result{scale: s, pods: opts.pods, ceiling: ceil}
 	if err := b.joinAll(ctx, r); err != nil {
 		return r, err
 	}

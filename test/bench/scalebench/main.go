@@ -89,6 +89,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	fs.StringVar(&c.plot, "plot", "", "write the curves over the scales to this SVG file")
 	fs.StringVar(&c.save, "save", "", "save the results as JSON to this file")
 	loads := fs.String("load", "", "comma-separated JSON files of -save: report and plot their results, measured before, with this run's (-scales= measures nothing new)")
+	fs.IntVar(&c.ceilingWorks, "ceiling", 2000, "Works to measure the API server's write ceiling with at each scale, before the hub starts; 0 for none")
 	fs.StringVar(&c.workDir, "work-dir", "", "directory for the hub's logs and heap profiles (default: a temporary one, kept)")
 	hubArgs := fs.String("hub-args", "", "further flags of both hub replicas, space-separated (for example --leader-elect-renew-deadline=40s on a loaded machine)")
 	if err := fs.Parse(args); err != nil {

@@ -207,43 +207,7 @@ func (a *loadAgent) reconcile(ctx context.Context, key types.NamespacedName) (ti
 	}
 	a.mu.Unlock()
 
-	status := previous.Route.DeepCopy()
-	status.ObservedGeneration = route.Generation
-	status.ObservedRoutingGeneration = route.Spec.RoutingGeneration
-	shardOf := map[string]string{}
-	status.Leaders = nil
-	for _, shard := range route.Spec.Shards {
-		led := false
-		for _, p := range shard.Pods {
-			shardOf[p.Name] = shard.ID
-			if !led && !failed[p.Name] {
-				status.Leaders = append(status.Leaders, ctrlmeshv1alpha1.ShardLeader{Shard: shard.ID, Pod: p.Name})
-				led = true
-			}
-		}
-	}
-	status.Pods = nil
-	for i := range a.pods {
-		name := podName(route.Name, i)
-		if failed[name] {
-			continue
-		}
-		status.Pods = append(status.Pods, ctrlmeshv1alpha1.PodRouteStatus{
-			Name: name, Address: fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), Ready: true, Shard: shardOf[name], AppliedRulesHash: enforced,
-		})
-	}
-	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
-		Type: ctrlmeshv1alpha1.ConditionRulesApplied, Status: metav1.ConditionTrue, Reason: ctrlmeshv1alpha1.ReasonRulesValid,
-		Message: "the proxies can enforce the rules", ObservedGeneration: route.Generation,
-	})
-	proxies := metav1.Condition{Type: ctrlmeshv1alpha1.ConditionProxiesReady, Status: metav1.ConditionTrue, Reason: ctrlmeshv1alpha1.ReasonProxiesApplied,
-		Message: fmt.Sprintf("all %d candidate pods report rules %s", len(status.Pods), route.Spec.RulesHash), ObservedGeneration: route.Generation}
-	if enforced != route.Spec.RulesHash {
-		proxies.Status, proxies.Reason = metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonProxiesPending
-		proxies.Message = fmt.Sprintf("%d of %d candidate pods do not report rules %s", len(status.Pods), len(status.Pods), route.Spec.RulesHash)
-	}
-	meta.SetStatusCondition(&status.Conditions, proxies)
-	route.Status = *status
+	route.Status = memberStatus(&previous.Route, route, a.pods, failed, enforced)
 	manifest := routework.ManifestStatus(route)
 
 	want := work.Status.DeepCopy()
@@ -285,4 +249,49 @@ func sameReport(work *workv1alpha1.Work, want *workv1alpha1.WorkStatus) bool {
 	shadow.Status = *want
 	wanted, err := routework.ReadStatus(shadow)
 	return err == nil && got.Health == wanted.Health && equality.Semantic.DeepEqual(got.Route, wanted.Route)
+}
+
+// memberStatus is the ShardRoute status a member's agent reports for route
+// from previous: its candidate pods (podName 0 to pods-1) but the failed
+// ones, each at an address of its own and enforcing the rules hash
+// enforced, the first live pod of each shard its leader, and the agent's
+// conditions.
+func memberStatus(previous *ctrlmeshv1alpha1.ShardRouteStatus, route *ctrlmeshv1alpha1.ShardRoute, pods int, failed map[string]bool, enforced string) ctrlmeshv1alpha1.ShardRouteStatus {
+	status := previous.DeepCopy()
+	status.ObservedGeneration = route.Generation
+	status.ObservedRoutingGeneration = route.Spec.RoutingGeneration
+	shardOf := map[string]string{}
+	status.Leaders = nil
+	for _, shard := range route.Spec.Shards {
+		led := false
+		for _, p := range shard.Pods {
+			shardOf[p.Name] = shard.ID
+			if !led && !failed[p.Name] {
+				status.Leaders = append(status.Leaders, ctrlmeshv1alpha1.ShardLeader{Shard: shard.ID, Pod: p.Name})
+				led = true
+			}
+		}
+	}
+	status.Pods = nil
+	for i := range pods {
+		name := podName(route.Name, i)
+		if failed[name] {
+			continue
+		}
+		status.Pods = append(status.Pods, ctrlmeshv1alpha1.PodRouteStatus{
+			Name: name, Address: fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), Ready: true, Shard: shardOf[name], AppliedRulesHash: enforced,
+		})
+	}
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+		Type: ctrlmeshv1alpha1.ConditionRulesApplied, Status: metav1.ConditionTrue, Reason: ctrlmeshv1alpha1.ReasonRulesValid,
+		Message: "the proxies can enforce the rules", ObservedGeneration: route.Generation,
+	})
+	proxies := metav1.Condition{Type: ctrlmeshv1alpha1.ConditionProxiesReady, Status: metav1.ConditionTrue, Reason: ctrlmeshv1alpha1.ReasonProxiesApplied,
+		Message: fmt.Sprintf("all %d candidate pods report rules %s", len(status.Pods), route.Spec.RulesHash), ObservedGeneration: route.Generation}
+	if enforced != route.Spec.RulesHash {
+		proxies.Status, proxies.Reason = metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonProxiesPending
+		proxies.Message = fmt.Sprintf("%d of %d candidate pods do not report rules %s", len(status.Pods), len(status.Pods), route.Spec.RulesHash)
+	}
+	meta.SetStatusCondition(&status.Conditions, proxies)
+	return *status
 }

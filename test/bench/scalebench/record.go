@@ -27,6 +27,13 @@ type record struct {
 	RestartRSS                      int64
 	FleetLoss                       time.Duration
 	Load                            string
+	Ceiling                         *ceilingRecord `json:",omitempty"`
+}
+
+// ceilingRecord is a ceiling as saved.
+type ceilingRecord struct {
+	Works, Bytes               int
+	Creates, Updates, Statuses float64
 }
 
 func toRecord(r *result, load string) record {
@@ -35,8 +42,15 @@ func toRecord(r *result, load string) record {
 		RSS: r.rss, Peak: r.peak, Requests: r.requests, SteadyWindow: r.steadyWindow, Steady: r.steady, Heartbeats: r.heartbeatsPerSec,
 		SteadyWorkWrites: r.steadyWorkWrites, SteadyEvents: r.steadyEvents, PodFailure: r.podFailure, PodFailureWrites: r.podFailureWrites,
 		RestartLeads: r.restartLeads, RestartHealed: r.restartHealed, RestartWrites: r.restartWrites, RestartUnchanged: r.restartUnchanged,
-		RestartRSS: r.restartRSS, FleetLoss: r.fleetLoss, Load: load,
+		RestartRSS: r.restartRSS, FleetLoss: r.fleetLoss, Load: load, Ceiling: toCeilingRecord(r.ceiling),
 	}
+}
+
+func toCeilingRecord(c *ceiling) *ceilingRecord {
+	if c == nil {
+		return nil
+	}
+	return &ceilingRecord{Works: c.works, Bytes: c.bytes, Creates: c.creates, Updates: c.updates, Statuses: c.statuses}
 }
 
 func (c record) result() *result {
@@ -45,8 +59,15 @@ func (c record) result() *result {
 		rss: c.RSS, peak: c.Peak, requests: c.Requests, steadyWindow: c.SteadyWindow, steady: c.Steady, heartbeatsPerSec: c.Heartbeats,
 		steadyWorkWrites: c.SteadyWorkWrites, steadyEvents: c.SteadyEvents, podFailure: c.PodFailure, podFailureWrites: c.PodFailureWrites,
 		restartLeads: c.RestartLeads, restartHealed: c.RestartHealed, restartWrites: c.RestartWrites, restartUnchanged: c.RestartUnchanged,
-		restartRSS: c.RestartRSS, fleetLoss: c.FleetLoss,
+		restartRSS: c.RestartRSS, fleetLoss: c.FleetLoss, ceiling: c.Ceiling.ceiling(),
 	}
+}
+
+func (c *ceilingRecord) ceiling() *ceiling {
+	if c == nil {
+		return nil
+	}
+	return &ceiling{works: c.Works, bytes: c.Bytes, creates: c.Creates, updates: c.Updates, statuses: c.Statuses}
 }
 
 func save(path string, results []*result, load string) error {

@@ -23,6 +23,9 @@ const (
 	goalRSS   = 1 << 30
 )
 
+// goalScale is the scale the goals are stated for.
+var goalScale = scale{clusters: 1000, configs: 100}
+
 func secs(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
 
 func methods(m map[string]float64) string {
@@ -67,6 +70,16 @@ func report(out io.Writer, results []*result, opts options) {
 	for _, r := range results {
 		fmt.Fprintf(out, "%s: Ready within %s: %s; hub RSS within %d MiB: %s (the goals are for 1000 clusters x 100 configs)\n",
 			r.scale, goalReady, metOrMissed(r.readyDone && r.ready <= goalReady), goalRSS>>20, metOrMissed(r.peak <= goalRSS))
+	}
+	for _, r := range results {
+		if c := r.ceiling; c != nil {
+			// The Fleet config's Works beside the PerCluster ones'.
+			goalWorks := goalScale.clusters*goalScale.configs + r.works - r.clusters*r.configs
+			fmt.Fprintf(out, "%s: the API server's ceiling (%d Works of %d bytes, %d writers, before the hub started): %.0f creations/s, %.0f updates/s, %.0f status writes/s; "+
+				"the shortest apply -> Ready it allows (each Work created, reported on, updated, reported on): %s here (%d Works), %s at %d clusters x %d configs (%d Works)\n",
+				r.scale, c.works, c.bytes, ceilingWriters, c.creates, c.updates, c.statuses, secs(c.floor(r.works)), r.works,
+				secs(c.floor(goalWorks)), goalScale.clusters, goalScale.configs, goalWorks)
+		}
 	}
 	for _, r := range results {
 		if r.heapFile != "" {
