@@ -265,7 +265,7 @@ bench-fleet: tools build ## Local fleet: operator RSS 1 vs 4 pods (20k objects),
 
 .PHONY: bench-fleet-heavy
 bench-fleet-heavy: tools build ## The fleet benchmark's memory phase on the heavier workload its RSS goal is stated on: 50,000 ConfigMaps of 1 KiB.
-	CTRLMESH_TEST_ASSETS=$(BIN) $(GO) run ./test/bench/fleetbench -phases=memory -objects=50000 -payload=1024 -namespaces=500 $(BENCH_ARGS)
+	CTRLMESH_TEST_ASSETS=$(BIN) $(GO) run ./test/bench/fleetbench -phases=memory -objects=50000 -payload=1024 -namespaces=512 $(BENCH_ARGS)
 
 .PHONY: bench-scale
 bench-scale: tools ## The hub at fleet scale (10, 100, 1000 simulated members): apply -> Ready, hub RSS/CPU/requests, pod failure, restart, lost Fleet member; curves into docs/scale.svg.

@@ -137,7 +137,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.StringVar(&o.binDir, "bin-dir", os.Getenv("CTRLMESH_TEST_ASSETS"), "directory with kube-apiserver, etcd (make tools), ctrlmesh-proxy and demo-operator (make build); default $CTRLMESH_TEST_ASSETS, else bin/ of the checkout")
 	fs.StringVar(&phases, "phases", strings.Join(allPhases, ","), "comma-separated phases to run: memory, edit, failover")
 	fs.IntVar(&o.objects, "objects", 20000, "managed ConfigMaps in the memory phase")
-	fs.IntVar(&o.namespaces, "namespaces", 200, "namespaces the ConfigMaps spread over (chosen to spread over the 32 buckets)")
+	fs.IntVar(&o.namespaces, "namespaces", 160, "namespaces the ConfigMaps spread over, as evenly over the 32 buckets as their number allows: a multiple of 32 puts as many in each, so that pods holding equal buckets hold equal objects")
 	fs.IntVar(&o.payload, "payload", 256, "bytes of data in each ConfigMap")
 	fs.IntVar(&o.pods, "pods", 4, "pods sharing the ConfigMaps in the memory phase's sharded measurement")
 	fs.IntVar(&o.workers, "workers", 8, "concurrent writers creating the ConfigMaps")
