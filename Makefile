@@ -193,7 +193,7 @@ FUZZ_TARGETS := \
 	./proxy/policy:FuzzMatch ./proxy/policy:FuzzHostOf \
 	./proxy/webhook:FuzzRouteReview ./proxy:FuzzRenameProtobufBody \
 	./proxy/redirect:FuzzParseDestination ./proxy/internal/request:FuzzSameAsAPIServer \
-	./proxy:FuzzForwardRoute
+	./proxy:FuzzForwardRoute ./proxy:FuzzCheckListGzip
 FUZZTIME ?= 30s
 
 .PHONY: fuzz

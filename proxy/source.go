@@ -73,18 +73,14 @@ func (l *Loader) compile(ctx context.Context, route *ctrlmeshv1alpha1.ShardRoute
 	return rules.Compile(route, l.Pod, l.Mode, l.Scopes)
 }
 
-// ReadRulesFile reads a ShardRoute from a YAML or JSON file, refusing fields
-// the schema does not know.
-func ReadRulesFile(path string) (*ctrlmeshv1alpha1.ShardRoute, []byte, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, nil, err
-	}
+// parseRulesFile reads a ShardRoute from the YAML or JSON content of the
+// file path, refusing fields the schema does not know.
+func parseRulesFile(path string, data []byte) (*ctrlmeshv1alpha1.ShardRoute, error) {
 	var route ctrlmeshv1alpha1.ShardRoute
 	if err := yaml.UnmarshalStrict(data, &route); err != nil {
-		return nil, data, fmt.Errorf("rules file %s: %w", path, err)
+		return nil, fmt.Errorf("rules file %s: %w", path, err)
 	}
-	return &route, data, nil
+	return &route, nil
 }
 
 // RunFileSource offers the rules in path now and whenever its content
@@ -94,7 +90,13 @@ func ReadRulesFile(path string) (*ctrlmeshv1alpha1.ShardRoute, []byte, error) {
 func RunFileSource(ctx context.Context, path string, interval time.Duration, loader *Loader) {
 	var last []byte
 	check := func() {
-		route, data, err := ReadRulesFile(path)
+		// The content is compared before it is parsed: parsing the YAML
+		// every interval cost 3.5 ms of CPU a second with the benchmark's
+		// rules (20 policies; make bench-proxy -proxy-cpuprofile).
+		data, err := os.ReadFile(path)
+		if err != nil {
+			data = nil
+		}
 		if errors.Is(err, fs.ErrNotExist) {
 			// Gone, as a deleted ShardRoute: keeping the last rules would
 			// serve buckets the hub may give elsewhere.
@@ -109,6 +111,10 @@ func RunFileSource(ctx context.Context, path string, interval time.Duration, loa
 			return
 		}
 		last = data
+		var route *ctrlmeshv1alpha1.ShardRoute
+		if err == nil {
+			route, err = parseRulesFile(path, data)
+		}
 		if err == nil && route.Spec.ValiditySeconds > 0 {
 			err = fmt.Errorf("rules file %s: rules with spec.validitySeconds are renewed through the ShardRoute's status, which a file has not: serve them from the ShardRoute (--rules-name) instead", path)
 		}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -279,6 +280,80 @@ type checkedBody struct {
 	err     error
 	// refused is called once, with the error that refused the list.
 	refused func(error)
+}
+
+// checkList prepares the 200 response to a range-mode list: it reads the
+// list until it is proven or refused, or listCheckAhead bytes are held (an
+// error refuses the list before anything is handed on), and replaces its
+// body with what hands the rest on only as far as it is checked.
+//
+// A gzip-compressed list — the operator accepted gzip, so the proxy asked
+// for it (serveRead) — is decoded for the check. Once proven from its
+// first bytes (a typed list's shardInfo), or read to its end and every item
+// checked, within the read-ahead, the compressed bytes go on as the API
+// server sent them, so the proxy neither decodes the rest nor sends it
+// plain: the operator decodes the very stream the proxy checked. A list
+// that must be checked item by item further on is handed on decoded, as
+// far as checked, without Content-Encoding.
+func checkList(resp *http.Response, proof shardProof, refused func(error)) error {
+	if resp.Header.Get("Content-Encoding") != "gzip" {
+		body, err := newCheckedBody(resp, proof, refused)
+		if err != nil {
+			refused(err)
+			return err
+		}
+		if err := body.readAhead(listCheckAhead); err != nil {
+			return err
+		}
+		resp.Body = body
+		return nil
+	}
+	upstream := resp.Body
+	compressed := &recorder{}
+	decoded, err := gzip.NewReader(io.TeeReader(upstream, compressed))
+	if err != nil {
+		err = fmt.Errorf("cannot read the gzip-compressed list: %w", err)
+		refused(err)
+		return err
+	}
+	plain := &http.Response{StatusCode: resp.StatusCode, Header: resp.Header.Clone(), Body: readCloser{Reader: decoded, Closer: upstream}}
+	plain.Header.Del("Content-Encoding")
+	body, err := newCheckedBody(plain, proof, refused)
+	if err != nil {
+		refused(err)
+		return err
+	}
+	if err := body.readAhead(listCheckAhead); err != nil {
+		return err
+	}
+	if body.proven {
+		resp.Body = readCloser{Reader: io.MultiReader(&compressed.buf, upstream), Closer: upstream}
+		return nil
+	}
+	compressed.stop()
+	resp.Header.Del("Content-Encoding")
+	resp.Header.Del("Content-Length")
+	resp.ContentLength = -1
+	resp.Body = body
+	return nil
+}
+
+// recorder keeps what is written to it until stopped.
+type recorder struct {
+	buf     bytes.Buffer
+	stopped bool
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	if !r.stopped {
+		r.buf.Write(p)
+	}
+	return len(p), nil
+}
+
+func (r *recorder) stop() {
+	r.stopped = true
+	r.buf = bytes.Buffer{}
 }
 
 // newCheckedBody wraps the body of a list response in JSON or protobuf,

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -135,7 +136,7 @@ func (c *command) version() bool {
 // environment (POD_NAME, POD_NAMESPACE) are read when it is built.
 func newCommand(run runFunc) *command {
 	opts := proxy.Options{}
-	var upstreamKubeconfig, rulesKubeconfig, mode string
+	var upstreamKubeconfig, rulesKubeconfig, mode, cpuProfile string
 	zapOpts := zap.Options{}
 	f := pflag.NewFlagSet("ctrlmesh-proxy", pflag.ContinueOnError)
 	cmd := &command{
@@ -164,6 +165,9 @@ func newCommand(run runFunc) *command {
 			}
 			opts.Upstream = upstream
 			opts.Log = log
+			if cpuProfile != "" {
+				return profiled(cpuProfile, func() error { return run(ctx, opts) })
+			}
 			return run(ctx, opts)
 		},
 	}
@@ -190,10 +194,33 @@ func newCommand(run runFunc) *command {
 	f.StringVar(&opts.WebhookListenAddress, ctrlmeshv1alpha1.ProxyFlagWebhookListenAddress, "", "address serving the operator's admission webhooks (HTTPS with the operator's certificate): each request goes to the pod whose shard owns the object's namespace; point the webhook Service's targetPort here; empty disables")
 	f.IntVar(&opts.WebhookPeerPort, "webhook-peer-port", 0, "port the other pods' webhook routers listen on; 0 uses the port of --webhook-listen-address")
 	f.StringVar(&opts.WebhookCertDir, ctrlmeshv1alpha1.ProxyFlagWebhookCertDir, "", "where the operator's webhook certificate (tls.crt, tls.key, optional ca.crt) is mounted in this container; empty uses the rules' webhook.certDir")
+	f.StringVar(&cpuProfile, "cpu-profile", "", "write a CPU profile (pprof) of the whole run to this file, complete once the proxy stops (SIGTERM); for measuring the proxy (make bench-proxy BENCH_ARGS=-proxy-cpuprofile=...); empty profiles nothing. It opens no port")
 	logFlags := flag.NewFlagSet("log", flag.ContinueOnError)
 	zapOpts.BindFlags(logFlags)
 	f.AddGoFlagSet(logFlags)
 	return cmd
+}
+
+// profiled runs f under Go's CPU profiler, writing the profile to path
+// once f returns. The profile is taken in the process, into a file: no
+// port is opened for it (a sidecar's profiling endpoint would be reachable
+// by everything in the pod's network namespace).
+func profiled(path string, f func() error) (err error) {
+	out, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(out); err != nil {
+		_ = out.Close()
+		return fmt.Errorf("--cpu-profile: %w", err)
+	}
+	defer func() {
+		pprof.StopCPUProfile()
+		if cerr := out.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("--cpu-profile: %w", cerr))
+		}
+	}()
+	return f()
 }
 
 // applyRedirect programs the redirection in this process's network

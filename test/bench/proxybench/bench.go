@@ -302,6 +302,14 @@ func (b *bench) startProxy(ctx context.Context, upstreamKubeconfig string) (func
 	if b.o.mode == string(rules.ModeLabel) {
 		args = append(args, "--selector-mode=label")
 	}
+	if b.o.proxyCPUProfile != "" {
+		profile, err := filepath.Abs(b.o.proxyCPUProfile)
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+		args = append(args, "--cpu-profile="+profile)
+	}
 	b.progress("starting the proxy (mode %s)", b.o.mode)
 	// The proxy logs nothing per request at Info level: its few lines
 	// (serving, rules in force, mode detected) are progress.

@@ -13,6 +13,9 @@
 // control-plane binaries first), passing flags as BENCH_ARGS:
 //
 //	make bench-proxy BENCH_ARGS='-mode=label -gets=5000'
+//
+// -proxy-cpuprofile=FILE profiles the proxy (go tool pprof FILE); the
+// profiler's own cost is then in the proxy's figures.
 package main
 
 import (
@@ -44,6 +47,9 @@ type options struct {
 	// cpuProfile, when set, receives a CPU profile of the measurements in
 	// this process: the benchmark's clients (the proxy runs in its own).
 	cpuProfile string
+	// proxyCPUProfile, when set, receives the proxy's CPU profile of its
+	// whole run (ctrlmesh-proxy --cpu-profile), written when it stops.
+	proxyCPUProfile string
 }
 
 func parseFlags(args []string, output io.Writer) (options, error) {
@@ -62,7 +68,8 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.IntVar(&o.rounds, "rounds", 2, "concurrent runs each way, alternating")
 	fs.IntVar(&o.policies, "policies", 20, "CircuitBreakers (a rate limit, a breaker and a deny count each) and faults loaded into the proxy's rules, matching none of the benchmark's requests: the cost of checking them is in every proxied figure")
 	fs.DurationVar(&o.timeout, "timeout", 20*time.Minute, "bound on the whole run")
-	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measurement phase of this process (the benchmark's clients; the proxy runs in its own process) to this file")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measurement phase of this process (the benchmark's clients; the proxy runs in its own process, see -proxy-cpuprofile) to this file")
+	fs.StringVar(&o.proxyCPUProfile, "proxy-cpuprofile", "", "write the proxy's CPU profile (ctrlmesh-proxy --cpu-profile) of its whole run, from its start to its stop after the measurements, to this file; read it with go tool pprof")
 	fs.Usage = func() {
 		_, _ = fmt.Fprintf(output, "usage: proxybench [flags]\n\nMeasures ctrlmesh-proxy's overhead against a real kube-apiserver: GET, LIST 1k/10k, WATCH.\n\n")
 		fs.PrintDefaults()
