@@ -27,6 +27,7 @@ import (
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	ctrlmeshscheme "github.com/ctrlmesh/ctrlmesh/pkg/scheme"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
+	"github.com/ctrlmesh/ctrlmesh/test/images"
 )
 
 func init() {
@@ -67,7 +68,7 @@ const (
 func TestIdleFootprint(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	binary := buildProxy(t)
+	binary := buildProxy(ctx, t)
 	fleet, err := env.Start(ctx, env.Options{Clusters: []env.ClusterSpec{{Name: "footprint"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -173,14 +174,13 @@ func TestIdleFootprint(t *testing.T) {
 func mib(b float64) float64 { return b / (1 << 20) }
 
 // buildProxy builds this command as its image does (deploy/docker/
-// Dockerfile: static, trimmed, stripped) into a temporary directory.
-func buildProxy(t *testing.T) string {
+// Dockerfile: static, trimmed, stripped; test/images.BuildStatic) into a
+// temporary directory.
+func buildProxy(ctx context.Context, t *testing.T) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "ctrlmesh-proxy")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if msg, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building ctrlmesh-proxy: %v\n%s", err, msg)
+	if err := images.BuildStatic(ctx, ".", ".", out); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
