@@ -13,6 +13,7 @@ package metrics
 
 import (
 	"fmt"
+	"hash/maphash"
 	"io"
 	"net/http"
 	"slices"
@@ -44,10 +45,58 @@ type family struct {
 	labels []string
 	order  []int
 	set    *vm.Set
+
+	// seed and children find a series by its label values without
+	// building its name: every request counts in one, and the name costs
+	// allocations.
+	seed     maphash.Seed
+	mu       sync.RWMutex
+	children map[uint64][]child
 }
 
+// child is one series: its label values, and its *vm.Counter or *vm.Gauge.
+type child struct {
+	values []string
+	metric any
+}
+
+// get is the series of the label values given, made by create (from its
+// name) the first time.
+func (f *family) get(values []string, create func(set *vm.Set, name string) any) any {
+	var h maphash.Hash
+	h.SetSeed(f.seed)
+	for _, v := range values {
+		h.WriteString(v)
+		h.WriteByte(0xff) // not in UTF-8: "a","bc" is not "ab","c"
+	}
+	sum := h.Sum64()
+	f.mu.RLock()
+	for _, c := range f.children[sum] {
+		if slices.Equal(c.values, values) {
+			f.mu.RUnlock()
+			return c.metric
+		}
+	}
+	f.mu.RUnlock()
+	name := f.series(values)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.children[sum] {
+		if slices.Equal(c.values, values) {
+			return c.metric
+		}
+	}
+	m := create(f.set, name)
+	f.children[sum] = append(f.children[sum], child{values: slices.Clone(values), metric: m})
+	return m
+}
+
+func newCounter(set *vm.Set, name string) any { return set.GetOrCreateCounter(name) }
+
+func newGauge(set *vm.Set, name string) any { return set.GetOrCreateGauge(name, nil) }
+
 func (r *Registry) add(name, help, kind string, labels []string) *family {
-	f := &family{name: name, help: help, kind: kind, labels: labels, set: vm.NewSet()}
+	f := &family{name: name, help: help, kind: kind, labels: labels, set: vm.NewSet(), seed: maphash.MakeSeed(), children: map[uint64][]child{}}
 	for i := range labels {
 		f.order = append(f.order, i)
 	}
@@ -110,7 +159,7 @@ func (r *Registry) NewCounterVec(name, help string, labels ...string) *CounterVe
 // With is the counter of the label values given, in the order of the
 // label names; created at 0 the first time.
 func (c *CounterVec) With(values ...string) *vm.Counter {
-	return c.f.set.GetOrCreateCounter(c.f.series(values))
+	return c.f.get(values, newCounter).(*vm.Counter)
 }
 
 // NewCounter registers a counter without labels, at 0.
@@ -129,11 +178,16 @@ func (r *Registry) NewGaugeVec(name, help string, labels ...string) *GaugeVec {
 // With is the gauge of the label values given, in the order of the label
 // names; created at 0 the first time.
 func (g *GaugeVec) With(values ...string) *vm.Gauge {
-	return g.f.set.GetOrCreateGauge(g.f.series(values), nil)
+	return g.f.get(values, newGauge).(*vm.Gauge)
 }
 
 // Reset removes every series of the gauge.
-func (g *GaugeVec) Reset() { g.f.set.UnregisterAllMetrics() }
+func (g *GaugeVec) Reset() {
+	g.f.mu.Lock()
+	defer g.f.mu.Unlock()
+	g.f.set.UnregisterAllMetrics()
+	clear(g.f.children)
+}
 
 // NewGauge registers a gauge without labels, at 0.
 func (r *Registry) NewGauge(name, help string) *vm.Gauge {
