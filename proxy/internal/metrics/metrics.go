@@ -67,7 +67,7 @@ func (f *family) get(values []string, create func(set *vm.Set, name string) any)
 	h.SetSeed(f.seed)
 	for _, v := range values {
 		h.WriteString(v)
-		h.WriteByte(0xff) // not in UTF-8: "a","bc" is not "ab","c"
+		h.WriteByte(0xff) // ("a", "bc") and ("ab", "c") hash apart; equality is checked below
 	}
 	sum := h.Sum64()
 	f.mu.RLock()
