@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/Shopify/toxiproxy/v2 v2.5.0
+	github.com/VictoriaMetrics/metrics v1.45.0
 	github.com/bits-and-blooms/bitset v1.29.0
 	github.com/chromedp/chromedp v0.23.0
 	github.com/evanphx/json-patch/v5 v5.9.11
@@ -20,7 +21,7 @@ require (
 	github.com/spf13/pflag v1.0.9
 	golang.org/x/mod v0.27.0
 	golang.org/x/sync v0.16.0
-	golang.org/x/sys v0.35.0
+	golang.org/x/sys v0.38.0
 	golang.org/x/time v0.11.0
 	gomodules.xyz/jsonpatch/v2 v2.4.0
 	gonum.org/v1/plot v0.17.0
@@ -96,6 +97,8 @@ require (
 	github.com/tidwall/match v1.1.1 // indirect
 	github.com/tidwall/pretty v1.2.0 // indirect
 	github.com/tidwall/sjson v1.2.5 // indirect
+	github.com/valyala/fastrand v1.1.0 // indirect
+	github.com/valyala/histogram v1.2.0 // indirect
 	github.com/vbatts/tar-split v0.11.6 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	github.com/yuin/gopher-lua v0.0.0-20220504180219-658193537a64 // indirect

@@ -352,7 +352,7 @@ func (f *forwardProxy) count(method, outcome string) {
 	if !slices.Contains(countedMethods, method) {
 		method = "other"
 	}
-	f.p.metrics.forwardRequests.WithLabelValues(method, outcome).Inc()
+	f.p.metrics.forwardRequests.With(method, outcome).Inc()
 }
 
 // ServeHTTP serves one request of the forward proxy. Before the first

@@ -88,10 +88,10 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, d *policy.Decisi
 	if d.Kind == "" {
 		return true
 	}
-	p.metrics.policyDecisions.WithLabelValues(d.Kind, d.Policy, d.Rule, d.Verdict.String()).Inc()
+	p.metrics.policyDecisions.With(d.Kind, d.Policy, d.Rule, d.Verdict.String()).Inc()
 	if d.Kind == policy.KindFault {
 		if d.Delay > 0 {
-			p.metrics.faultsInjected.WithLabelValues(d.Policy, d.Rule, "delay").Inc()
+			p.metrics.faultsInjected.With(d.Policy, d.Rule, "delay").Inc()
 			timer := time.NewTimer(d.Delay)
 			select {
 			case <-timer.C:
@@ -101,7 +101,7 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, d *policy.Decisi
 			}
 		}
 		if d.Verdict == policy.Aborted {
-			p.metrics.faultsInjected.WithLabelValues(d.Policy, d.Rule, "abort").Inc()
+			p.metrics.faultsInjected.With(d.Policy, d.Rule, "abort").Inc()
 		}
 	}
 	switch d.Verdict {

@@ -327,7 +327,7 @@ type shardedRead struct {
 // Whatever the proxy cannot frame or check is refused, never passed on.
 func (p *Proxy) checkRead(resp *http.Response, read *shardedRead) error {
 	refused := func(err error) {
-		p.metrics.unsharded.WithLabelValues(read.verb).Inc()
+		p.metrics.unsharded.With(read.verb).Inc()
 		p.log.Info("refused a sharded response the API server did not prove sharded", "verb", read.verb, "resource", read.gr.String(), "reason", err.Error())
 	}
 	if read.verb == "watch" {
@@ -344,7 +344,7 @@ func (p *Proxy) checkRead(resp *http.Response, read *shardedRead) error {
 		}
 		wrapped := watchstream.WrapResponse(resp, read.expire, check, func(res watchstream.Result, _ error) {
 			if res.Outcome == watchstream.Expired {
-				p.metrics.relistsForced.WithLabelValues("rules-changed").Inc()
+				p.metrics.relistsForced.With("rules-changed").Inc()
 			}
 		})
 		if !wrapped {
@@ -463,7 +463,7 @@ func (p *Proxy) setApplied(snap *rules.Snapshot) {
 	p.applied.Store(snap)
 	p.metrics.rulesInfo.Reset()
 	if snap != nil {
-		p.metrics.rulesInfo.WithLabelValues(snap.Hash(), strconv.FormatInt(snap.Generation(), 10), snap.Shard, string(snap.Mode)).Set(1)
+		p.metrics.rulesInfo.With(snap.Hash(), strconv.FormatInt(snap.Generation(), 10), snap.Shard, string(snap.Mode)).Set(1)
 	}
 	close(p.appliedChanged)
 	p.appliedChanged = make(chan struct{})
@@ -757,7 +757,7 @@ func (p *Proxy) pass(w http.ResponseWriter, r *http.Request, verb string) {
 }
 
 func (p *Proxy) count(verb, outcome string) {
-	p.metrics.requests.WithLabelValues(verb, outcome).Inc()
+	p.metrics.requests.With(verb, outcome).Inc()
 }
 
 // serveRead narrows a list or watch to the shard.
@@ -787,7 +787,7 @@ func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, inf
 		return
 	}
 	if limit != nil {
-		p.metrics.injectedSelectors.WithLabelValues(string(snap.Mode)).Inc()
+		p.metrics.injectedSelectors.With(string(snap.Mode)).Inc()
 	}
 	p.count(info.Verb, outcomeSharded)
 
@@ -818,7 +818,7 @@ func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, inf
 		// it. 410 Expired makes client-go reflectors relist.
 		resumes := query.Get("resourceVersion") != "" && query.Get("sendInitialEvents") != "true"
 		if resumes && p.selections.servedEpoch(key) != st.epoch {
-			p.metrics.relistsForced.WithLabelValues("stale-resource-version").Inc()
+			p.metrics.relistsForced.With("stale-resource-version").Inc()
 			apistatus.Write(w, http.StatusGone, metav1.StatusReasonExpired,
 				"ctrlmesh proxy: the shard's selection changed since this resourceVersion was served: relist required", nil)
 			return
@@ -834,7 +834,7 @@ func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, inf
 		// the rest under this one would leave the operator's cache holding
 		// both. 410 Expired makes client-go's pager list again from the
 		// start.
-		p.metrics.relistsForced.WithLabelValues("stale-resource-version").Inc()
+		p.metrics.relistsForced.With("stale-resource-version").Inc()
 		apistatus.Write(w, http.StatusGone, metav1.StatusReasonExpired,
 			"ctrlmesh proxy: the shard's selection changed during this paginated list: list again from the start", nil)
 		return

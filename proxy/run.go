@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -298,7 +297,7 @@ func healthMux(p *Proxy) http.Handler {
 		}
 		_, _ = fmt.Fprintf(w, "ok: rules %s applied; enforcing %s (generation %d), shard %q\n", appliedHash, snap.Hash(), snap.Generation(), snap.Shard)
 	})
-	mux.Handle("/metrics", promhttp.HandlerFor(p.metrics.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", p.metrics.Registry)
 	return mux
 }
 

@@ -48,11 +48,11 @@ func (l *Loader) Offer(ctx context.Context, route *ctrlmeshv1alpha1.ShardRoute) 
 	defer l.mu.Unlock()
 	snap, err := l.compile(ctx, route)
 	if err != nil {
-		l.Proxy.metrics.rulesLoaded.WithLabelValues("refused").Inc()
+		l.Proxy.metrics.rulesLoaded.With("refused").Inc()
 		l.Log.Error(err, "rules refused; the last good rules stay in force", "hash", route.Spec.RulesHash, "generation", route.Spec.RoutingGeneration)
 		return nil, err
 	}
-	l.Proxy.metrics.rulesLoaded.WithLabelValues("applied").Inc()
+	l.Proxy.metrics.rulesLoaded.With("applied").Inc()
 	l.Proxy.SetRules(snap)
 	return snap, nil
 }
@@ -119,7 +119,7 @@ func RunFileSource(ctx context.Context, path string, interval time.Duration, loa
 			err = fmt.Errorf("rules file %s: rules with spec.validitySeconds are renewed through the ShardRoute's status, which a file has not: serve them from the ShardRoute (--rules-name) instead", path)
 		}
 		if err != nil {
-			loader.Proxy.metrics.rulesLoaded.WithLabelValues("refused").Inc()
+			loader.Proxy.metrics.rulesLoaded.With("refused").Inc()
 			loader.Log.Error(err, "rules file refused; the last good rules stay in force")
 			return
 		}

@@ -25,7 +25,11 @@ var forbiddenDeps = []struct{ prefix, why string }{
 	{"k8s.io/apiserver/", "its feature gates and metrics registries; the proxy parses requests with its copy of RequestInfoFactory (proxy/internal/request)"},
 	{"k8s.io/component-base/", "feature gates and metrics of Kubernetes' own components"},
 	{"github.com/spf13/cobra", "a command framework (and text/template) for one command; the flags are pflag's"},
-	{"k8s.io/api/core/", "the proxy renames lock bodies field by field (proxy/lock.go), decoding no typed object"},
+	{"k8s.io/api/", "typed APIs, each registering its protobuf types at start: the proxy renames lock bodies field by field (proxy/lock.go), decoding no typed object, and reads AdmissionReviews as plain JSON (proxy/webhook)"},
+	{"github.com/prometheus/", "Prometheus' client (and its data model, procfs, database/sql through its collectors): the proxy writes its metrics as text (proxy/internal/metrics)"},
+	{"google.golang.org/protobuf/proto", "Google's protobuf runtime, through Prometheus' client (4.6 MB of the binary with it)"},
+	{"google.golang.org/protobuf/reflect/", "Google's protobuf descriptors and registry, through Prometheus' client"},
+	{"database/sql", "through Prometheus' client's collectors"},
 }
 
 // allowedDeps are exceptions to forbiddenDeps.

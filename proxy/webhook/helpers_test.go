@@ -27,13 +27,14 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/testr"
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
+	"github.com/ctrlmesh/ctrlmesh/proxy/internal/metrics"
 	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 	"github.com/ctrlmesh/ctrlmesh/proxy/webhook"
 )
@@ -241,7 +242,7 @@ type router struct {
 	listener net.Listener
 	snap     atomic.Pointer[rules.Snapshot]
 	refusal  atomic.Pointer[string]
-	registry *prometheus.Registry
+	registry *metrics.Registry
 }
 
 func listenRouter(t *testing.T, pod string) *router {
@@ -250,7 +251,7 @@ func listenRouter(t *testing.T, pod string) *router {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &router{pod: pod, listener: l, registry: prometheus.NewRegistry()}
+	return &router{pod: pod, listener: l, registry: metrics.NewRegistry()}
 }
 
 func (r *router) addr() string { return r.listener.Addr().String() }
@@ -284,14 +285,14 @@ func (r *router) serve(t *testing.T, opts webhook.Options) {
 // outcome reads the router's request counter for one outcome.
 func (r *router) outcome(t *testing.T, outcome string) float64 {
 	t.Helper()
-	families, err := r.registry.Gather()
+	var text bytes.Buffer
+	r.registry.WritePrometheus(&text)
+	var parser expfmt.TextParser
+	families, err := parser.TextToMetricFamilies(&text)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range families {
-		if f.GetName() != "ctrlmesh_proxy_webhook_requests_total" {
-			continue
-		}
+	if f := families["ctrlmesh_proxy_webhook_requests_total"]; f != nil {
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "outcome" && l.GetValue() == outcome {

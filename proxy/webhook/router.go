@@ -25,14 +25,13 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
-	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	strictjson "sigs.k8s.io/json"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/proxy/internal/apistatus"
+	"github.com/ctrlmesh/ctrlmesh/proxy/internal/metrics"
 	"github.com/ctrlmesh/ctrlmesh/proxy/internal/stop"
 	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
 )
@@ -84,8 +83,9 @@ type Options struct {
 	// Log for certificate loads and failures; nothing is logged per request
 	// at Info level.
 	Log logr.Logger
-	// Registry receives the router's metrics; nil registers nothing.
-	Registry prometheus.Registerer
+	// Registry receives the router's metrics; nil: a registry of its own,
+	// read by nobody.
+	Registry *metrics.Registry
 }
 
 // Router routes admission requests to the operator pod owning the object.
@@ -95,7 +95,7 @@ type Router struct {
 	listenPort int
 	log        logr.Logger
 	certs      *certSource
-	requests   *prometheus.CounterVec
+	requests   *metrics.CounterVec
 	// next rotates the choice among a shard's pods.
 	next atomic.Uint64
 }
@@ -113,21 +113,18 @@ func New(opts Options) (*Router, error) {
 		rules:      opts.Rules,
 		listenPort: opts.ListenPort,
 		log:        opts.Log,
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ctrlmesh_proxy_webhook_requests_total",
-			Help: "Admission requests the webhook router handled, by outcome (local, forwarded, unavailable, invalid).",
-		}, []string{"outcome"}),
 	}
+	registry := opts.Registry
+	if registry == nil {
+		registry = metrics.NewRegistry()
+	}
+	rt.requests = registry.NewCounterVec("ctrlmesh_proxy_webhook_requests_total",
+		"Admission requests the webhook router handled, by outcome (local, forwarded, unavailable, invalid).", "outcome")
 	// The certificate is the operator's whether or not the rules may be
 	// routed by.
 	rt.certs = newCertSource(opts.CertDir, func() *rules.Snapshot { snap, _ := opts.Rules(); return snap }, interval, opts.Log)
-	if opts.Registry != nil {
-		if err := opts.Registry.Register(rt.requests); err != nil {
-			return nil, fmt.Errorf("webhook router metrics: %w", err)
-		}
-	}
 	for _, o := range []string{OutcomeLocal, OutcomeForwarded, OutcomeUnavailable, OutcomeInvalid} {
-		rt.requests.WithLabelValues(o)
+		rt.requests.With(o)
 	}
 	return rt, nil
 }
@@ -193,6 +190,15 @@ func (rt *Router) TLSConfig() *tls.Config {
 	}
 }
 
+// The AdmissionReview the router reads: admission.k8s.io/v1. Spelled out
+// rather than taken from k8s.io/api/admission/v1, whose typed API (and
+// authentication/v1's under it) the sidecar would link and register at
+// start for two strings; TestAdmissionVersion holds them equal.
+const (
+	admissionGroup   = "admission.k8s.io"
+	admissionVersion = "v1"
+)
+
 // reviewHead is the part of an AdmissionReview the router reads.
 type reviewHead struct {
 	APIVersion string            `json:"apiVersion"`
@@ -220,9 +226,9 @@ func parseReview(body []byte) (*admissionRequest, error) {
 	if err := strictjson.UnmarshalCaseSensitivePreserveInts(body, &review); err != nil {
 		return nil, fmt.Errorf("the body is not an AdmissionReview: %w", err)
 	}
-	if want := admissionv1.SchemeGroupVersion.String(); review.APIVersion != want || review.Kind != "AdmissionReview" {
-		return nil, fmt.Errorf("only %s AdmissionReview is supported, got apiVersion %q kind %q: list only %q in the webhook's admissionReviewVersions",
-			want, review.APIVersion, review.Kind, admissionv1.SchemeGroupVersion.Version)
+	if review.APIVersion != admissionGroup+"/"+admissionVersion || review.Kind != "AdmissionReview" {
+		return nil, fmt.Errorf("only %s/%s AdmissionReview is supported, got apiVersion %q kind %q: list only %q in the webhook's admissionReviewVersions",
+			admissionGroup, admissionVersion, review.APIVersion, review.Kind, admissionVersion)
 	}
 	r := review.Request
 	switch {
@@ -399,7 +405,7 @@ func (rt *Router) send(in *http.Request, mat *material, target string, body []by
 // unchanged.
 func (rt *Router) relay(w http.ResponseWriter, resp *http.Response, outcome string) {
 	defer func() { _ = resp.Body.Close() }()
-	rt.requests.WithLabelValues(outcome).Inc()
+	rt.requests.With(outcome).Inc()
 	for _, h := range []string{"Content-Type", "Content-Length"} {
 		if v := resp.Header.Get(h); v != "" {
 			w.Header().Set(h, v)
@@ -413,7 +419,7 @@ func (rt *Router) relay(w http.ResponseWriter, resp *http.Response, outcome stri
 
 // fail answers with a Kubernetes Status error, never an admission response.
 func (rt *Router) fail(w http.ResponseWriter, outcome string, code int32, reason metav1.StatusReason, message string) {
-	rt.requests.WithLabelValues(outcome).Inc()
+	rt.requests.With(outcome).Inc()
 	apistatus.Write(w, code, reason, message, nil)
 }
 

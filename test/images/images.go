@@ -48,9 +48,21 @@ type Image struct {
 	User string
 }
 
+// The build of a shipped binary, as deploy/docker/Dockerfile runs it for
+// the images and the Makefile's build for bin/: static (no cgo), paths
+// trimmed, no symbol table or DWARF. What tests and benchmarks measure of
+// a ctrlmesh binary (its memory: the executable's pages are most of the
+// sidecar's) is then what ships. TestBuildAsShipped holds the Dockerfile
+// and the Makefile to these.
+var (
+	shippedEnv     = []string{"CGO_ENABLED=0"}
+	shippedFlags   = []string{"-trimpath"}
+	shippedLDFlags = "-s -w"
+)
+
 // BuildStatic builds the main package pkg (as go build names it, relative
 // to dir, such as "./test/images/pause") into a static Linux binary at out,
-// which any image can hold.
+// which any image can hold, built as the shipped binaries are.
 func BuildStatic(ctx context.Context, dir, pkg, out string) error {
 	return BuildStaticVersion(ctx, dir, pkg, out, "")
 }
@@ -60,13 +72,14 @@ func BuildStatic(ctx context.Context, dir, pkg, out string) error {
 // empty leaves "dev". Two builds of one package that differ in version
 // make two images, such as the old and the new of a rolling update.
 func BuildStaticVersion(ctx context.Context, dir, pkg, out, version string) error {
-	ldflags := "-s -w"
+	ldflags := shippedLDFlags
 	if version != "" {
 		ldflags += " -X github.com/ctrlmesh/ctrlmesh/pkg/version.Version=" + version
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags="+ldflags, "-o", out, pkg)
+	args := append(append([]string{"build"}, shippedFlags...), "-ldflags="+ldflags, "-o", out, pkg)
+	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+	cmd.Env = append(append(os.Environ(), shippedEnv...), "GOOS=linux")
 	if output, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("images: building %s: %w: %s", pkg, err, output)
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -117,5 +118,49 @@ func untar(t *testing.T, file, dir string) {
 		if err := os.WriteFile(target, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestBuildAsShipped: the Dockerfile that builds the images and the
+// Makefile that builds bin/ (what the local fleet and its benchmarks run)
+// build the four commands as BuildStatic does, so that the sidecar tests
+// and benchmarks measure is the one that ships.
+func TestBuildAsShipped(t *testing.T) {
+	want := append(append(append([]string{}, shippedEnv...), shippedFlags...), shippedLDFlags)
+	for file, line := range map[string]string{
+		// The RUN that builds /out/app.
+		"../../deploy/docker/Dockerfile": "go build",
+		// SHIPPED_BUILD, which the build target runs for the commands.
+		"../../Makefile": "SHIPPED_BUILD :=",
+	} {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Continued lines are one line.
+		text := strings.ReplaceAll(string(data), "\\\n", " ")
+		var build string
+		for _, l := range strings.Split(text, "\n") {
+			if strings.Contains(l, line) {
+				build = l
+				break
+			}
+		}
+		if build == "" {
+			t.Errorf("%s: no line with %q", file, line)
+			continue
+		}
+		for _, w := range want {
+			if !strings.Contains(build, w) {
+				t.Errorf("%s builds without %q, as the images of tests are built (test/images): %s", file, w, strings.Join(strings.Fields(build), " "))
+			}
+		}
+	}
+	makefile, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(makefile), "$(SHIPPED_BUILD) -o $(BIN)/ $(addprefix ./cmd/,$(COMMANDS))") {
+		t.Error("the Makefile's build target does not build the commands with SHIPPED_BUILD")
 	}
 }

@@ -18,6 +18,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/ctrlmesh/ctrlmesh/test/images"
 )
 
 // proxyProcess is the ctrlmesh-proxy under measurement: its own process,
@@ -29,14 +31,11 @@ type proxyProcess struct {
 }
 
 // buildProxy builds ctrlmesh-proxy as deploy/docker/Dockerfile does (static,
-// trimmed, stripped) into dir.
+// trimmed, stripped: test/images.BuildStatic) into dir.
 func buildProxy(ctx context.Context, dir string) (string, error) {
 	out := filepath.Join(dir, "ctrlmesh-proxy")
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out,
-		"github.com/ctrlmesh/ctrlmesh/cmd/ctrlmesh-proxy")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if msg, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building ctrlmesh-proxy: %w\n%s", err, msg)
+	if err := images.BuildStatic(ctx, "", "github.com/ctrlmesh/ctrlmesh/cmd/ctrlmesh-proxy", out); err != nil {
+		return "", err
 	}
 	return out, nil
 }
