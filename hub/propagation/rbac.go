@@ -15,7 +15,7 @@ func RBACRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{{
 		APIGroups: []string{workv1alpha1.GroupName},
 		Resources: []string{"works"},
-		Verbs:     []string{"get", "list", "watch", "create", "update", "delete"},
+		Verbs:     []string{"get", "list", "watch", "create", "patch", "delete"},
 	}, {
 		APIGroups: []string{clusterv1.GroupName},
 		Resources: []string{"managedclusters"},
