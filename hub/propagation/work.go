@@ -17,11 +17,13 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
 	"github.com/karmada-io/karmada/pkg/util"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/util/retry"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
@@ -49,6 +51,56 @@ type Writer struct {
 	// finalizer and deleted Works would stay forever. The agent observes
 	// deletions instead.
 	KarmadaFinalizer bool
+
+	// written is what the Writer last wrote to each Work, so that a Work
+	// the cache does not show the write in yet is not written again: the
+	// cache lags behind the API server, and every report of a member
+	// brings its config back to Sync all its members (at 100 configs x
+	// 100 members, 121 writes a second of content the Works already had,
+	// make bench-scale).
+	mu      sync.Mutex
+	written map[client.ObjectKey]writtenWork
+}
+
+// writtenWork is what the Writer wrote to one Work: the Work (its UID)
+// at the generation the write gave it, carrying the rules hash and the
+// agent's namespace.
+type writtenWork struct {
+	uid            types.UID
+	generation     int64
+	rulesHash      string
+	agentNamespace string
+}
+
+// wroteAlready reports whether the Writer itself wrote the rules hash and
+// agent namespace to current, the Work as read, at or after the generation
+// read: current is then behind the Writer's own write, and nobody changed
+// its spec since (a change of spec gives a newer generation; a Work
+// deleted and created again another UID).
+func (w *Writer) wroteAlready(key client.ObjectKey, current *workv1alpha1.Work, rulesHash, agentNamespace string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	last, ok := w.written[key]
+	return ok && last.uid == current.UID && current.Generation <= last.generation &&
+		last.rulesHash == rulesHash && last.agentNamespace == agentNamespace
+}
+
+// remember records a write the API server answered with work.
+func (w *Writer) remember(key client.ObjectKey, work *workv1alpha1.Work) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.written == nil {
+		w.written = map[client.ObjectKey]writtenWork{}
+	}
+	w.written[key] = writtenWork{uid: work.UID, generation: work.Generation,
+		rulesHash: work.Annotations[ctrlmeshv1alpha1.WorkRulesHashAnnotation], agentNamespace: work.Annotations[ctrlmeshv1alpha1.WorkAgentNamespaceAnnotation]}
+}
+
+// forget drops what the Writer wrote to a Work it deletes.
+func (w *Writer) forget(key client.ObjectKey) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.written, key)
 }
 
 // Sync creates the Work carrying route to cluster, or updates it when its
@@ -79,6 +131,9 @@ func (w *Writer) Sync(ctx context.Context, config *ctrlmeshv1alpha1.ShardingConf
 			current.Annotations[ctrlmeshv1alpha1.WorkAgentNamespaceAnnotation] == agentNamespace {
 			return nil
 		}
+		if w.wroteAlready(key, &current, route.Spec.RulesHash, agentNamespace) {
+			return nil
+		}
 		if !current.DeletionTimestamp.IsZero() {
 			// As Karmada's CreateOrUpdateWork: the next Sync after the
 			// deletion creates it anew.
@@ -91,6 +146,7 @@ func (w *Writer) Sync(ctx context.Context, config *ctrlmeshv1alpha1.ShardingConf
 		if err := w.Client.Patch(ctx, &current, updatePatch(original, &current)); err != nil {
 			return fmt.Errorf("updating Work %s: %w", key, err)
 		}
+		w.remember(key, &current)
 		return nil
 	})
 }
@@ -141,6 +197,7 @@ func (w *Writer) create(ctx context.Context, config *ctrlmeshv1alpha1.ShardingCo
 		}
 		return fmt.Errorf("creating Work %s: %w", key, err)
 	}
+	w.remember(key, work)
 	return nil
 }
 
@@ -171,6 +228,7 @@ func (w *Writer) Delete(ctx context.Context, config *ctrlmeshv1alpha1.ShardingCo
 	if err != nil {
 		return err
 	}
+	w.forget(key)
 	work := &workv1alpha1.Work{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
 	if err := w.Client.Delete(ctx, work); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting Work %s: %w", key, err)
@@ -191,6 +249,7 @@ func (w *Writer) Prune(ctx context.Context, config *ctrlmeshv1alpha1.ShardingCon
 		if err != nil || slices.Contains(keep, cluster) {
 			continue
 		}
+		w.forget(client.ObjectKeyFromObject(&works[i]))
 		if err := w.Client.Delete(ctx, &works[i]); err != nil && !apierrors.IsNotFound(err) {
 			return pruned, fmt.Errorf("deleting Work %s/%s of cluster %s: %w", works[i].Namespace, works[i].Name, cluster, err)
 		}
