@@ -174,7 +174,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	configs := &shardingconfig.Reconciler{
-		Client: mgr.GetClient(), Writer: &propagation.Writer{Client: mgr.GetClient(), KarmadaFinalizer: opts.KarmadaFinalizer},
+		Client: mgr.GetClient(), Writer: &propagation.Writer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), KarmadaFinalizer: opts.KarmadaFinalizer},
 		Store: store, ClusterChanges: changes, Recorder: mgr.GetEventRecorderFor(ctrlmeshv1alpha1.HubComponent), Metrics: metrics,
 		RulesValidity: opts.RulesValidity,
 	}

@@ -40,8 +40,14 @@ import (
 // karmada-es-<cluster>, which must exist (Karmada's cluster controller, or
 // the hub's admin in standalone mode, creates it).
 type Writer struct {
-	// Client writes Works on the hub, with the rights of RBACRules.
+	// Client writes Works on the hub, with the rights of RBACRules, and
+	// reads them (from the hub's cache).
 	Client client.Client
+	// Reader reads a Work from the API server where the cache may not show
+	// it yet: one the Writer created, or whose creation found it existing.
+	// Without it such a Work is created again until the cache shows it,
+	// each creation refused as it exists.
+	Reader client.Reader
 	// KarmadaFinalizer puts Karmada's util.ExecutionControllerFinalizer on
 	// new Works, as Karmada's own controllers do, so that Karmada's execution
 	// controller deletes a Work's ShardRoute from the member before the Work
@@ -96,7 +102,15 @@ func (w *Writer) remember(key client.ObjectKey, work *workv1alpha1.Work) {
 		rulesHash: work.Annotations[ctrlmeshv1alpha1.WorkRulesHashAnnotation], agentNamespace: work.Annotations[ctrlmeshv1alpha1.WorkAgentNamespaceAnnotation]}
 }
 
-// forget drops what the Writer wrote to a Work it deletes.
+// wrote reports whether the Writer remembers writing the Work.
+func (w *Writer) wrote(key client.ObjectKey) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.written[key]
+	return ok
+}
+
+// forget drops what the Writer wrote to a Work it deletes, or finds gone.
 func (w *Writer) forget(key client.ObjectKey) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -118,10 +132,20 @@ func (w *Writer) Sync(ctx context.Context, config *ctrlmeshv1alpha1.ShardingConf
 	if err != nil {
 		return err
 	}
+	// readServer: the cache may not show a Work the Writer created, or
+	// found existing, yet.
+	readServer := w.wrote(key)
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var current workv1alpha1.Work
 		err := w.Client.Get(ctx, key, &current)
+		if apierrors.IsNotFound(err) && readServer && w.Reader != nil {
+			err = w.Reader.Get(ctx, key, &current)
+		}
 		if apierrors.IsNotFound(err) {
+			w.forget(key)
+			// Should the creation find the Work exists, the retry reads
+			// it from the API server.
+			readServer = true
 			return w.create(ctx, config, key, route, agentNamespace)
 		}
 		if err != nil {

@@ -400,13 +400,18 @@ func TestWriterUpdatesOverStatusWrites(t *testing.T) {
 }
 
 // staleReads serves Gets of Works from work, a copy taken earlier, as a
-// cache behind the API server would.
+// cache behind the API server would; with missing, as one that does not
+// show any Work yet.
 type staleReads struct {
 	client.Client
-	work *workv1alpha1.Work
+	work    *workv1alpha1.Work
+	missing bool
 }
 
 func (s *staleReads) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*workv1alpha1.Work); ok && s.missing {
+		return apierrors.NewNotFound(workv1alpha1.SchemeGroupVersion.WithResource("works").GroupResource(), key.Name)
+	}
 	if w, ok := obj.(*workv1alpha1.Work); ok && s.work != nil && key == client.ObjectKeyFromObject(s.work) {
 		s.work.DeepCopyInto(w)
 		return nil
@@ -414,10 +419,15 @@ func (s *staleReads) Get(ctx context.Context, key client.ObjectKey, obj client.O
 	return s.Client.Get(ctx, key, obj, opts...)
 }
 
-// countingWrites counts updates and patches.
+// countingWrites counts creations, updates and patches.
 type countingWrites struct {
 	client.Client
 	writes int
+}
+
+func (c *countingWrites) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	c.writes++
+	return c.Client.Create(ctx, obj, opts...)
 }
 
 func (c *countingWrites) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
@@ -498,5 +508,47 @@ func TestWriterDoesNotRewriteBehindItsCache(t *testing.T) {
 	}
 	if counted.writes != 1 {
 		t.Errorf("a Work created again by someone else: %d writes, want the rules written to it", counted.writes)
+	}
+}
+
+// TestWriterReadsWhatItsCacheDoesNotShowYet: a Work the Writer created,
+// which its cache does not show yet, is read from the API server, not
+// created again (each creation refused as the Work exists, up to the
+// retries' end: 88 refused creations a second at 100 x 100); a Work
+// deleted since is created again.
+func TestWriterReadsWhatItsCacheDoesNotShowYet(t *testing.T) {
+	ctx := context.Background()
+	cluster := newCluster(t, ctx, "unseen")
+	config := testConfig(unique("team-unseen"), ctrlmeshv1alpha1.ScopePerCluster)
+	counted := &countingWrites{Client: writerClient(t)}
+	stale := &staleReads{Client: counted, missing: true}
+	writer := &Writer{Client: stale, Reader: counted}
+	first := singleShardRoute(t, config, cluster, 1)
+	for i, want := range []int{1, 0} {
+		counted.writes = 0
+		if err := writer.Sync(ctx, config, cluster, first); err != nil {
+			t.Fatalf("Sync %d with the cache showing no Work: %v", i+1, err)
+		}
+		if counted.writes != want {
+			t.Errorf("Sync %d with the cache showing no Work: %d writes, want %d", i+1, counted.writes, want)
+		}
+	}
+	second := singleShardRoute(t, config, cluster, 2)
+	if err := writer.Sync(ctx, config, cluster, second); err != nil {
+		t.Fatal(err)
+	}
+	if got := manifest(t, getWork(t, ctx, config, cluster)); got.Spec.RulesHash != second.Spec.RulesHash {
+		t.Errorf("the Work carries %s, want the new rules %s", got.Spec.RulesHash, second.Spec.RulesHash)
+	}
+
+	if err := hub.Client.Delete(ctx, getWork(t, ctx, config, cluster)); err != nil {
+		t.Fatal(err)
+	}
+	counted.writes = 0
+	if err := writer.Sync(ctx, config, cluster, second); err != nil {
+		t.Fatal(err)
+	}
+	if got := manifest(t, getWork(t, ctx, config, cluster)); counted.writes != 1 || got.Spec.RulesHash != second.Spec.RulesHash {
+		t.Errorf("a Work deleted since: %d writes, carries %s; want it created again with %s", counted.writes, got.Spec.RulesHash, second.Spec.RulesHash)
 	}
 }
