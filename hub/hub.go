@@ -173,8 +173,11 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	if err := propagation.IndexByConfig(ctx, mgr.GetFieldIndexer()); err != nil {
+		return fmt.Errorf("hub: indexing Works: %w", err)
+	}
 	configs := &shardingconfig.Reconciler{
-		Client: mgr.GetClient(), Writer: &propagation.Writer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), KarmadaFinalizer: opts.KarmadaFinalizer},
+		Client: mgr.GetClient(), Writer: &propagation.Writer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Indexed: true, KarmadaFinalizer: opts.KarmadaFinalizer},
 		Store: store, ClusterChanges: changes, Recorder: mgr.GetEventRecorderFor(ctrlmeshv1alpha1.HubComponent), Metrics: metrics,
 		RulesValidity: opts.RulesValidity,
 	}

@@ -3,9 +3,11 @@ package propagation
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
 	workv1alpha2 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha2"
@@ -17,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -550,5 +553,72 @@ func TestWriterReadsWhatItsCacheDoesNotShowYet(t *testing.T) {
 	}
 	if got := manifest(t, getWork(t, ctx, config, cluster)); counted.writes != 1 || got.Spec.RulesHash != second.Spec.RulesHash {
 		t.Errorf("a Work deleted since: %d writes, carries %s; want it created again with %s", counted.writes, got.Spec.RulesHash, second.Spec.RulesHash)
+	}
+}
+
+// TestWriterListsThroughIndex: a Writer whose cache indexes Works by their
+// ShardingConfig (IndexByConfig, as hub.Run sets it up) lists exactly the
+// Works the config's labels select, and prunes through that list.
+func TestWriterListsThroughIndex(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	indexed, err := cache.New(hub.Config, cache.Options{Scheme: fleet.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := IndexByConfig(ctx, indexed); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = indexed.Start(ctx) }()
+	if !indexed.WaitForCacheSync(ctx) {
+		t.Fatal("the cache did not sync")
+	}
+	cached, err := client.New(hub.Config, client.Options{Scheme: fleet.Scheme, Cache: &client.CacheOptions{Reader: indexed}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct := &Writer{Client: writerClient(t)}
+	writer := &Writer{Client: cached, Indexed: true}
+	clusters := []string{newCluster(t, ctx, "index-a"), newCluster(t, ctx, "index-b")}
+	namespace := unique("team-index")
+	mine, other := testConfig(namespace, ctrlmeshv1alpha1.ScopePerCluster), testConfig(namespace, ctrlmeshv1alpha1.ScopePerCluster)
+	other.Name = "other-op"
+	for _, config := range []*ctrlmeshv1alpha1.ShardingConfig{mine, other} {
+		for _, cluster := range clusters {
+			if err := direct.Sync(ctx, config, cluster, singleShardRoute(t, config, cluster, 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	want, err := direct.List(ctx, mine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := func(works []workv1alpha1.Work) []string {
+		var out []string
+		for i := range works {
+			out = append(out, client.ObjectKeyFromObject(&works[i]).String())
+		}
+		return out
+	}
+	if len(want) != 2 {
+		t.Fatalf("the labels select %v, want the config's 2 Works", keys(want))
+	}
+	env.Eventually(t, time.Minute, "the index lists the config's Works", func() error {
+		got, err := writer.List(ctx, mine)
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(keys(got), keys(want)) {
+			return fmt.Errorf("listed %v, want %v", keys(got), keys(want))
+		}
+		return nil
+	})
+	pruned, err := writer.Prune(ctx, mine, clusters[:1])
+	if err != nil || !slices.Equal(pruned, clusters[1:]) {
+		t.Fatalf("pruned %v (%v), want %v", pruned, err, clusters[1:])
+	}
+	if left, err := direct.List(ctx, other); err != nil || len(left) != 2 {
+		t.Errorf("the other config's Works: %v (%v), want both kept", keys(left), err)
 	}
 }
