@@ -297,12 +297,8 @@ type checkedBody struct {
 // far as checked, without Content-Encoding.
 func checkList(resp *http.Response, proof shardProof, refused func(error)) error {
 	if resp.Header.Get("Content-Encoding") != "gzip" {
-		body, err := newCheckedBody(resp, proof, refused)
+		body, err := checkAhead(resp, proof, refused)
 		if err != nil {
-			refused(err)
-			return err
-		}
-		if err := body.readAhead(listCheckAhead); err != nil {
 			return err
 		}
 		resp.Body = body
@@ -318,12 +314,8 @@ func checkList(resp *http.Response, proof shardProof, refused func(error)) error
 	}
 	plain := &http.Response{StatusCode: resp.StatusCode, Header: resp.Header.Clone(), Body: readCloser{Reader: decoded, Closer: upstream}}
 	plain.Header.Del("Content-Encoding")
-	body, err := newCheckedBody(plain, proof, refused)
+	body, err := checkAhead(plain, proof, refused)
 	if err != nil {
-		refused(err)
-		return err
-	}
-	if err := body.readAhead(listCheckAhead); err != nil {
 		return err
 	}
 	if body.proven {
@@ -336,6 +328,18 @@ func checkList(resp *http.Response, proof shardProof, refused func(error)) error
 	resp.ContentLength = -1
 	resp.Body = body
 	return nil
+}
+
+// checkAhead starts checking the list resp carries, plain, and reads it
+// until it is proven or refused, or listCheckAhead bytes are held; a list
+// that cannot be read is refused.
+func checkAhead(resp *http.Response, proof shardProof, refused func(error)) (*checkedBody, error) {
+	body, err := newCheckedBody(resp, proof, refused)
+	if err != nil {
+		refused(err)
+		return nil, err
+	}
+	return body, body.readAhead(listCheckAhead)
 }
 
 // recorder keeps what is written to it until stopped.
