@@ -135,8 +135,9 @@ func Run(ctx context.Context, opts Options) error {
 		// them, and they grow with every manager writing an object (the
 		// Works' manifests and status are tracked field by field). An
 		// update from the cache omits them, and the API server then keeps
-		// its own (TestWriterThroughLeanCache).
-		Cache:          cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		// its own (TestWriterThroughLeanCache). Works without their
+		// manifests either (propagation.CacheTransform).
+		Cache:          cache.Options{DefaultTransform: propagation.CacheTransform},
 		LeaderElection: opts.LeaderElection, LeaderElectionID: LeaderElectionID, LeaderElectionNamespace: opts.Namespace,
 		// Renewals wait on neither the controllers' limit nor their
 		// connection: at 100 configs over 100 members the hub lost its
@@ -189,10 +190,10 @@ func Run(ctx context.Context, opts Options) error {
 			return fmt.Errorf("hub: placement map: %w", err)
 		}
 	}
-	if err := policystatus.SetupCircuitBreakers(mgr); err != nil {
+	if err := policystatus.SetupCircuitBreakers(mgr, store); err != nil {
 		return err
 	}
-	if err := policystatus.SetupFaultInjections(mgr); err != nil {
+	if err := policystatus.SetupFaultInjections(mgr, store); err != nil {
 		return err
 	}
 	if err := mgr.Start(ctx); err != nil {

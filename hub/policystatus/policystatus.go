@@ -2,10 +2,11 @@
 // FaultInjection's status, what the members report of it: per member
 // cluster, how many of the operator's proxies enforce the policy's
 // generation, and (CircuitBreaker) which breakers are open or half-open
-// in which pods since when. It reads only the Works of the policy's
-// ShardingConfig: the route each carries (which policy generation it
-// holds) and the route status the member reflected into it (each proxy's
-// applied rules hash and breakers).
+// in which pods since when. It reads the route the hub published to each
+// member for the policy's ShardingConfig, from the hub's working model
+// (which policy generation it holds; the hub's cache holds no Work's
+// manifests), and the route status the member reflected into that Work
+// (each proxy's applied rules hash and breakers).
 package policystatus
 
 import (
@@ -28,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/hub/state"
 	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
 )
 
@@ -49,6 +51,8 @@ type object interface {
 // Reconciler keeps the status of one kind of policy, P.
 type Reconciler[P object] struct {
 	Client client.Client
+	// Store is the hub's working model: the routes the hub published.
+	Store *state.Store
 	// New returns an empty P; NewList an empty list of them.
 	New     func() P
 	NewList func() client.ObjectList
@@ -60,8 +64,8 @@ type Reconciler[P object] struct {
 
 // SetupCircuitBreakers and SetupFaultInjections register the status
 // controllers of each kind with mgr.
-func SetupCircuitBreakers(mgr ctrl.Manager) error {
-	return (&Reconciler[*ctrlmeshv1alpha1.CircuitBreaker]{Client: mgr.GetClient(), Kind: "CircuitBreaker",
+func SetupCircuitBreakers(mgr ctrl.Manager, store *state.Store) error {
+	return (&Reconciler[*ctrlmeshv1alpha1.CircuitBreaker]{Client: mgr.GetClient(), Store: store, Kind: "CircuitBreaker",
 		New:     func() *ctrlmeshv1alpha1.CircuitBreaker { return &ctrlmeshv1alpha1.CircuitBreaker{} },
 		NewList: func() client.ObjectList { return &ctrlmeshv1alpha1.CircuitBreakerList{} },
 		Items: func(l client.ObjectList) []*ctrlmeshv1alpha1.CircuitBreaker {
@@ -73,8 +77,8 @@ func SetupCircuitBreakers(mgr ctrl.Manager) error {
 		}}).SetupWithManager(mgr)
 }
 
-func SetupFaultInjections(mgr ctrl.Manager) error {
-	return (&Reconciler[*ctrlmeshv1alpha1.FaultInjection]{Client: mgr.GetClient(), Kind: "FaultInjection",
+func SetupFaultInjections(mgr ctrl.Manager, store *state.Store) error {
+	return (&Reconciler[*ctrlmeshv1alpha1.FaultInjection]{Client: mgr.GetClient(), Store: store, Kind: "FaultInjection",
 		New:     func() *ctrlmeshv1alpha1.FaultInjection { return &ctrlmeshv1alpha1.FaultInjection{} },
 		NewList: func() client.ObjectList { return &ctrlmeshv1alpha1.FaultInjectionList{} },
 		Items: func(l client.ObjectList) []*ctrlmeshv1alpha1.FaultInjection {
@@ -139,7 +143,11 @@ func (r *Reconciler[P]) Reconcile(ctx context.Context, req reconcile.Request) (r
 		}); err != nil {
 			return reconcile.Result{}, err
 		}
-		next.Clusters = Clusters(r.Kind, policy.GetName(), policy.GetGeneration(), works.Items)
+		routes := map[string]*ctrlmeshv1alpha1.ShardRoute{}
+		for _, p := range r.Store.Snapshot().PublishedOf(client.ObjectKeyFromObject(&sc)) {
+			routes[p.Cluster] = p.Route
+		}
+		next.Clusters = Clusters(r.Kind, policy.GetName(), policy.GetGeneration(), works.Items, routes)
 		var pending []string
 		for _, c := range next.Clusters {
 			if c.Enforcing < c.Proxies || c.Proxies == 0 {
@@ -170,11 +178,13 @@ func (r *Reconciler[P]) Reconcile(ctx context.Context, req reconcile.Request) (r
 }
 
 // Clusters is the per-member status of the policy kind/name at generation
-// from the Works of its ShardingConfig: a cluster's proxies are the pods
-// its route status lists; those enforcing it report the hash of a route
-// carrying that generation of the policy; its breakers are those the
-// proxies report not closed, each in its state furthest from closed.
-func Clusters(kind, name string, generation int64, works []workv1alpha1.Work) []ctrlmeshv1alpha1.PolicyClusterStatus {
+// from the Works of its ShardingConfig and routes, the routes published to
+// them by cluster: a cluster's proxies are the pods its route status
+// lists; those enforcing it report the hash of its published route, which
+// carries that generation of the policy; its breakers are those the
+// proxies report not closed, each in its state furthest from closed. A
+// cluster without a published route has no proxy enforcing the policy.
+func Clusters(kind, name string, generation int64, works []workv1alpha1.Work, routes map[string]*ctrlmeshv1alpha1.ShardRoute) []ctrlmeshv1alpha1.PolicyClusterStatus {
 	var out []ctrlmeshv1alpha1.PolicyClusterStatus
 	for i := range works {
 		work := &works[i]
@@ -182,11 +192,8 @@ func Clusters(kind, name string, generation int64, works []workv1alpha1.Work) []
 		if err != nil {
 			continue
 		}
-		route, err := routework.Decode(work)
-		if err != nil {
-			continue
-		}
-		carried := carries(route, kind, name, generation)
+		route := routes[report.Cluster]
+		carried := route != nil && carries(route, kind, name, generation)
 		c := ctrlmeshv1alpha1.PolicyClusterStatus{Cluster: report.Cluster}
 		breakers := map[string]*ctrlmeshv1alpha1.ClusterBreakerStatus{}
 		for _, p := range report.Route.Pods {

@@ -12,14 +12,20 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
 )
 
-// work is the Work of cluster carrying the CircuitBreaker "cb" at
-// generation 2, with the pods' reports as status.
-func work(t *testing.T, cluster string, pods ...ctrlmeshv1alpha1.PodRouteStatus) workv1alpha1.Work {
-	t.Helper()
-	route := &ctrlmeshv1alpha1.ShardRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: "demo"}, Spec: ctrlmeshv1alpha1.ShardRouteSpec{
+// published is the route the hub published to cluster: it carries the
+// CircuitBreaker "cb" at generation 2.
+func published(cluster string) *ctrlmeshv1alpha1.ShardRoute {
+	return &ctrlmeshv1alpha1.ShardRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: "demo"}, Spec: ctrlmeshv1alpha1.ShardRouteSpec{
 		Cluster: cluster, RoutingGeneration: 1, RulesHash: "h2", Buckets: 1,
 		Policies: &ctrlmeshv1alpha1.RoutePolicies{CircuitBreakers: []ctrlmeshv1alpha1.RouteCircuitBreaker{{Name: "cb", Generation: 2}}},
 	}}
+}
+
+// work is the Work of cluster carrying its published route, with the pods'
+// reports as status.
+func work(t *testing.T, cluster string, pods ...ctrlmeshv1alpha1.PodRouteStatus) workv1alpha1.Work {
+	t.Helper()
+	route := published(cluster)
 	w := routework.NewWork(routework.WorkKey(cluster, "ops", "demo"))
 	if err := routework.SetManifests(w, route, nil); err != nil {
 		t.Fatal(err)
@@ -45,7 +51,8 @@ func TestClusters(t *testing.T) {
 			ctrlmeshv1alpha1.PodRouteStatus{Name: "op-d", Ready: true, Shard: "1", AppliedRulesHash: "h2", Breakers: []ctrlmeshv1alpha1.PodBreakerStatus{
 				{Policy: "cb", Name: "api", State: ctrlmeshv1alpha1.BreakerHalfOpen, LastTransitionTime: t1}}}),
 	}
-	got := policystatus.Clusters("CircuitBreaker", "cb", 2, works)
+	routes := map[string]*ctrlmeshv1alpha1.ShardRoute{"member1": published("member1"), "member2": published("member2")}
+	got := policystatus.Clusters("CircuitBreaker", "cb", 2, works, routes)
 	if len(got) != 2 || got[0].Cluster != "member1" || got[1].Cluster != "member2" {
 		t.Fatalf("clusters: %+v", got)
 	}
@@ -61,7 +68,11 @@ func TestClusters(t *testing.T) {
 		t.Errorf("member1's breaker api: %+v; want Open in op-a and op-b since %v", b, t1)
 	}
 	// Another generation of the policy is enforced by nobody.
-	if got := policystatus.Clusters("CircuitBreaker", "cb", 3, works); got[0].Enforcing != 0 {
+	if got := policystatus.Clusters("CircuitBreaker", "cb", 3, works, routes); got[0].Enforcing != 0 {
 		t.Errorf("generation 3 enforced by %d proxies", got[0].Enforcing)
+	}
+	// Nor is it by a member the hub holds no published route of.
+	if got := policystatus.Clusters("CircuitBreaker", "cb", 2, works, map[string]*ctrlmeshv1alpha1.ShardRoute{"member2": published("member2")}); got[0].Proxies != 3 || got[0].Enforcing != 0 {
+		t.Errorf("member1 without a published route: %d of %d proxies enforcing", got[0].Enforcing, got[0].Proxies)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/hub/policystatus"
+	"github.com/ctrlmesh/ctrlmesh/hub/state"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
@@ -44,7 +45,11 @@ func TestReconcileWritesStatus(t *testing.T) {
 			Match: ctrlmeshv1alpha1.TrafficMatch{Resources: []ctrlmeshv1alpha1.ResourceGroup{{APIGroups: []string{""}, Resources: []string{"pods"}}}}}},
 	}}
 	env.Create(t, ctx, c, cb)
-	r := &policystatus.Reconciler[*ctrlmeshv1alpha1.CircuitBreaker]{Client: c, Kind: "CircuitBreaker",
+	store, err := state.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &policystatus.Reconciler[*ctrlmeshv1alpha1.CircuitBreaker]{Client: c, Store: store, Kind: "CircuitBreaker",
 		New: func() *ctrlmeshv1alpha1.CircuitBreaker { return &ctrlmeshv1alpha1.CircuitBreaker{} }}
 	reconcileAndGet := func() *metav1.Condition {
 		t.Helper()
@@ -78,6 +83,14 @@ func TestReconcileWritesStatus(t *testing.T) {
 	env.Create(t, ctx, c, &w)
 	w.Status = status
 	if err := c.Status().Update(ctx, &w); err != nil {
+		t.Fatal(err)
+	}
+	// The hub's model does not hold the route the Work carries (as before
+	// the hub published it, or read it back): nobody enforces the policy.
+	if cond := reconcileAndGet(); cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != ctrlmeshv1alpha1.ReasonPolicyPending {
+		t.Fatalf("without the published route in the model: %+v", cond)
+	}
+	if err := store.RecordPublish(client.ObjectKeyFromObject(sc), "member1", published("member1"), time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	cond := reconcileAndGet()

@@ -19,15 +19,18 @@ import (
 )
 
 // TestWriterThroughLeanCache: the hub caches its objects without their
-// managedFields (hub.Run, cache.TransformStripManagedFields), and its
-// Writer updates Works from that cache; an update that omits managedFields
-// keeps the server's, so the field ownership of others — here the member's
-// agent, which writes the Work's status — survives the hub's rewrite, as
-// does the status itself.
+// managedFields, and Works without their manifests (hub.Run,
+// CacheTransform), and its Writer updates Works from that cache; an update
+// that omits managedFields keeps the server's, so the field ownership of
+// others — here the member's agent, which writes the Work's status —
+// survives the hub's rewrite, as does the status itself; the rewrite
+// carries the new manifests whole. The Writer knows the rules hash of the
+// Works it wrote, which the cache cannot tell; a Writer that wrote none
+// (a restarted hub's) knows them once it read them from the API server.
 func TestWriterThroughLeanCache(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	lean, err := cache.New(hub.Config, cache.Options{Scheme: fleet.Scheme, DefaultTransform: cache.TransformStripManagedFields()})
+	lean, err := cache.New(hub.Config, cache.Options{Scheme: fleet.Scheme, DefaultTransform: CacheTransform})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +43,7 @@ func TestWriterThroughLeanCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writer := &Writer{Client: cached}
+	writer := &Writer{Client: cached, Reader: direct}
 	cluster := newCluster(t, ctx, "lean")
 	config := testConfig(unique("team-lean"), ctrlmeshv1alpha1.ScopePerCluster)
 	if err := (&Writer{Client: direct}).Sync(ctx, config, cluster, singleShardRoute(t, config, cluster, 1)); err != nil {
@@ -65,6 +68,9 @@ func TestWriterThroughLeanCache(t *testing.T) {
 		}
 		if len(seen.ManagedFields) != 0 {
 			t.Fatalf("the cached Work has managedFields %v: the cache does not strip them", seen.ManagedFields)
+		}
+		if len(seen.Spec.Workload.Manifests) != 0 {
+			t.Fatalf("the cached Work has %d manifests: the cache does not strip them", len(seen.Spec.Workload.Manifests))
 		}
 		return nil
 	})
@@ -91,5 +97,44 @@ func TestWriterThroughLeanCache(t *testing.T) {
 	}
 	if len(updated.ManagedFields) < len(work.ManagedFields) {
 		t.Errorf("the rewrite dropped managedFields: %v, were %v", managers(updated), managers(work))
+	}
+
+	// What the cache shows of the Work, once it shows the rewrite.
+	var seen workv1alpha1.Work
+	env.Eventually(t, time.Minute, "the cache shows the rewrite", func() error {
+		if err := lean.Get(ctx, key, &seen); err != nil {
+			return err
+		}
+		if seen.ResourceVersion != updated.ResourceVersion {
+			return fmt.Errorf("cached resourceVersion %s, want %s", seen.ResourceVersion, updated.ResourceVersion)
+		}
+		return nil
+	})
+	wantHash := manifest(t, updated).Spec.RulesHash
+	if hash, ok := writer.Known(&seen); !ok || hash != wantHash {
+		t.Errorf("the Writer that rewrote the Work knows its rules hash as %q (%t), want %q", hash, ok, wantHash)
+	}
+	restarted := &Writer{Client: cached, Reader: direct}
+	if hash, ok := restarted.Known(&seen); ok {
+		t.Errorf("a Writer that neither wrote nor read the Work knows its rules hash %q", hash)
+	}
+	read, err := restarted.ReadFromServer(ctx, config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(read) != 1 || manifest(t, &read[0]).Spec.RoutingGeneration != 2 {
+		t.Fatalf("read from the API server: %d Works, want the one carrying generation 2", len(read))
+	}
+	if hash, ok := restarted.Known(&seen); !ok || hash != wantHash {
+		t.Errorf("after reading the Work from the API server, the Writer knows its rules hash as %q (%t), want %q", hash, ok, wantHash)
+	}
+	// The cache lags behind the Writer's next write: the Work carries the
+	// written rules, whatever the cache shows.
+	third := singleShardRoute(t, config, cluster, 3)
+	if err := restarted.Sync(ctx, config, cluster, third); err != nil {
+		t.Fatal(err)
+	}
+	if hash, ok := restarted.Known(&seen); !ok || hash != third.Spec.RulesHash {
+		t.Errorf("after writing generation 3, the Writer knows the cached Work of generation 2 to carry %q (%t), want %q", hash, ok, third.Spec.RulesHash)
 	}
 }

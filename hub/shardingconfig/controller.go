@@ -407,7 +407,7 @@ func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingCon
 	if err != nil {
 		return nil, err
 	}
-	unreadable := readBack(log, r.Store, config, works, r.Clock.Now())
+	unreadable := readBack(ctx, r.Store, r.Writer, sc, works, r.Clock.Now())
 	// Everything below reads this one snapshot, taken after the read-back.
 	snap := r.Store.Snapshot()
 	if err := r.storeKnowsClusters(ctx, snap); err != nil {
@@ -507,7 +507,18 @@ func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingCon
 			out.domains = append(out.domains, domainOutcome{clusters: []string{name}, published: published, step: placement.Step{Table: published}})
 		}
 	}
-	placed, errs := r.placeDomains(ctx, sc, space, canary, subsets, domains(sc, out.members), all, excluded)
+	// Read once for every domain: each reconcile of a config at 100
+	// members listed them 100 times.
+	policies, err := r.boundPolicies(ctx, sc)
+	var invalid *invalidError
+	switch {
+	case errors.As(err, &invalid):
+		out.invalid = invalid
+		return out, nil
+	case err != nil:
+		return nil, err
+	}
+	placed, errs := r.placeDomains(ctx, sc, space, canary, subsets, policies, domains(sc, out.members), all, excluded)
 	for i, d := range placed {
 		if err := errs[i]; err != nil {
 			var invalid *invalidError
@@ -536,7 +547,7 @@ const DomainWorkers = 8
 // and returns their outcomes and errors in the domains' order. A domain
 // that fails does not keep the others from being published: each hands
 // over on its own.
-func (r *Reconciler) placeDomains(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, space sharding.Space, canary *placement.CanaryStep, subsets []placement.Subset, domains [][]string, members map[string]*member, excluded map[route.PodID]bool) ([]domainOutcome, []error) {
+func (r *Reconciler) placeDomains(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, space sharding.Space, canary *placement.CanaryStep, subsets []placement.Subset, policies *ctrlmeshv1alpha1.RoutePolicies, domains [][]string, members map[string]*member, excluded map[route.PodID]bool) ([]domainOutcome, []error) {
 	placed := make([]domainOutcome, len(domains))
 	errs := make([]error, len(domains))
 	sem := make(chan struct{}, DomainWorkers)
@@ -547,7 +558,7 @@ func (r *Reconciler) placeDomains(ctx context.Context, sc *ctrlmeshv1alpha1.Shar
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			placed[i], errs[i] = r.placeDomain(ctx, sc, space, canary, subsets, domain, members, excluded)
+			placed[i], errs[i] = r.placeDomain(ctx, sc, space, canary, subsets, policies, domain, members, excluded)
 		}()
 	}
 	wg.Wait()
@@ -561,21 +572,57 @@ func (r *Reconciler) placeDomains(ctx context.Context, sc *ctrlmeshv1alpha1.Shar
 // clusters it selects; the rows of clusters it does not select go with
 // their Works.
 //
+// works are the Works as cached, which hold no manifests
+// (propagation.CacheTransform). Where works says which rules a Work
+// carries (propagation.Writer.Known) and the model holds them as the
+// latest published, only the Work's status is read; the other Works —
+// every one after a start — are read from the API server in one list.
+//
 // A Work whose rules cannot be read (or stored) is returned in unreadable,
 // by cluster: placing its cluster without them could publish an older
 // generation, but a cluster no longer selected is pruned all the same. A
 // Work whose status cannot be read has its cluster taken as unreported, as
 // before any report.
-func readBack(log logr.Logger, store *state.Store, config types.NamespacedName, works []workv1alpha1.Work, now time.Time) (unreadable map[string]error) {
+func readBack(ctx context.Context, store *state.Store, source workSource, sc *ctrlmeshv1alpha1.ShardingConfig, works []workv1alpha1.Work, now time.Time) (unreadable map[string]error) {
+	log := logr.FromContextOrDiscard(ctx)
+	config := client.ObjectKeyFromObject(sc)
 	unreadable = map[string]error{}
+	var unknown []string
 	for i := range works {
 		work := &works[i]
-		key := client.ObjectKeyFromObject(work)
 		cluster, err := routework.ClusterOf(work)
 		if err != nil {
 			// Labelled as the config's but in no execution namespace:
 			// neither the hub nor an agent uses it.
-			log.Info("Ignoring a Work of the ShardingConfig outside every execution namespace", "work", key)
+			log.Info("Ignoring a Work of the ShardingConfig outside every execution namespace", "work", client.ObjectKeyFromObject(work))
+			continue
+		}
+		rulesHash, known := source.Known(work)
+		if !known {
+			unknown = append(unknown, cluster)
+			continue
+		}
+		switch err := store.ReadBackReport(config, cluster, rulesHash, readReport(log, work)); {
+		case errors.Is(err, state.ErrNotLatest):
+			unknown = append(unknown, cluster)
+		case err != nil:
+			unreadable[cluster] = unreadableWork(cluster, err)
+		}
+	}
+	if len(unknown) == 0 {
+		return unreadable
+	}
+	read, err := source.ReadFromServer(ctx, sc)
+	if err != nil {
+		for _, cluster := range unknown {
+			unreadable[cluster] = unreadableWork(cluster, err)
+		}
+		return unreadable
+	}
+	for i := range read {
+		work := &read[i]
+		cluster, err := routework.ClusterOf(work)
+		if err != nil || !slices.Contains(unknown, cluster) {
 			continue
 		}
 		route, err := routework.Decode(work)
@@ -583,21 +630,35 @@ func readBack(log logr.Logger, store *state.Store, config types.NamespacedName, 
 			unreadable[cluster] = unreadableWork(cluster, err)
 			continue
 		}
-		report, err := reportOf(work)
-		if err != nil {
-			log.Error(err, "Reading a Work's status failed; taking its cluster as unreported", "work", key)
-		}
-		behind, err := store.ReadBack(config, cluster, route, report, now)
+		behind, err := store.ReadBack(config, cluster, route, readReport(log, work), now)
 		if err != nil {
 			unreadable[cluster] = unreadableWork(cluster, err)
 			continue
 		}
 		if behind {
-			log.V(1).Info("The cached Work does not show the rules published last yet; keeping those", "work", key,
+			log.V(1).Info("The Work does not show the rules published last yet; keeping those", "work", client.ObjectKeyFromObject(work),
 				"generation", route.Spec.RoutingGeneration)
 		}
 	}
 	return unreadable
+}
+
+// workSource tells readBack what the Works carry: propagation.Writer.
+type workSource interface {
+	// Known returns the hash of the rules a cached Work carries, when
+	// known without reading them.
+	Known(work *workv1alpha1.Work) (rulesHash string, ok bool)
+	// ReadFromServer returns the config's Works, manifests included.
+	ReadFromServer(ctx context.Context, config *ctrlmeshv1alpha1.ShardingConfig) ([]workv1alpha1.Work, error)
+}
+
+// readReport is reportOf, a status that cannot be read taken as no report.
+func readReport(log logr.Logger, work *workv1alpha1.Work) *state.Report {
+	report, err := reportOf(work)
+	if err != nil {
+		log.Error(err, "Reading a Work's status failed; taking its cluster as unreported", "work", client.ObjectKeyFromObject(work))
+	}
+	return report
 }
 
 // unreadableWork is why a selected cluster is not placed.
@@ -683,7 +744,7 @@ func domains(sc *ctrlmeshv1alpha1.ShardingConfig, members map[string]*member) []
 // placeDomain computes and publishes the next rules of one domain. The
 // excluded pods (shared with an older ShardingConfig) count as not ready:
 // given no buckets, and handing over what they hold as any pod does.
-func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, space sharding.Space, canary *placement.CanaryStep, subsets []placement.Subset, clusters []string, members map[string]*member, excluded map[route.PodID]bool) (domainOutcome, error) {
+func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, space sharding.Space, canary *placement.CanaryStep, subsets []placement.Subset, policies *ctrlmeshv1alpha1.RoutePolicies, clusters []string, members map[string]*member, excluded map[route.PodID]bool) (domainOutcome, error) {
 	d := domainOutcome{clusters: clusters}
 	routes := map[string]*ctrlmeshv1alpha1.ShardRoute{}
 	// In Fleet scope the rules also live in the members that left the
@@ -761,10 +822,6 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 			}
 		}
 		publishTo = slices.Concat(outside, clusters)
-	}
-	policies, err := r.boundPolicies(ctx, sc)
-	if err != nil {
-		return d, err
 	}
 	built, err := r.buildRoutes(sc, publishTo, step.Table, addresses, policies)
 	if err != nil {

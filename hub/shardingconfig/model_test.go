@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -61,6 +62,8 @@ func startHubWriting(t *testing.T, rulesValidity time.Duration, writer func(clie
 	mgr, err := ctrl.NewManager(hubIdentity, ctrl.Options{
 		Scheme: fleet.Scheme, Logger: logr.Discard(),
 		Metrics: metricsserver.Options{BindAddress: "0"},
+		// The hub's cache: Works without manifests.
+		Cache: cache.Options{DefaultTransform: propagation.CacheTransform},
 		// Tests run several managers, one after the other, in one process.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
@@ -80,7 +83,7 @@ func startHubWriting(t *testing.T, rulesValidity time.Duration, writer func(clie
 		writes = writer(writes)
 	}
 	if err := (&shardingconfig.Reconciler{
-		Client: mgr.GetClient(), Writer: &propagation.Writer{Client: writes}, Store: store, ClusterChanges: changes,
+		Client: mgr.GetClient(), Writer: &propagation.Writer{Client: writes, Reader: mgr.GetAPIReader()}, Store: store, ClusterChanges: changes,
 		Recorder: mgr.GetEventRecorderFor("ctrlmesh-hub"), Metrics: metrics, RulesValidity: rulesValidity,
 	}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)

@@ -1,14 +1,15 @@
 package shardingconfig
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"maps"
 	"reflect"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
 	"github.com/karmada-io/karmada/pkg/util/names"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,8 +17,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/hub/propagation"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
 	"github.com/ctrlmesh/ctrlmesh/pkg/route"
+	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
 )
 
 var readBackConfig = types.NamespacedName{Namespace: "ops", Name: "op"}
@@ -87,24 +90,37 @@ func TestReadBack(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// before fills the model, as earlier reconciles did.
-		before         func(t *testing.T, s *state.Store)
-		works          func(t *testing.T) []workv1alpha1.Work
-		wantUnreadable []string
-		wantPublished  map[string]int64 // by cluster
-		wantReports    map[string]*state.Report
+		before func(t *testing.T, s *state.Store)
+		// works are the Works on the API server; the cache shows them
+		// without manifests, and at the generations of cached, if set.
+		works  func(t *testing.T) []workv1alpha1.Work
+		cached map[string]int64
+		// known are the generations of the rules the source knows the
+		// Works to carry, by cluster.
+		known     map[string]int64
+		serverErr error
+		// wantServerReads is how often the Works are read from the API
+		// server.
+		wantServerReads int
+		wantUnreadable  []string
+		wantPublished   map[string]int64 // by cluster
+		wantReports     map[string]*state.Report
 	}{{
-		name:          "a Work nothing reflected into yet is published, not reported",
-		works:         func(t *testing.T) []workv1alpha1.Work { return []workv1alpha1.Work{carrying(t, "c1", 1)} },
-		wantPublished: map[string]int64{"c1": 1},
+		name:            "a Work nothing reflected into yet is published, not reported",
+		wantServerReads: 1,
+		works:           func(t *testing.T) []workv1alpha1.Work { return []workv1alpha1.Work{carrying(t, "c1", 1)} },
+		wantPublished:   map[string]int64{"c1": 1},
 	}, {
-		name: "a reported Work: pods with readiness, canary mark, address and ack; leaders; the rules applied or refused",
+		name:            "a reported Work: pods with readiness, canary mark, address and ack; leaders; the rules applied or refused",
+		wantServerReads: 1,
 		works: func(t *testing.T) []workv1alpha1.Work {
 			return []workv1alpha1.Work{reporting(t, carrying(t, "c1", 1), status), carrying(t, "c2", 3)}
 		},
 		wantPublished: map[string]int64{"c1": 1, "c2": 3},
 		wantReports:   map[string]*state.Report{"c1": report},
 	}, {
-		name: "a status that cannot be read is no report",
+		name:            "a status that cannot be read is no report",
+		wantServerReads: 1,
 		before: func(t *testing.T, s *state.Store) {
 			if _, err := s.ReadBack(readBackConfig, "c1", publishedRoute("c1", 1), &state.Report{Pods: []state.Pod{{Name: "op-0"}}}, time.Time{}); err != nil {
 				t.Fatal(err)
@@ -117,7 +133,8 @@ func TestReadBack(t *testing.T) {
 		},
 		wantPublished: map[string]int64{"c1": 2},
 	}, {
-		name: "rules that cannot be read leave the model as it was",
+		name:            "rules that cannot be read leave the model as it was",
+		wantServerReads: 1,
 		before: func(t *testing.T, s *state.Store) {
 			if _, err := s.ReadBack(readBackConfig, "c1", publishedRoute("c1", 1), report, time.Time{}); err != nil {
 				t.Fatal(err)
@@ -132,7 +149,8 @@ func TestReadBack(t *testing.T) {
 		wantPublished:  map[string]int64{"c1": 1, "c2": 1},
 		wantReports:    map[string]*state.Report{"c1": report},
 	}, {
-		name: "a report the model refuses makes the Work unreadable",
+		name:            "a report the model refuses makes the Work unreadable",
+		wantServerReads: 1,
 		works: func(t *testing.T) []workv1alpha1.Work {
 			twice := status.DeepCopy()
 			twice.Pods = append(twice.Pods, twice.Pods[0])
@@ -140,7 +158,8 @@ func TestReadBack(t *testing.T) {
 		},
 		wantUnreadable: []string{"c1"},
 	}, {
-		name: "a cached Work that does not show the last publish yet keeps it, and brings its report",
+		name:            "a Work read with rules older than those published last keeps those, and brings its report",
+		wantServerReads: 1,
 		before: func(t *testing.T, s *state.Store) {
 			if err := s.RecordPublish(readBackConfig, "c1", publishedRoute("c1", 2), time.Time{}); err != nil {
 				t.Fatal(err)
@@ -151,6 +170,51 @@ func TestReadBack(t *testing.T) {
 		},
 		wantPublished: map[string]int64{"c1": 2},
 		wantReports:   map[string]*state.Report{"c1": report},
+	}, {
+		name: "a cached Work whose rules the source knows, the latest in the model, is not read again: its report is",
+		before: func(t *testing.T, s *state.Store) {
+			if err := s.RecordPublish(readBackConfig, "c1", publishedRoute("c1", 2), time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+		},
+		works: func(t *testing.T) []workv1alpha1.Work {
+			return []workv1alpha1.Work{reporting(t, carrying(t, "c1", 2), status)}
+		},
+		// The cache does not show the publish of generation 2 yet.
+		cached:        map[string]int64{"c1": 1},
+		known:         map[string]int64{"c1": 2},
+		wantPublished: map[string]int64{"c1": 2},
+		wantReports:   map[string]*state.Report{"c1": report},
+	}, {
+		name: "a Work the source knows to carry rules other than the model's latest is read again",
+		before: func(t *testing.T, s *state.Store) {
+			if err := s.RecordPublish(readBackConfig, "c1", publishedRoute("c1", 2), time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+		},
+		works: func(t *testing.T) []workv1alpha1.Work {
+			return []workv1alpha1.Work{reporting(t, carrying(t, "c1", 3), status), carrying(t, "c2", 1)}
+		},
+		known:           map[string]int64{"c1": 3},
+		wantServerReads: 1,
+		wantPublished:   map[string]int64{"c1": 3, "c2": 1},
+		wantReports:     map[string]*state.Report{"c1": report},
+	}, {
+		name: "Works that cannot be read from the API server are unreadable; the known ones still bring their reports",
+		before: func(t *testing.T, s *state.Store) {
+			if err := s.RecordPublish(readBackConfig, "c1", publishedRoute("c1", 1), time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+		},
+		works: func(t *testing.T) []workv1alpha1.Work {
+			return []workv1alpha1.Work{reporting(t, carrying(t, "c1", 1), status), carrying(t, "c2", 1)}
+		},
+		known:           map[string]int64{"c1": 1},
+		serverErr:       errors.New("connection refused"),
+		wantServerReads: 1,
+		wantUnreadable:  []string{"c2"},
+		wantPublished:   map[string]int64{"c1": 1},
+		wantReports:     map[string]*state.Report{"c1": report},
 	}, {
 		name: "a Work outside every execution namespace is ignored",
 		works: func(t *testing.T) []workv1alpha1.Work {
@@ -167,7 +231,25 @@ func TestReadBack(t *testing.T) {
 			if tc.before != nil {
 				tc.before(t, s)
 			}
-			unreadable := readBack(logr.Discard(), s, readBackConfig, tc.works(t), time.Now())
+			server := tc.works(t)
+			var cached []workv1alpha1.Work
+			for _, w := range server {
+				w := *w.DeepCopy()
+				if gen, ok := tc.cached[clusterOfWork(&w)]; ok {
+					w = reporting(t, carrying(t, clusterOfWork(&w), gen), statusOf(t, &w))
+				}
+				lean, err := propagation.CacheTransform(&w)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cached = append(cached, *lean.(*workv1alpha1.Work))
+			}
+			source := &fakeSource{known: tc.known, works: server, err: tc.serverErr}
+			sc := &ctrlmeshv1alpha1.ShardingConfig{ObjectMeta: metav1.ObjectMeta{Namespace: readBackConfig.Namespace, Name: readBackConfig.Name}}
+			unreadable := readBack(context.Background(), s, source, sc, cached, time.Now())
+			if source.reads != tc.wantServerReads {
+				t.Errorf("the Works were read from the API server %d times, want %d", source.reads, tc.wantServerReads)
+			}
 			if got := slices.Sorted(maps.Keys(unreadable)); !slices.Equal(got, tc.wantUnreadable) {
 				t.Errorf("unreadable %v, want %v", unreadable, tc.wantUnreadable)
 			}
@@ -191,4 +273,62 @@ func TestReadBack(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fakeSource is the Writer as readBack sees it: what it knows the Works
+// carry (known, by cluster: a generation of publishedRoute), and the Works
+// on the API server.
+type fakeSource struct {
+	known map[string]int64
+	works []workv1alpha1.Work
+	err   error
+	reads int
+}
+
+func (f *fakeSource) Known(work *workv1alpha1.Work) (string, bool) {
+	cluster, err := routework.ClusterOf(work)
+	if err != nil {
+		return "", false
+	}
+	gen, ok := f.known[cluster]
+	if !ok {
+		return "", false
+	}
+	return publishedRoute(cluster, gen).Spec.RulesHash, true
+}
+
+func (f *fakeSource) ReadFromServer(context.Context, *ctrlmeshv1alpha1.ShardingConfig) ([]workv1alpha1.Work, error) {
+	f.reads++
+	if f.err != nil {
+		return nil, f.err
+	}
+	out := make([]workv1alpha1.Work, len(f.works))
+	for i := range f.works {
+		f.works[i].DeepCopyInto(&out[i])
+	}
+	return out, nil
+}
+
+// clusterOfWork is the cluster of a Work in an execution namespace, "" for
+// another.
+func clusterOfWork(w *workv1alpha1.Work) string {
+	cluster, err := routework.ClusterOf(w)
+	if err != nil {
+		return ""
+	}
+	return cluster
+}
+
+// statusOf is the route status reflected into the Work.
+func statusOf(t *testing.T, w *workv1alpha1.Work) ctrlmeshv1alpha1.ShardRouteStatus {
+	t.Helper()
+	var status ctrlmeshv1alpha1.ShardRouteStatus
+	for _, ms := range w.Status.ManifestStatuses {
+		if ms.Status != nil {
+			if err := json.Unmarshal(ms.Status.Raw, &status); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return status
 }

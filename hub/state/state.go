@@ -363,18 +363,55 @@ func (s *Store) ReadBack(config types.NamespacedName, cluster string, route *ctr
 		if behind, err = recordRoute(txn, config, cluster, route, true, at); err != nil {
 			return err
 		}
-		if row == nil {
-			if _, err := txn.DeleteAll(reportsTable, idIndex, config.String(), cluster); err != nil {
-				return fmt.Errorf("state: deleting the report of cluster %q for %s: %w", cluster, config, err)
-			}
-			return nil
-		}
-		if err := txn.Insert(reportsTable, row); err != nil {
-			return fmt.Errorf("state: storing the report of cluster %q for %s: %w", cluster, config, err)
-		}
-		return nil
+		return recordReport(txn, config, cluster, row)
 	})
 	return behind, err
+}
+
+// ReadBackReport records what the member's agent reflected into the Work
+// of config for cluster, as ReadBack does, where the rules the Work
+// carries are known already: those the Store holds as published to the
+// cluster, whose hash is rulesHash. Unless the Store holds rules of that
+// hash as the latest published to the cluster, it stores nothing and
+// returns ErrNotLatest: the caller then reads the Work's rules back with
+// ReadBack.
+func (s *Store) ReadBackReport(config types.NamespacedName, cluster, rulesHash string, report *Report) error {
+	var row *reportRow
+	if report != nil {
+		var err error
+		if row, err = newReportRow(config, cluster, *report); err != nil {
+			return err
+		}
+	}
+	return s.write(func(txn *memdb.Txn) error {
+		raw, err := txn.First(publishedTable, idIndex, config.String(), cluster)
+		if err != nil {
+			return fmt.Errorf("state: reading the rules of %s published to cluster %q: %w", config, cluster, err)
+		}
+		if raw == nil || raw.(*publishedRow).Published.RulesHash != rulesHash {
+			return fmt.Errorf("state: the report of cluster %q for %s: rules of hash %q: %w", cluster, config, rulesHash, ErrNotLatest)
+		}
+		return recordReport(txn, config, cluster, row)
+	})
+}
+
+// ErrNotLatest: ReadBackReport was given the hash of rules that are not
+// the latest the Store holds as published.
+var ErrNotLatest = errors.New("not the latest rules published to the cluster")
+
+// recordReport stores row as the latest report of cluster for config; nil
+// removes the report.
+func recordReport(txn *memdb.Txn, config types.NamespacedName, cluster string, row *reportRow) error {
+	if row == nil {
+		if _, err := txn.DeleteAll(reportsTable, idIndex, config.String(), cluster); err != nil {
+			return fmt.Errorf("state: deleting the report of cluster %q for %s: %w", cluster, config, err)
+		}
+		return nil
+	}
+	if err := txn.Insert(reportsTable, row); err != nil {
+		return fmt.Errorf("state: storing the report of cluster %q for %s: %w", cluster, config, err)
+	}
+	return nil
 }
 
 // recordRoute stores route as the latest published for config to cluster,

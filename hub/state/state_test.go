@@ -1,6 +1,7 @@
 package state_test
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -716,4 +717,45 @@ func TestConcurrentReadersSeeWholeWrites(t *testing.T) {
 		t.Errorf("last write %+v", c)
 	}
 	t.Logf("reads per reader during %d writes: %v", writes, reads)
+}
+
+// TestReadBackReport: a report alone is stored only beside the rules it
+// names as the latest published; otherwise nothing changes and the caller
+// is told to read the rules back.
+func TestReadBackReport(t *testing.T) {
+	pods := &state.Report{Pods: []state.Pod{{Name: "op-0", Ready: true}}}
+	for _, tc := range []struct {
+		name      string
+		published *ctrlmeshv1alpha1.ShardRoute // before, nil for none
+		hash      string
+		report    *state.Report
+		wantErr   error
+		wantPods  []state.Pod // nil: no report stored
+	}{
+		{name: "the latest rules: the report is stored", published: route(2, "h2"), hash: "h2", report: pods, wantPods: pods.Pods},
+		{name: "nothing reported removes the report", published: route(2, "h2"), hash: "h2"},
+		{name: "older rules: not the latest", published: route(2, "h2"), hash: "h1", report: pods, wantErr: state.ErrNotLatest},
+		{name: "no rules published: not the latest", hash: "h1", report: pods, wantErr: state.ErrNotLatest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t)
+			if tc.published != nil {
+				if _, err := s.ReadBack(cfgA, "c1", tc.published, &state.Report{Pods: []state.Pod{{Name: "before"}}}, time.Time{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := s.ReadBackReport(cfgA, "c1", tc.hash, tc.report)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("error %v, want %v", err, tc.wantErr)
+			}
+			got := podsByCluster(s.Snapshot().ReportsOf(cfgA))["c1"]
+			want := tc.wantPods
+			if tc.wantErr != nil && tc.published != nil {
+				want = []state.Pod{{Name: "before"}} // unchanged
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("pods reported %+v, want %+v", got, want)
+			}
+		})
+	}
 }
