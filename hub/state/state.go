@@ -124,8 +124,9 @@ type Published struct {
 	// them, one per generation: a proxy reports the hash of the rules it
 	// applied, which may be older than the latest.
 	History []Revision
-	// Route is the ShardRoute of the latest publication, whose shards
-	// placement merges back into the published rules.
+	// Route is the routing of the ShardRoute of the latest publication
+	// (routing): its shards, which placement merges back into the
+	// published rules, and the policies it carries.
 	Route *ctrlmeshv1alpha1.ShardRoute
 }
 
@@ -454,12 +455,37 @@ func recordRoute(txn *memdb.Txn, config types.NamespacedName, cluster string, ro
 		}
 	}
 	row := &publishedRow{Config: key, Cluster: cluster, Published: Published{
-		Config: config, Cluster: cluster, Revision: next, History: append([]Revision{next}, history...), Route: route.DeepCopy(),
+		Config: config, Cluster: cluster, Revision: next, History: append([]Revision{next}, history...), Route: routing(route),
 	}}
 	if err := txn.Insert(publishedTable, row); err != nil {
 		return false, fmt.Errorf("state: storing the rules of %s published to cluster %q: %w", config, cluster, err)
 	}
 	return false, nil
+}
+
+// routing is what the Store keeps of a published ShardRoute: its identity
+// (cluster, generation, rules hash, scope), what placement merges back
+// into the route table (route.Merge: bucket count, generation, shards)
+// and the policies it carries (hub/policystatus). The rest — selectors,
+// limits, the controller's and webhook's settings, and the labels and
+// annotations Karmada's conventions put on a manifest read back — is the
+// ShardingConfig's, built into every route anew. Keeping the whole route
+// read back from a Work took a config's rows for one cluster, rules and
+// report, from 4.0 to 5.6 KB.
+func routing(r *ctrlmeshv1alpha1.ShardRoute) *ctrlmeshv1alpha1.ShardRoute {
+	out := &ctrlmeshv1alpha1.ShardRoute{TypeMeta: r.TypeMeta, ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Name}}
+	out.Spec = ctrlmeshv1alpha1.ShardRouteSpec{Cluster: r.Spec.Cluster, RoutingGeneration: r.Spec.RoutingGeneration, RulesHash: r.Spec.RulesHash,
+		Scope: r.Spec.Scope, Buckets: r.Spec.Buckets}
+	if r.Spec.Shards != nil {
+		out.Spec.Shards = make([]ctrlmeshv1alpha1.RouteShard, len(r.Spec.Shards))
+		for i := range r.Spec.Shards {
+			r.Spec.Shards[i].DeepCopyInto(&out.Spec.Shards[i])
+		}
+	}
+	if r.Spec.Policies != nil {
+		out.Spec.Policies = r.Spec.Policies.DeepCopy()
+	}
+	return out
 }
 
 // newReportRow checks a report and makes its row, with pods and leaders

@@ -759,3 +759,36 @@ func TestReadBackReport(t *testing.T) {
 		})
 	}
 }
+
+// TestPublishedKeepsRouting: the Store keeps of a published route what
+// placement and the policy status read — identity, bucket count, shards,
+// policies — and none of what the ShardingConfig gives every route.
+func TestPublishedKeepsRouting(t *testing.T) {
+	in := &ctrlmeshv1alpha1.ShardRoute{
+		TypeMeta: metav1.TypeMeta{APIVersion: ctrlmeshv1alpha1.GroupVersion.String(), Kind: "ShardRoute"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: "a", Labels: map[string]string{"karmada.io/managed": "true"},
+			Annotations: map[string]string{"work.karmada.io/name": "a-1"}},
+		Spec: ctrlmeshv1alpha1.ShardRouteSpec{Cluster: "c1", RoutingGeneration: 3, RulesHash: "h3", Scope: ctrlmeshv1alpha1.ScopePerCluster, Buckets: 32,
+			Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "op"}},
+			Limits:   ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{APIGroups: []string{""}, Resources: []string{"configmaps"}}}}},
+			Shards:   []ctrlmeshv1alpha1.RouteShard{{ID: "0", Buckets: "0-31", Pods: []ctrlmeshv1alpha1.RoutePod{{Name: "op-0", Address: "10.0.0.1"}}}},
+			Policies: &ctrlmeshv1alpha1.RoutePolicies{CircuitBreakers: []ctrlmeshv1alpha1.RouteCircuitBreaker{{Name: "cb", Generation: 2}}},
+		},
+	}
+	want := &ctrlmeshv1alpha1.ShardRoute{TypeMeta: in.TypeMeta, ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: "a"},
+		Spec: ctrlmeshv1alpha1.ShardRouteSpec{Cluster: "c1", RoutingGeneration: 3, RulesHash: "h3", Scope: ctrlmeshv1alpha1.ScopePerCluster, Buckets: 32,
+			Shards: in.Spec.Shards, Policies: in.Spec.Policies}}
+	s := newStore(t)
+	if _, err := s.ReadBack(cfgA, "c1", in, nil, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	published := s.Snapshot().PublishedOf(cfgA)
+	if len(published) != 1 || !reflect.DeepEqual(published[0].Route, want) {
+		t.Fatalf("published %+v, want the route %+v", published, want)
+	}
+	in.Spec.Shards[0].Pods[0].Name = "changed"
+	in.Spec.Policies.CircuitBreakers[0].Generation = 9
+	if got := s.Snapshot().PublishedOf(cfgA)[0].Route; got.Spec.Shards[0].Pods[0].Name != "op-0" || got.Spec.Policies.CircuitBreakers[0].Generation != 2 {
+		t.Errorf("the Store's record changed with the route it was given: %+v", got.Spec)
+	}
+}
