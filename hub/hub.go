@@ -177,8 +177,9 @@ func Run(ctx context.Context, opts Options) error {
 	if err := propagation.IndexByConfig(ctx, mgr.GetFieldIndexer()); err != nil {
 		return fmt.Errorf("hub: indexing Works: %w", err)
 	}
+	writer := &propagation.Writer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Indexed: true, KarmadaFinalizer: opts.KarmadaFinalizer}
 	configs := &shardingconfig.Reconciler{
-		Client: mgr.GetClient(), Writer: &propagation.Writer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Indexed: true, KarmadaFinalizer: opts.KarmadaFinalizer},
+		Client: mgr.GetClient(), Writer: writer,
 		Store: store, ClusterChanges: changes, Recorder: mgr.GetEventRecorderFor(ctrlmeshv1alpha1.HubComponent), Metrics: metrics,
 		RulesValidity: opts.RulesValidity,
 	}
@@ -190,10 +191,10 @@ func Run(ctx context.Context, opts Options) error {
 			return fmt.Errorf("hub: placement map: %w", err)
 		}
 	}
-	if err := policystatus.SetupCircuitBreakers(mgr, store); err != nil {
+	if err := policystatus.SetupCircuitBreakers(mgr, store, writer); err != nil {
 		return err
 	}
-	if err := policystatus.SetupFaultInjections(mgr, store); err != nil {
+	if err := policystatus.SetupFaultInjections(mgr, store, writer); err != nil {
 		return err
 	}
 	if err := mgr.Start(ctx); err != nil {

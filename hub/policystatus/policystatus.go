@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/hub/propagation"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
 	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
 )
@@ -53,6 +54,11 @@ type Reconciler[P object] struct {
 	Client client.Client
 	// Store is the hub's working model: the routes the hub published.
 	Store *state.Store
+	// Works lists the Works of a ShardingConfig: the hub's
+	// propagation.Writer, through its cache's index.
+	Works interface {
+		List(ctx context.Context, config *ctrlmeshv1alpha1.ShardingConfig) ([]workv1alpha1.Work, error)
+	}
 	// New returns an empty P; NewList an empty list of them.
 	New     func() P
 	NewList func() client.ObjectList
@@ -64,8 +70,8 @@ type Reconciler[P object] struct {
 
 // SetupCircuitBreakers and SetupFaultInjections register the status
 // controllers of each kind with mgr.
-func SetupCircuitBreakers(mgr ctrl.Manager, store *state.Store) error {
-	return (&Reconciler[*ctrlmeshv1alpha1.CircuitBreaker]{Client: mgr.GetClient(), Store: store, Kind: "CircuitBreaker",
+func SetupCircuitBreakers(mgr ctrl.Manager, store *state.Store, works *propagation.Writer) error {
+	return (&Reconciler[*ctrlmeshv1alpha1.CircuitBreaker]{Client: mgr.GetClient(), Store: store, Works: works, Kind: "CircuitBreaker",
 		New:     func() *ctrlmeshv1alpha1.CircuitBreaker { return &ctrlmeshv1alpha1.CircuitBreaker{} },
 		NewList: func() client.ObjectList { return &ctrlmeshv1alpha1.CircuitBreakerList{} },
 		Items: func(l client.ObjectList) []*ctrlmeshv1alpha1.CircuitBreaker {
@@ -77,8 +83,8 @@ func SetupCircuitBreakers(mgr ctrl.Manager, store *state.Store) error {
 		}}).SetupWithManager(mgr)
 }
 
-func SetupFaultInjections(mgr ctrl.Manager, store *state.Store) error {
-	return (&Reconciler[*ctrlmeshv1alpha1.FaultInjection]{Client: mgr.GetClient(), Store: store, Kind: "FaultInjection",
+func SetupFaultInjections(mgr ctrl.Manager, store *state.Store, works *propagation.Writer) error {
+	return (&Reconciler[*ctrlmeshv1alpha1.FaultInjection]{Client: mgr.GetClient(), Store: store, Works: works, Kind: "FaultInjection",
 		New:     func() *ctrlmeshv1alpha1.FaultInjection { return &ctrlmeshv1alpha1.FaultInjection{} },
 		NewList: func() client.ObjectList { return &ctrlmeshv1alpha1.FaultInjectionList{} },
 		Items: func(l client.ObjectList) []*ctrlmeshv1alpha1.FaultInjection {
@@ -137,17 +143,15 @@ func (r *Reconciler[P]) Reconcile(ctx context.Context, req reconcile.Request) (r
 	case err != nil:
 		return reconcile.Result{}, err
 	default:
-		var works workv1alpha1.WorkList
-		if err := r.Client.List(ctx, &works, client.MatchingLabels{
-			ctrlmeshv1alpha1.WorkConfigNamespaceLabel: sc.Namespace, ctrlmeshv1alpha1.WorkConfigNameLabel: sc.Name,
-		}); err != nil {
+		works, err := r.Works.List(ctx, &sc)
+		if err != nil {
 			return reconcile.Result{}, err
 		}
 		routes := map[string]*ctrlmeshv1alpha1.ShardRoute{}
 		for _, p := range r.Store.Snapshot().PublishedOf(client.ObjectKeyFromObject(&sc)) {
 			routes[p.Cluster] = p.Route
 		}
-		next.Clusters = Clusters(r.Kind, policy.GetName(), policy.GetGeneration(), works.Items, routes)
+		next.Clusters = Clusters(r.Kind, policy.GetName(), policy.GetGeneration(), works, routes)
 		var pending []string
 		for _, c := range next.Clusters {
 			if c.Enforcing < c.Proxies || c.Proxies == 0 {

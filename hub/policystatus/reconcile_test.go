@@ -15,6 +15,7 @@ import (
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/hub/policystatus"
+	"github.com/ctrlmesh/ctrlmesh/hub/propagation"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
@@ -49,7 +50,7 @@ func TestReconcileWritesStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &policystatus.Reconciler[*ctrlmeshv1alpha1.CircuitBreaker]{Client: c, Store: store, Kind: "CircuitBreaker",
+	r := &policystatus.Reconciler[*ctrlmeshv1alpha1.CircuitBreaker]{Client: c, Store: store, Works: &propagation.Writer{Client: c}, Kind: "CircuitBreaker",
 		New: func() *ctrlmeshv1alpha1.CircuitBreaker { return &ctrlmeshv1alpha1.CircuitBreaker{} }}
 	reconcileAndGet := func() *metav1.Condition {
 		t.Helper()
