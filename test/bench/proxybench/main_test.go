@@ -22,8 +22,8 @@ func TestParseFlags(t *testing.T) {
 		want    options // checked when wantErr is false
 		wantErr bool
 	}{
-		{"defaults", nil, options{mode: "range", content: "protobuf", gets: 2000, lists: 20, events: 5000, writers: 8, replays: 5, clients: 64, concurrentFor: 10 * time.Second, rounds: 2, policies: 20, timeout: 20 * time.Minute}, false},
-		{"label json", []string{"-mode=label", "-content=json", "-gets=10", "-cpuprofile=/tmp/x", "-proxy-cpuprofile=/tmp/p", "-policies=0"}, options{mode: "label", content: "json", gets: 10, lists: 20, events: 5000, writers: 8, replays: 5, clients: 64, concurrentFor: 10 * time.Second, rounds: 2, timeout: 20 * time.Minute, cpuProfile: "/tmp/x", proxyCPUProfile: "/tmp/p"}, false},
+		{"defaults", nil, options{mode: "range", content: "protobuf", gets: 2000, lists: 20, events: 5000, writers: 8, replays: 5, clients: 64, concurrentFor: 10 * time.Second, rounds: 3, policies: 20, timeout: 20 * time.Minute}, false},
+		{"label json", []string{"-mode=label", "-content=json", "-gets=10", "-cpuprofile=/tmp/x", "-proxy-cpuprofile=/tmp/p", "-policies=0"}, options{mode: "label", content: "json", gets: 10, lists: 20, events: 5000, writers: 8, replays: 5, clients: 64, concurrentFor: 10 * time.Second, rounds: 3, timeout: 20 * time.Minute, cpuProfile: "/tmp/x", proxyCPUProfile: "/tmp/p"}, false},
 		{"too many policies", []string{"-policies=65"}, options{}, true},
 		{"unknown mode", []string{"-mode=detect"}, options{}, true},
 		{"unknown content", []string{"-content=cbor"}, options{}, true},
