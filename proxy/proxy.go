@@ -238,64 +238,31 @@ func New(cfg Config) (*Proxy, error) {
 	return p, nil
 }
 
-// newReverse builds the reverse proxy forwarding to the API server of cfg.
+// newReverse builds the reverse proxy forwarding to the API server of cfg:
+// UpstreamReverseProxy, with the proxy's refusals written as API statuses
+// and its checks of sharded reads' responses.
 func (p *Proxy) newReverse(cfg *rest.Config) (*httputil.ReverseProxy, error) {
-	target, err := url.Parse(cfg.Host)
+	reverse, err := UpstreamReverseProxy(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("host %q: %w", cfg.Host, err)
+		return nil, err
 	}
-	if target.Scheme == "" {
-		target.Scheme = "https"
+	reverse.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+		var refused *refusal
+		if errors.As(err, &refused) {
+			apistatus.Write(w, refused.code, refused.reason, refused.message, nil)
+			return
+		}
+		p.log.V(1).Info("upstream request failed", "method", r.Method, "path", r.URL.Path, "upstream", cfg.Host, "error", err.Error())
+		apistatus.Write(w, http.StatusBadGateway, metav1.StatusReasonServiceUnavailable, "ctrlmesh proxy: the API server could not be reached: "+err.Error(), nil)
 	}
-	// Upstream requests travel over HTTP/1.1, not the HTTP/2 that TLS would
-	// negotiate with kube-apiserver: upgraded connections (exec, attach,
-	// port-forward) need it, and for everything else Go's HTTP/2 client
-	// costs more per request than a pool of keep-alive HTTP/1.1
-	// connections (make bench-proxy: GET p50 1.17x of direct over HTTP/2,
-	// 1.06-1.09x over HTTP/1.1, in one session on 2 shared cores). A watch
-	// holds its own connection, as with any HTTP/1.1 client.
-	// TransportFor verifies the server against the configured CA and adds
-	// the operator's credentials (token files are re-read on rotation).
-	http1 := rest.CopyConfig(cfg)
-	http1.TLSClientConfig.NextProtos = []string{"http/1.1"}
-	transport, err := upstreamTransport(http1)
-	if err != nil {
-		return nil, fmt.Errorf("transport: %w", err)
+	reverse.ModifyResponse = func(resp *http.Response) error {
+		read, ok := resp.Request.Context().Value(shardedReadKey{}).(*shardedRead)
+		if !ok || resp.StatusCode != http.StatusOK {
+			return nil
+		}
+		return p.checkRead(resp, read)
 	}
-	return &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(target)
-			// The upstream credentials are the operator's own, added by the
-			// transport; whatever the client sent is not forwarded.
-			pr.Out.Header.Del("Authorization")
-		},
-		Transport:  transport,
-		BufferPool: newBufferPool(),
-		// No periodic flushing: ReverseProxy flushes every write of a body
-		// of unknown length itself (watches, chunked lists, logs followed,
-		// whatever the transport decompressed), so streams do not stall. A
-		// body of known length (a GET's object) is written whole and goes
-		// out with its headers in one write; with FlushInterval -1 every
-		// response started a timer whose goroutine flushed the headers in a
-		// write of their own first (make bench-proxy, proxy CPU per GET).
-		FlushInterval: 0,
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			var refused *refusal
-			if errors.As(err, &refused) {
-				apistatus.Write(w, refused.code, refused.reason, refused.message, nil)
-				return
-			}
-			p.log.V(1).Info("upstream request failed", "method", r.Method, "path", r.URL.Path, "host", target.Host, "error", err.Error())
-			apistatus.Write(w, http.StatusBadGateway, metav1.StatusReasonServiceUnavailable, "ctrlmesh proxy: the API server could not be reached: "+err.Error(), nil)
-		},
-		ModifyResponse: func(resp *http.Response) error {
-			read, ok := resp.Request.Context().Value(shardedReadKey{}).(*shardedRead)
-			if !ok || resp.StatusCode != http.StatusOK {
-				return nil
-			}
-			return p.checkRead(resp, read)
-		},
-	}, nil
+	return reverse, nil
 }
 
 // refusal is an answer the proxy gives instead of the API server's: an

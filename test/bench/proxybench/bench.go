@@ -61,11 +61,49 @@ type bench struct {
 	log      io.Writer
 	start    time.Time
 	selector string
-	// direct talks to kube-apiserver; proxied to the proxy, which forwards
-	// to the same kube-apiserver.
-	direct, proxied kubernetes.Interface
-	proxyURL        string
-	proxy           *proxyProcess
+	// direct talks to kube-apiserver; hopped to the bare hop and proxied
+	// to the proxy, which both forward to the same kube-apiserver.
+	direct, hopped, proxied kubernetes.Interface
+	proxyURL                string
+	hop, proxy              *proxyProcess
+}
+
+// way is a path the measured requests take to kube-apiserver.
+type way int
+
+const (
+	wayDirect way = iota
+	// wayHop is through the bare hop (barehop): ctrlmesh-proxy's
+	// forwarding alone, the floor of any sidecar's cost.
+	wayHop
+	wayProxy
+	numWays
+)
+
+var ways = [numWays]way{wayDirect, wayHop, wayProxy}
+
+func (w way) String() string {
+	return [numWays]string{"direct", "through the bare hop", "through the proxy"}[w]
+}
+
+func (b *bench) client(w way) kubernetes.Interface {
+	return [numWays]kubernetes.Interface{b.direct, b.hopped, b.proxied}[w]
+}
+
+// process is the process w's requests go through; nil for direct.
+func (b *bench) process(w way) *proxyProcess {
+	return [numWays]*proxyProcess{nil, b.hop, b.proxy}[w]
+}
+
+// order is the order of the ways in round i of an interleaved measurement:
+// rotated each round, so every way goes first, second and last equally
+// often and drift and ordering effects fall on all alike.
+func order(i int) [numWays]way {
+	var o [numWays]way
+	for j := range o {
+		o[j] = ways[(i+j)%int(numWays)]
+	}
+	return o
 }
 
 func (b *bench) progress(format string, args ...any) {
@@ -78,15 +116,15 @@ type results struct {
 	modeCheck        string
 	seedTime         time.Duration
 
-	getDirect, getProxied       []time.Duration
-	list1kDirect, list1kProxied []time.Duration
-	list10kDirect, list10kProx  []time.Duration
-	list1kItems, list10kItems   int
+	// Latencies of each measurement, by way.
+	get, list1k, list10k      [numWays][]time.Duration
+	list1kItems, list10kItems int
 
-	// cpu* are the proxy's CPU time over each measurement's proxied
-	// requests (warm-up included).
-	cpuGet, cpuList1k, cpuList10k, cpuConcurrent cpuCost
-	concDirect, concProxied                      []concurrentRun
+	// cpu* are the bare hop's and the proxy's CPU time over each
+	// measurement's requests through them (warm-up included); none for
+	// direct.
+	cpuGet, cpuList1k, cpuList10k, cpuConcurrent [numWays]cpuCost
+	conc                                         [numWays][]concurrentRun
 	// proxyRSSIdle is the proxy's VmRSS once serving, before the
 	// measurements; proxyRSSLoaded after them.
 	proxyRSSIdle, proxyRSSLoaded int64
@@ -130,7 +168,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 	res.apiserverVersion = version.GitVersion
 
 	seedStart := time.Now()
-	if err := b.seed(ctx); err != nil {
+	if err := b.seed(ctx, namespaces); err != nil {
 		return fmt.Errorf("seeding: %w", err)
 	}
 	res.seedTime = time.Since(seedStart)
@@ -140,6 +178,11 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, stopProxy()) }()
+	stopHop, err := b.startHop(ctx, fleet.Cluster("bench").KubeconfigPath)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, stopHop()) }()
 	if res.modeCheck, err = b.checkMode(ctx); err != nil {
 		return err
 	}
@@ -191,23 +234,26 @@ func objectKey(i int) (namespace, name string) {
 	return fmt.Sprintf("proxybench-%02d", i/perNamespace), fmt.Sprintf("cm-%04d", i%perNamespace)
 }
 
-// seed creates the namespaces and ConfigMaps, concurrently.
-func (b *bench) seed(ctx context.Context) error {
+// seed creates the first namespaces of the benchmark's data and their
+// ConfigMaps, concurrently: the whole data in the benchmark, one namespace
+// in its test.
+func (b *bench) seed(ctx context.Context, namespaces int) error {
 	space := sharding.MustSpace(buckets)
+	objects := namespaces * perNamespace
 	for n := range namespaces {
 		ns, _ := objectKey(n * perNamespace)
 		if _, err := b.direct.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			return err
 		}
 	}
-	b.progress("creating %d ConfigMaps in %d namespaces (%d workers)", totalObjects, namespaces, seedWorkers)
+	b.progress("creating %d ConfigMaps in %d namespaces (%d workers)", objects, namespaces, seedWorkers)
 	payload := strings.Repeat("x", payloadBytes)
 	jobs := make(chan int)
 	var created atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer close(jobs)
-		for i := range totalObjects {
+		for i := range objects {
 			select {
 			case jobs <- i:
 			case <-gctx.Done():
@@ -219,25 +265,31 @@ func (b *bench) seed(ctx context.Context) error {
 	for range seedWorkers {
 		g.Go(func() error {
 			for i := range jobs {
-				ns, name := objectKey(i)
-				cm := &corev1.ConfigMap{
-					ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{
-						benchLabel:                         benchValue,
-						ctrlmeshv1alpha1.ShardingHashLabel: sharding.LabelValue(space.Bucket(ns)),
-					}},
-					Data: map[string]string{"config": payload},
-				}
-				if _, err := b.direct.CoreV1().ConfigMaps(ns).Create(gctx, cm, metav1.CreateOptions{}); err != nil {
-					return fmt.Errorf("creating %s/%s: %w", ns, name, err)
+				cm := seedObject(space, i, payload)
+				if _, err := b.direct.CoreV1().ConfigMaps(cm.Namespace).Create(gctx, cm, metav1.CreateOptions{}); err != nil {
+					return fmt.Errorf("creating %s/%s: %w", cm.Namespace, cm.Name, err)
 				}
 				if n := created.Add(1); n%2500 == 0 {
-					b.progress("  %d/%d created", n, totalObjects)
+					b.progress("  %d/%d created", n, objects)
 				}
 			}
 			return nil
 		})
 	}
 	return g.Wait()
+}
+
+// seedObject is the i-th seeded ConfigMap, labeled as the benchmark selects
+// and with its sharding-hash label.
+func seedObject(space sharding.Space, i int, payload string) *corev1.ConfigMap {
+	ns, name := objectKey(i)
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{
+			benchLabel:                         benchValue,
+			ctrlmeshv1alpha1.ShardingHashLabel: sharding.LabelValue(space.Bucket(ns)),
+		}},
+		Data: map[string]string{"config": payload},
+	}
 }
 
 // shardRoute gives the benchmark's pod every bucket: the proxy then narrows
@@ -285,7 +337,7 @@ func (b *bench) startProxy(ctx context.Context, upstreamKubeconfig string) (func
 		return nil, fmt.Errorf("writing the rules file: %w", err)
 	}
 	b.progress("building ctrlmesh-proxy as its image does (CGO_ENABLED=0, -trimpath, -s -w)")
-	binary, err := buildProxy(ctx, dir)
+	binary, err := build(ctx, dir, proxyPackage)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -329,19 +381,64 @@ func (b *bench) startProxy(ctx context.Context, upstreamKubeconfig string) (func
 		return fail(err)
 	}
 	// The proxy answers 503 for sharded requests until the rules are in force.
-	deadline := time.Now().Add(proxyStartTimeout)
-	for {
-		_, err := b.proxied.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{LabelSelector: b.selector, Limit: 1})
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fail(fmt.Errorf("proxy: rules not in force after %s: %w", proxyStartTimeout, err))
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := b.awaitServing(ctx, b.proxied); err != nil {
+		return fail(fmt.Errorf("proxy: rules not in force: %w", err))
 	}
 	b.progress("proxy serving on %s with rules in force (pid %d)", api, b.proxy.cmd.Process.Pid)
 	return stop, nil
+}
+
+// startHop builds the bare hop as ctrlmesh-proxy is built and runs it in
+// its own process, serving plain HTTP on loopback as the proxy serves the
+// benchmark's clients, and waits until it forwards. The returned function
+// stops it.
+func (b *bench) startHop(ctx context.Context, upstreamKubeconfig string) (func() error, error) {
+	dir, err := os.MkdirTemp("", "proxybench-hop-")
+	if err != nil {
+		return nil, err
+	}
+	b.progress("building the bare hop (%s) as ctrlmesh-proxy is built", hopPackage)
+	binary, err := build(ctx, dir, hopPackage)
+	var api string
+	if err == nil {
+		api, err = freeAddress()
+	}
+	if err == nil {
+		b.hop, err = startProcess(binary, []string{"--upstream-kubeconfig=" + upstreamKubeconfig, "--listen-address=" + api},
+			func(line string) { b.progress("bare hop: %s", line) })
+	}
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("bare hop: %w", err)
+	}
+	stop := func() error {
+		defer func() { _ = os.RemoveAll(dir) }()
+		return b.hop.stop()
+	}
+	if b.hopped, err = kubernetes.NewForConfig(tune(&rest.Config{Host: "http://" + api}, b.o.content)); err == nil {
+		err = b.awaitServing(ctx, b.hopped)
+	}
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("bare hop: %w", err), stop())
+	}
+	b.progress("bare hop serving on %s (pid %d)", api, b.hop.cmd.Process.Pid)
+	return stop, nil
+}
+
+// awaitServing waits until a list of the benchmark's ConfigMaps through cs
+// succeeds.
+func (b *bench) awaitServing(ctx context.Context, cs kubernetes.Interface) error {
+	deadline := time.Now().Add(proxyStartTimeout)
+	for {
+		_, err := cs.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{LabelSelector: b.selector, Limit: 1})
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("not serving after %s: %w", proxyStartTimeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // checkMode confirms that the proxy narrows lists the way -mode says: in
@@ -394,50 +491,40 @@ func (b *bench) checkMode(ctx context.Context) (string, error) {
 type timed func(ctx context.Context, cs kubernetes.Interface) (time.Duration, int, error)
 
 // interleave runs warmup then n rounds of the request, once each way per
-// round, alternating which way goes first so drift and ordering effects
-// fall on both alike. Every response must have want objects.
-func (b *bench) interleave(ctx context.Context, what string, warmup, n, want int, call timed) (direct, proxied []time.Duration, err error) {
-	one := func(cs kubernetes.Interface, way string) (time.Duration, error) {
-		d, got, err := call(ctx, cs)
+// round, rotating which way goes first (order). Every response must have
+// want objects.
+func (b *bench) interleave(ctx context.Context, what string, warmup, n, want int, call timed) ([numWays][]time.Duration, error) {
+	var latencies [numWays][]time.Duration
+	one := func(w way) (time.Duration, error) {
+		d, got, err := call(ctx, b.client(w))
 		if err != nil {
-			return 0, fmt.Errorf("%s %s: %w", what, way, err)
+			return 0, fmt.Errorf("%s %s: %w", what, w, err)
 		}
 		if got != want {
-			return 0, fmt.Errorf("%s %s: %d objects, want %d", what, way, got, want)
+			return 0, fmt.Errorf("%s %s: %d objects, want %d", what, w, got, want)
 		}
 		return d, nil
 	}
 	for range warmup {
-		if _, err := one(b.direct, "direct"); err != nil {
-			return nil, nil, err
-		}
-		if _, err := one(b.proxied, "through the proxy"); err != nil {
-			return nil, nil, err
+		for _, w := range ways {
+			if _, err := one(w); err != nil {
+				return latencies, err
+			}
 		}
 	}
-	direct, proxied = make([]time.Duration, 0, n), make([]time.Duration, 0, n)
+	for w := range latencies {
+		latencies[w] = make([]time.Duration, 0, n)
+	}
 	for i := range n {
-		first, second := b.direct, b.proxied
-		if i%2 == 1 {
-			first, second = second, first
-		}
-		for _, cs := range []kubernetes.Interface{first, second} {
-			way := "direct"
-			if cs == b.proxied {
-				way = "through the proxy"
-			}
-			d, err := one(cs, way)
+		for _, w := range order(i) {
+			d, err := one(w)
 			if err != nil {
-				return nil, nil, err
+				return latencies, err
 			}
-			if cs == b.proxied {
-				proxied = append(proxied, d)
-			} else {
-				direct = append(direct, d)
-			}
+			latencies[w] = append(latencies[w], d)
 		}
 	}
-	return direct, proxied, nil
+	return latencies, nil
 }
 
 func (b *bench) measure(ctx context.Context, res *results) error {
@@ -445,7 +532,7 @@ func (b *bench) measure(ctx context.Context, res *results) error {
 	b.progress("GET %s/%s: %d warm-up + %d interleaved requests each way", ns, name, getWarmup, b.o.gets)
 	var err error
 	res.cpuGet, err = b.measureCPU(getWarmup+b.o.gets, func() (err error) {
-		res.getDirect, res.getProxied, err = b.interleave(ctx, "GET", getWarmup, b.o.gets, 1, func(ctx context.Context, cs kubernetes.Interface) (time.Duration, int, error) {
+		res.get, err = b.interleave(ctx, "GET", getWarmup, b.o.gets, 1, func(ctx context.Context, cs kubernetes.Interface) (time.Duration, int, error) {
 			start := time.Now()
 			_, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
 			return time.Since(start), 1, err
@@ -470,19 +557,19 @@ func (b *bench) measure(ctx context.Context, res *results) error {
 	res.list1kItems, res.list10kItems = perNamespace, totalObjects
 	b.progress("LIST %d ConfigMaps (namespace %s): %d warm-up + %d interleaved lists each way", perNamespace, ns, listWarmup, b.o.lists)
 	if res.cpuList1k, err = b.measureCPU(listWarmup+b.o.lists, func() (err error) {
-		res.list1kDirect, res.list1kProxied, err = b.interleave(ctx, "LIST 1k", listWarmup, b.o.lists, perNamespace, list(ns))
+		res.list1k, err = b.interleave(ctx, "LIST 1k", listWarmup, b.o.lists, perNamespace, list(ns))
 		return err
 	}); err != nil {
 		return err
 	}
 	b.progress("LIST %d ConfigMaps (all namespaces): %d warm-up + %d interleaved lists each way", totalObjects, listWarmup, b.o.lists)
 	if res.cpuList10k, err = b.measureCPU(listWarmup+b.o.lists, func() (err error) {
-		res.list10kDirect, res.list10kProx, err = b.interleave(ctx, "LIST 10k", listWarmup, b.o.lists, totalObjects, list(""))
+		res.list10k, err = b.interleave(ctx, "LIST 10k", listWarmup, b.o.lists, totalObjects, list(""))
 		return err
 	}); err != nil {
 		return err
 	}
-	b.progress("concurrent: %d clients (%d GETs, then a LIST of %d, over and over) for %s each way, %d rounds alternating", b.o.clients, listEvery-1, perNamespace, b.o.concurrentFor, b.o.rounds)
+	b.progress("concurrent: %d clients (%d GETs, then a LIST of %d, over and over) for %s each way, %d rounds rotating the order", b.o.clients, listEvery-1, perNamespace, b.o.concurrentFor, b.o.rounds)
 	if err := b.measureConcurrent(ctx, res); err != nil {
 		return err
 	}

@@ -30,11 +30,18 @@ type proxyProcess struct {
 	done chan error
 }
 
-// buildProxy builds ctrlmesh-proxy as deploy/docker/Dockerfile does (static,
-// trimmed, stripped: test/images.BuildStatic) into dir.
-func buildProxy(ctx context.Context, dir string) (string, error) {
-	out := filepath.Join(dir, "ctrlmesh-proxy")
-	if err := images.BuildStatic(ctx, "", "github.com/ctrlmesh/ctrlmesh/cmd/ctrlmesh-proxy", out); err != nil {
+// The commands the benchmark runs in processes of their own.
+const (
+	proxyPackage = "github.com/ctrlmesh/ctrlmesh/cmd/ctrlmesh-proxy"
+	hopPackage   = "github.com/ctrlmesh/ctrlmesh/test/bench/proxybench/barehop"
+)
+
+// build builds the command pkg as deploy/docker/Dockerfile builds
+// ctrlmesh-proxy (static, trimmed, stripped: test/images.BuildStatic) into
+// dir, and returns the binary's path.
+func build(ctx context.Context, dir, pkg string) (string, error) {
+	out := filepath.Join(dir, filepath.Base(pkg))
+	if err := images.BuildStatic(ctx, "", pkg, out); err != nil {
 		return "", err
 	}
 	return out, nil
@@ -154,21 +161,26 @@ func (c cpuCost) perThousand() float64 {
 	return c.cpu.Seconds() * 1000 / float64(c.requests)
 }
 
-// measureCPU measures the proxy's CPU time over f, which sends requests
-// requests through it.
-func (b *bench) measureCPU(requests int, f func() error) (cpuCost, error) {
-	before, err := b.proxy.cpu()
-	if err != nil {
-		return cpuCost{}, err
+// measureCPU measures the CPU time of the bare hop and of the proxy over
+// f, which sends requests requests through each.
+func (b *bench) measureCPU(requests int, f func() error) (costs [numWays]cpuCost, err error) {
+	var before [numWays]time.Duration
+	for _, w := range ways[wayHop:] {
+		if before[w], err = b.process(w).cpu(); err != nil {
+			return costs, err
+		}
 	}
 	if err := f(); err != nil {
-		return cpuCost{}, err
+		return costs, err
 	}
-	after, err := b.proxy.cpu()
-	if err != nil {
-		return cpuCost{}, err
+	for _, w := range ways[wayHop:] {
+		after, err := b.process(w).cpu()
+		if err != nil {
+			return costs, err
+		}
+		costs[w] = cpuCost{requests: requests, cpu: after - before[w]}
 	}
-	return cpuCost{requests: requests, cpu: after - before}, nil
+	return costs, nil
 }
 
 // concurrentRun is one timed run of the concurrent load, one way.
@@ -227,37 +239,29 @@ func (b *bench) concurrent(ctx context.Context, cs kubernetes.Interface) (concur
 	return concurrentRun{requests: done.Load(), elapsed: elapsed}, nil
 }
 
-// measureConcurrent alternates concurrent runs direct and through the
-// proxy, o.rounds each way, and times the proxy's CPU over its runs.
+// measureConcurrent runs the concurrent load o.rounds times each way,
+// rotating the order, and times the bare hop's and the proxy's CPU over
+// their own runs.
 func (b *bench) measureConcurrent(ctx context.Context, res *results) error {
 	for round := range b.o.rounds {
-		ways := []kubernetes.Interface{b.direct, b.proxied}
-		if round%2 == 1 {
-			ways[0], ways[1] = ways[1], ways[0]
-		}
-		for _, cs := range ways {
-			if cs == b.direct {
-				run, err := b.concurrent(ctx, cs)
-				if err != nil {
-					return fmt.Errorf("concurrent, direct: %w", err)
-				}
-				res.concDirect = append(res.concDirect, run)
-				continue
-			}
+		for _, w := range order(round) {
 			var run concurrentRun
 			cost, err := b.measureCPU(0, func() (err error) {
-				run, err = b.concurrent(ctx, cs)
+				run, err = b.concurrent(ctx, b.client(w))
 				return err
 			})
 			if err != nil {
-				return fmt.Errorf("concurrent, through the proxy: %w", err)
+				return fmt.Errorf("concurrent, %s: %w", w, err)
 			}
-			res.concProxied = append(res.concProxied, run)
-			res.cpuConcurrent.cpu += cost.cpu
-			res.cpuConcurrent.requests += int(run.requests)
+			if w != wayDirect {
+				// Only w's process served requests in w's run.
+				res.cpuConcurrent[w].cpu += cost[w].cpu
+				res.cpuConcurrent[w].requests += int(run.requests)
+			}
+			res.conc[w] = append(res.conc[w], run)
 		}
-		b.progress("  concurrent round %d/%d: direct %d, through the proxy %d requests", round+1, b.o.rounds,
-			res.concDirect[len(res.concDirect)-1].requests, res.concProxied[len(res.concProxied)-1].requests)
+		b.progress("  concurrent round %d/%d: direct %d, through the bare hop %d, through the proxy %d requests", round+1, b.o.rounds,
+			res.conc[wayDirect][round].requests, res.conc[wayHop][round].requests, res.conc[wayProxy][round].requests)
 	}
 	return nil
 }
