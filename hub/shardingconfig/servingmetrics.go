@@ -1,6 +1,7 @@
 package shardingconfig
 
 import (
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +29,50 @@ type servingMetrics struct {
 	mu               sync.Mutex
 	handingOverSince map[types.NamespacedName]time.Time
 	unservedSince    map[types.NamespacedName]time.Time
+	// The series of shards and proxiesBehind each config has, by vector.
+	perCluster map[*prometheus.GaugeVec]map[types.NamespacedName]seriesSet
+}
+
+// seriesSet is the series of one config in a vector, by their label values
+// joined.
+type seriesSet map[string]labelled
+
+type labelled struct {
+	labels []string
+	value  float64
+}
+
+// add adds value to the series of those label values.
+func (s seriesSet) add(value float64, labels ...string) {
+	key := strings.Join(labels, "\x00")
+	e := s[key]
+	e.labels, e.value = labels, e.value+value
+	s[key] = e
+}
+
+// setSeries gives config's series in vec the values of next, and deletes
+// those it had and next has not. A deletion by partial match (namespace
+// and name) would find them too, but scans every series of the vector:
+// one per config and member, and more, so at 10 members x 1000 configs it
+// took half the hub's CPU (make bench-scale). Gauges are set rather than
+// deleted and counted up again, so a scrape never sees a config's series
+// half counted.
+func (m *servingMetrics) setSeries(vec *prometheus.GaugeVec, config types.NamespacedName, next seriesSet) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range next {
+		vec.WithLabelValues(e.labels...).Set(e.value)
+	}
+	for key, e := range m.perCluster[vec][config] {
+		if _, ok := next[key]; !ok {
+			vec.DeleteLabelValues(e.labels...)
+		}
+	}
+	if next == nil {
+		delete(m.perCluster[vec], config)
+		return
+	}
+	m.perCluster[vec][config] = next
 }
 
 func newServingMetrics(reg prometheus.Registerer) (*servingMetrics, error) {
@@ -62,6 +107,7 @@ func newServingMetrics(reg prometheus.Registerer) (*servingMetrics, error) {
 		handingOverSince: map[types.NamespacedName]time.Time{},
 		unservedSince:    map[types.NamespacedName]time.Time{},
 	}
+	m.perCluster = map[*prometheus.GaugeVec]map[types.NamespacedName]seriesSet{m.shards: {}, m.proxiesBehind: {}}
 	var err error
 	for _, g := range []**prometheus.GaugeVec{&m.shards, &m.unserved, &m.clustersChosen, &m.proxiesBehind} {
 		if *g, err = metricsutil.Register(reg, *g); err != nil {
@@ -83,10 +129,11 @@ func (m *servingMetrics) observeStatus(sc *ctrlmeshv1alpha1.ShardingConfig, out 
 		return
 	}
 	key := types.NamespacedName{Namespace: sc.Namespace, Name: sc.Name}
-	m.shards.DeletePartialMatch(prometheus.Labels{"namespace": sc.Namespace, "name": sc.Name})
+	shards := seriesSet{}
 	for _, p := range status.Placement {
-		m.shards.WithLabelValues(sc.Namespace, sc.Name, p.Cluster, string(p.State), string(p.Health)).Inc()
+		shards.add(1, sc.Namespace, sc.Name, p.Cluster, string(p.State), string(p.Health))
 	}
+	m.setSeries(m.shards, key, shards)
 	unserved := unservedBuckets(sc, len(out.domains), status.Placement)
 	m.unserved.WithLabelValues(sc.Namespace, sc.Name).Set(float64(unserved))
 
@@ -98,17 +145,19 @@ func (m *servingMetrics) observeStatus(sc *ctrlmeshv1alpha1.ShardingConfig, out 
 	}
 	m.clustersChosen.WithLabelValues(sc.Namespace, sc.Name).Set(float64(selected))
 
-	m.proxiesBehind.DeletePartialMatch(prometheus.Labels{"namespace": sc.Namespace, "name": sc.Name})
+	behind := seriesSet{}
 	for _, d := range out.domains {
 		for _, rs := range d.step.Table.Shards {
 			for _, id := range rs.Pods {
-				g := m.proxiesBehind.WithLabelValues(sc.Namespace, sc.Name, id.Cluster)
+				n := 0.0
 				if !out.members[id.Cluster].enforces(id.Name, d.step.Table.Generation) {
-					g.Inc()
+					n = 1
 				}
+				behind.add(n, sc.Namespace, sc.Name, id.Cluster)
 			}
 		}
 	}
+	m.setSeries(m.proxiesBehind, key, behind)
 
 	pending := false
 	for _, d := range out.domains {
@@ -168,11 +217,11 @@ func unservedBuckets(sc *ctrlmeshv1alpha1.ShardingConfig, domains int, placement
 
 // forget drops the series and intervals of a deleted ShardingConfig.
 func (m *servingMetrics) forget(sc *ctrlmeshv1alpha1.ShardingConfig) {
-	labels := prometheus.Labels{"namespace": sc.Namespace, "name": sc.Name}
-	for _, v := range []*prometheus.GaugeVec{m.shards, m.unserved, m.clustersChosen, m.proxiesBehind} {
-		v.DeletePartialMatch(labels)
-	}
 	key := types.NamespacedName{Namespace: sc.Namespace, Name: sc.Name}
+	m.setSeries(m.shards, key, nil)
+	m.setSeries(m.proxiesBehind, key, nil)
+	m.unserved.DeleteLabelValues(sc.Namespace, sc.Name)
+	m.clustersChosen.DeleteLabelValues(sc.Namespace, sc.Name)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.handingOverSince, key)

@@ -1,6 +1,9 @@
 package shardingconfig
 
 import (
+	"fmt"
+	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,5 +113,102 @@ func TestServingMetricsObserveStatus(t *testing.T) {
 		if s := series(t, reg, name); len(s) != 0 {
 			t.Errorf("%s: %d series after forget, want none", name, len(s))
 		}
+	}
+}
+
+// TestServingMetricsPerConfig: a config's per-cluster series follow its own
+// status alone — another config's stay, and observing the same status
+// again counts nothing twice.
+func TestServingMetricsPerConfig(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := func(name string) *ctrlmeshv1alpha1.ShardingConfig {
+		return &ctrlmeshv1alpha1.ShardingConfig{ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: name},
+			Spec: ctrlmeshv1alpha1.ShardingConfigSpec{Sharding: ctrlmeshv1alpha1.ShardingLayout{Buckets: 32}}}
+	}
+	placed := &outcome{members: members([]string{"a", "b"}), domains: []domainOutcome{
+		{step: placement.Step{Table: route.Table{Generation: 1, Shards: []route.Shard{tableShard(t, "0", "0-31", "", pods("a", "a-0", "a-1")...)}}}},
+		{step: placement.Step{Table: route.Table{Generation: 1, Shards: []route.Shard{tableShard(t, "0", "0-31", "", pods("b", "b-0")...)}}}},
+	}}
+	status := &ctrlmeshv1alpha1.ShardingConfigStatus{Placement: []ctrlmeshv1alpha1.ShardPlacement{
+		{Shard: "0", Cluster: "a", Buckets: "0-31", State: ctrlmeshv1alpha1.ShardServing, Health: ctrlmeshv1alpha1.ShardHealthy},
+		{Shard: "1", Cluster: "a", Buckets: "0-31", State: ctrlmeshv1alpha1.ShardServing, Health: ctrlmeshv1alpha1.ShardHealthy},
+		{Shard: "0", Cluster: "b", Buckets: "0-31", State: ctrlmeshv1alpha1.ShardServing, Health: ctrlmeshv1alpha1.ShardHealthy},
+	}}
+	t0 := time.Unix(1000, 0)
+	for _, name := range []string{"one", "two", "one"} {
+		m.serving.observeStatus(config(name), placed, status, t0)
+	}
+	want := map[string]float64{}
+	for _, name := range []string{"one", "two"} {
+		want["ctrlmesh_hub_shards{cluster=a,health=Healthy,name="+name+",namespace=ops,state=Serving}"] = 2
+		want["ctrlmesh_hub_shards{cluster=b,health=Healthy,name="+name+",namespace=ops,state=Serving}"] = 1
+		want["ctrlmesh_hub_proxies_behind{cluster=a,name="+name+",namespace=ops}"] = 2
+		want["ctrlmesh_hub_proxies_behind{cluster=b,name="+name+",namespace=ops}"] = 1
+	}
+	check := func(when string) {
+		t.Helper()
+		got := map[string]float64{}
+		for _, metric := range []string{"ctrlmesh_hub_shards", "ctrlmesh_hub_proxies_behind"} {
+			for labels, s := range series(t, reg, metric) {
+				got[metric+"{"+labels+"}"] = s.GetGauge().GetValue()
+			}
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("%s: series %v, want %v", when, got, want)
+		}
+	}
+	check("both configs observed, one twice")
+
+	// One loses cluster b: its series of b go, two's stay.
+	onlyA := &outcome{members: members([]string{"a"}), domains: placed.domains[:1]}
+	m.serving.observeStatus(config("one"), onlyA, &ctrlmeshv1alpha1.ShardingConfigStatus{Placement: status.Placement[:2]}, t0)
+	delete(want, "ctrlmesh_hub_shards{cluster=b,health=Healthy,name=one,namespace=ops,state=Serving}")
+	delete(want, "ctrlmesh_hub_proxies_behind{cluster=b,name=one,namespace=ops}")
+	check("one without cluster b")
+
+	m.forget(config("two"))
+	for key := range want {
+		if strings.Contains(key, "name=two") {
+			delete(want, key)
+		}
+	}
+	check("two forgotten")
+}
+
+// BenchmarkObserveStatus observes one config's status of 10 members among
+// 10 and 1000 configs: the cost must not grow with the other configs'
+// series (a deletion by partial match scanned them all).
+func BenchmarkObserveStatus(b *testing.B) {
+	clusters := []string{"c0", "c1", "c2", "c3", "c4", "c5", "c6", "c7", "c8", "c9"}
+	out := &outcome{members: members(clusters)}
+	status := &ctrlmeshv1alpha1.ShardingConfigStatus{}
+	for _, c := range clusters {
+		out.domains = append(out.domains, domainOutcome{step: placement.Step{Table: route.Table{Generation: 1,
+			Shards: []route.Shard{tableShard(b, "0", "0-31", "", pods(c, c+"-0")...)}}}})
+		status.Placement = append(status.Placement, ctrlmeshv1alpha1.ShardPlacement{Shard: "0", Cluster: c, Buckets: "0-31",
+			State: ctrlmeshv1alpha1.ShardServing, Health: ctrlmeshv1alpha1.ShardHealthy})
+	}
+	for _, configs := range []int{10, 1000} {
+		b.Run(fmt.Sprintf("configs=%d", configs), func(b *testing.B) {
+			m, err := NewMetrics(prometheus.NewRegistry())
+			if err != nil {
+				b.Fatal(err)
+			}
+			config := func(i int) *ctrlmeshv1alpha1.ShardingConfig {
+				return &ctrlmeshv1alpha1.ShardingConfig{ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: fmt.Sprintf("op%04d", i)},
+					Spec: ctrlmeshv1alpha1.ShardingConfigSpec{Sharding: ctrlmeshv1alpha1.ShardingLayout{Buckets: 32}}}
+			}
+			for i := range configs {
+				m.serving.observeStatus(config(i), out, status, time.Unix(0, 0))
+			}
+			sc := config(0)
+			for b.Loop() {
+				m.serving.observeStatus(sc, out, status, time.Unix(0, 0))
+			}
+		})
 	}
 }
