@@ -263,9 +263,9 @@ help:
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: bench-proxy
-bench-proxy: tools ## Proxy overhead vs direct against a real API server (GET, LIST 1k/10k, WATCH), 20 traffic policies loaded; the policy check per request.
+bench-proxy: tools ## Proxy overhead vs direct against a real API server (GET, LIST 1k/10k, WATCH), 20 traffic policies loaded; the policy check per request and the range-mode list check per LIST.
 	CTRLMESH_TEST_ASSETS=$(BIN) $(GO) run ./test/bench/proxybench $(BENCH_ARGS)
-	$(GO) test -run '^$$' -bench BenchmarkCheck -benchmem ./proxy/policy
+	$(GO) test -run '^$$' -bench BenchmarkCheck -benchmem ./proxy/policy ./proxy
 
 .PHONY: bench-fleet
 bench-fleet: tools build ## Local fleet: operator RSS 1 vs 4 pods (20k objects), ShardingConfig edit -> enforced p50/p99 standalone and on Karmada, failover after a pod kill.

@@ -763,7 +763,7 @@ func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, inf
 	out.Header.Set("Accept", framableAccept(r.Header.Values("Accept")))
 	read := &shardedRead{verb: info.Verb, gr: gr}
 	if limit != nil && snap.Mode == rules.ModeRange {
-		read.proof = &shardProof{ranges: ranges}
+		read.proof = &shardProof{ranges: ranges, sent: query.Get("shardSelector")}
 	}
 	if read.proof != nil || info.Verb == "watch" {
 		// Without the operator's Accept-Encoding the transport asks for

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	kjson "sigs.k8s.io/json"
@@ -56,6 +57,10 @@ var errUnsharded = errors.New("the API server did not apply this pod's shardSele
 // shardSelector sent.
 type shardProof struct {
 	ranges []sharding.HashRange
+	// sent is the shardSelector parameter sent, the formatted ranges: a
+	// list whose shardInfo echoes it byte for byte was filtered by exactly
+	// these ranges, with no need to parse the echo.
+	sent string
 }
 
 // covers reports whether the selector sent selects objects of namespace ns.
@@ -70,6 +75,9 @@ func (s shardProof) covers(ns string) bool {
 // applied checks a list's metadata.shardInfo.selector: the server applied a
 // selector, and it selects nothing the one sent does not.
 func (s shardProof) applied(echoed string) error {
+	if s.sent != "" && echoed == s.sent {
+		return nil
+	}
 	ranges, err := sharding.ParseShardSelector(echoed)
 	if err != nil {
 		return fmt.Errorf("its metadata.shardInfo.selector %q: %w", echoed, err)
@@ -78,6 +86,15 @@ func (s shardProof) applied(echoed string) error {
 		return fmt.Errorf("%w: its metadata.shardInfo.selector %q reaches outside the selector sent", errUnsharded, echoed)
 	}
 	return nil
+}
+
+// appliedBytes is applied for an echo read as bytes (protobuf), compared
+// with the selector sent without copying it.
+func (s shardProof) appliedBytes(echoed []byte) error {
+	if s.sent != "" && string(echoed) == s.sent {
+		return nil
+	}
+	return s.applied(string(echoed))
 }
 
 // object checks the namespace of one object of a response. An object
@@ -273,7 +290,7 @@ type checkedBody struct {
 	walker   listWalker
 	// held is what was read from upstream and not yet handed on; its first
 	// byte is at stream offset heldAt.
-	held    bytes.Buffer
+	held    *bytes.Buffer
 	heldAt  int64
 	checked int64
 	proven  bool
@@ -297,7 +314,7 @@ type checkedBody struct {
 // far as checked, without Content-Encoding.
 func checkList(resp *http.Response, proof shardProof, refused func(error)) error {
 	if resp.Header.Get("Content-Encoding") != "gzip" {
-		body, err := checkAhead(resp, proof, refused)
+		body, err := checkAhead(resp, proof, refused, nil)
 		if err != nil {
 			return err
 		}
@@ -306,22 +323,30 @@ func checkList(resp *http.Response, proof shardProof, refused func(error)) error
 	}
 	upstream := resp.Body
 	compressed := &recorder{}
-	decoded, err := gzip.NewReader(io.TeeReader(upstream, compressed))
+	decoder := listGzips.Get().(*listGzip)
+	decoded, err := decoder.reset(io.TeeReader(upstream, compressed))
 	if err != nil {
+		decoder.release()
 		err = fmt.Errorf("cannot read the gzip-compressed list: %w", err)
 		refused(err)
 		return err
 	}
 	plain := &http.Response{StatusCode: resp.StatusCode, Header: resp.Header.Clone(), Body: readCloser{Reader: decoded, Closer: upstream}}
 	plain.Header.Del("Content-Encoding")
-	body, err := checkAhead(plain, proof, refused)
+	body, err := checkAhead(plain, proof, refused, &decoder.scratch)
 	if err != nil {
+		decoder.release()
 		return err
 	}
 	if body.proven {
+		// Decided, and handed on compressed: nothing reads the decoded
+		// body, the decoder or its scratch again.
+		decoder.release()
 		resp.Body = readCloser{Reader: io.MultiReader(&compressed.buf, upstream), Closer: upstream}
 		return nil
 	}
+	// The decoder and its scratch go on with the decoded body; the garbage
+	// collector takes them.
 	compressed.stop()
 	resp.Header.Del("Content-Encoding")
 	resp.Header.Del("Content-Length")
@@ -330,11 +355,59 @@ func checkList(resp *http.Response, proof shardProof, refused func(error)) error
 	return nil
 }
 
+// listGzip decodes a gzip-compressed list for the check. Pooled (listGzips)
+// and reset for each list, it costs a list no allocation: a new gzip reader
+// allocates its 32 KiB window, its Huffman tables and a 4 KiB input buffer.
+// A decoder goes back to the pool only once its list is decided — proven
+// and handed on compressed, or refused — so that nothing reads it again;
+// one that goes on with a body decoded further is left to the garbage
+// collector. Reset clears any error of its previous list.
+type listGzip struct {
+	// in buffers the compressed stream: a flate.Reader, which gzip.Reader
+	// reads as it is rather than wrapping it in a new bufio.Reader.
+	in bufio.Reader
+	gz gzip.Reader
+	// scratch serves the check of the decoded list.
+	scratch listScratch
+}
+
+var listGzips = sync.Pool{New: func() any { return new(listGzip) }}
+
+// reset starts decoding the gzip stream r, reading its header.
+func (d *listGzip) reset(r io.Reader) (io.Reader, error) {
+	d.in.Reset(r)
+	if err := d.gz.Reset(&d.in); err != nil {
+		return nil, err
+	}
+	return &d.gz, nil
+}
+
+// release returns the decoder to the pool, holding no reference to its
+// list's streams.
+func (d *listGzip) release() {
+	d.in.Reset(nil)
+	d.scratch.reset(nil)
+	listGzips.Put(d)
+}
+
+// listScratch is the buffers the check of one list needs: what was read
+// and not yet handed on, and the protobuf walker's input buffer.
+type listScratch struct {
+	held bytes.Buffer
+	in   bufio.Reader
+}
+
+func (s *listScratch) reset(r io.Reader) {
+	s.held.Reset()
+	s.in.Reset(r)
+}
+
 // checkAhead starts checking the list resp carries, plain, and reads it
 // until it is proven or refused, or listCheckAhead bytes are held; a list
-// that cannot be read is refused.
-func checkAhead(resp *http.Response, proof shardProof, refused func(error)) (*checkedBody, error) {
-	body, err := newCheckedBody(resp, proof, refused)
+// that cannot be read is refused. scratch, when not nil, is the buffers to
+// check it with.
+func checkAhead(resp *http.Response, proof shardProof, refused func(error), scratch *listScratch) (*checkedBody, error) {
+	body, err := newCheckedBody(resp, proof, refused, scratch)
 	if err != nil {
 		refused(err)
 		return nil, err
@@ -361,13 +434,18 @@ func (r *recorder) stop() {
 }
 
 // newCheckedBody wraps the body of a list response in JSON or protobuf,
-// as sent (not compressed).
-func newCheckedBody(resp *http.Response, proof shardProof, refused func(error)) (*checkedBody, error) {
+// as sent (not compressed), checked with scratch's buffers (new ones when
+// nil).
+func newCheckedBody(resp *http.Response, proof shardProof, refused func(error), scratch *listScratch) (*checkedBody, error) {
 	if ce := resp.Header.Get("Content-Encoding"); ce != "" && ce != "identity" {
 		return nil, fmt.Errorf("cannot read a list sent with Content-Encoding %q", ce)
 	}
-	b := &checkedBody{upstream: resp.Body, refused: refused}
-	source := io.TeeReader(resp.Body, &b.held)
+	if scratch == nil {
+		scratch = new(listScratch)
+	}
+	scratch.held.Reset()
+	b := &checkedBody{upstream: resp.Body, held: &scratch.held, refused: refused}
+	source := io.TeeReader(resp.Body, b.held)
 	mediaType, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	switch {
 	case err != nil:
@@ -375,7 +453,8 @@ func newCheckedBody(resp *http.Response, proof shardProof, refused func(error)) 
 	case mediaType == "application/json":
 		b.walker = &jsonListWalker{dec: json.NewDecoder(source), proof: proof, unchecked: -1}
 	case mediaType == "application/vnd.kubernetes.protobuf":
-		b.walker = &protobufListWalker{r: bufio.NewReader(source), proof: proof, unchecked: -1}
+		scratch.in.Reset(source)
+		b.walker = &protobufListWalker{r: &scratch.in, proof: proof, unchecked: -1}
 	default:
 		return nil, fmt.Errorf("cannot read a list of Content-Type %q", resp.Header.Get("Content-Type"))
 	}
@@ -591,6 +670,9 @@ type protobufListWalker struct {
 	// unchecked, uncheckedField: as for JSON.
 	unchecked      int64
 	uncheckedField string
+	// value holds the last value read (bytes), reused: what the walker
+	// keeps of one, it copies.
+	value []byte
 }
 
 const (
@@ -680,7 +762,7 @@ func (w *protobufListWalker) next() (int64, bool, error) {
 				if err != nil {
 					return 0, false, err
 				}
-				if err := w.proof.applied(string(selector[1])); err != nil {
+				if err := w.proof.appliedBytes(selector[1]); err != nil {
 					return 0, false, err
 				}
 				return w.checkedTo(), true, nil
@@ -744,7 +826,8 @@ func (w *protobufListWalker) tag() (protowire.Number, protowire.Type, error) {
 	return num, typ, nil
 }
 
-// bytes reads a length-delimited value of at most limit bytes.
+// bytes reads a length-delimited value of at most limit bytes, valid until
+// the next call.
 func (w *protobufListWalker) bytes(limit int64) ([]byte, error) {
 	size, err := binary.ReadUvarint(w)
 	if err != nil {
@@ -753,7 +836,10 @@ func (w *protobufListWalker) bytes(limit int64) ([]byte, error) {
 	if size > uint64(limit) {
 		return nil, fmt.Errorf("a field of %d bytes is larger than the proxy reads at once (%d)", size, limit)
 	}
-	v := make([]byte, size)
+	if uint64(cap(w.value)) < size {
+		w.value = make([]byte, size)
+	}
+	v := w.value[:size]
 	if _, err := io.ReadFull(w, v); err != nil {
 		return nil, unexpectedEOF(err)
 	}

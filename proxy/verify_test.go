@@ -248,7 +248,7 @@ func TestCheckedBody(t *testing.T) {
 			body := tt.body(t)
 			resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {tt.contentType}}, Body: io.NopCloser(bytes.NewReader(body))}
 			var refusals []error
-			checked, err := newCheckedBody(resp, testProof, func(err error) { refusals = append(refusals, err) })
+			checked, err := newCheckedBody(resp, testProof, func(err error) { refusals = append(refusals, err) }, nil)
 			if err == nil {
 				err = checked.readAhead(tt.readAhead)
 			}
@@ -377,7 +377,7 @@ func FuzzCheckedBody(f *testing.F) {
 			contentType = "application/vnd.kubernetes.protobuf"
 		}
 		resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {contentType}}, Body: io.NopCloser(bytes.NewReader(body))}
-		checked, err := newCheckedBody(resp, testProof, func(error) {})
+		checked, err := newCheckedBody(resp, testProof, func(error) {}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
