@@ -156,7 +156,7 @@ func TestForwardProxyRateLimit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var passed, limited atomic.Int64
 			var bad atomic.Value
-			elapsed := hammer(4*time.Second, 4, func() {
+			run := hammer(4*time.Second, 4, func() {
 				code, header, body, err := tc.do()
 				switch {
 				case err != nil:
@@ -173,7 +173,7 @@ func TestForwardProxyRateLimit(t *testing.T) {
 			if b := bad.Load(); b != nil {
 				t.Fatalf("not a pass nor a 429 with Retry-After: %v", b)
 			}
-			checkRate(t, passed.Load(), limited.Load(), elapsed, qps, burst)
+			checkRate(t, passed.Load(), limited.Load(), run, qps, burst)
 			want := fmt.Sprintf(`ctrlmesh_proxy_policy_decisions_total{kind="rateLimit",policy="cb",rule="%s",verdict="rate-limited"} %d`, tc.name, limited.Load())
 			if !strings.Contains(scrape(t, p.health), want) {
 				t.Errorf("metrics lack %s", want)

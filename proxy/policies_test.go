@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,14 +70,35 @@ func rawGet(t *testing.T, p *runningProxy, path string) (int, http.Header, strin
 	return resp.StatusCode, resp.Header, string(body)
 }
 
-// checkRate asserts that passed requests in elapsed are burst + qps ×
+// checkRate asserts that the requests passed over the run are burst + qps ×
 // elapsed within ±10 %.
-func checkRate(t *testing.T, passed, limited int64, elapsed time.Duration, qps, burst int) {
+//
+// The bucket admits that many only while requests keep coming: when none
+// is sent for longer than it takes to fill (burst / qps), the tokens past
+// the burst are lost. On a loaded machine the clients stall for that long
+// (a CI run at a load average of 17 saw 85 pass of 98.9), so the lower
+// bound leaves out the tokens the clients' own stalls, seen in when they
+// sent, lost, and those that came after the last was sent; the upper
+// bound, what the limit promises, stays whole.
+func checkRate(t *testing.T, passed, limited int64, run hammered, qps, burst int) {
 	t.Helper()
-	want := float64(burst) + float64(qps)*elapsed.Seconds()
-	t.Logf("%v: %d passed (want %.1f ± 10 %%), %d limited", elapsed, passed, want, limited)
-	if math.Abs(float64(passed)-want) > 0.1*want {
-		t.Errorf("%d requests passed in %v at %d qps, burst %d: want %.1f ± 10 %%", passed, elapsed, qps, burst, want)
+	want := float64(burst) + float64(qps)*run.elapsed.Seconds()
+	fill := time.Duration(float64(burst) / float64(qps) * float64(time.Second))
+	var stalled time.Duration
+	for i := 1; i < len(run.sent); i++ {
+		if gap := run.sent[i] - run.sent[i-1]; gap > fill {
+			stalled += gap - fill
+		}
+	}
+	// Tokens that came after the last request was sent served nobody.
+	var last time.Duration
+	if len(run.sent) > 0 {
+		last = run.sent[len(run.sent)-1]
+	}
+	least := float64(burst) + float64(qps)*(last-stalled).Seconds()
+	t.Logf("%v: %d passed (want %.1f ± 10 %%; %v stalled, at least %.1f - 10 %%), %d limited", run.elapsed, passed, want, stalled, least, limited)
+	if float64(passed) > 1.1*want || float64(passed) < 0.9*least {
+		t.Errorf("%d requests passed in %v at %d qps, burst %d: want %.1f + 10 %% at most, %.1f - 10 %% at least (the clients stalled %v)", passed, run.elapsed, qps, burst, want, least, stalled)
 	}
 	if limited == 0 {
 		t.Error("nothing was limited: the clients were too slow to test the limit")
@@ -95,22 +117,34 @@ func checkBinomial(t *testing.T, hits, n, percent int) {
 	}
 }
 
-// hammer runs do from workers goroutines for run, and returns how long
-// they ran.
-func hammer(run time.Duration, workers int, do func()) time.Duration {
+// hammered is how long hammer ran, and when (since its start) each call
+// began, in order.
+type hammered struct {
+	elapsed time.Duration
+	sent    []time.Duration
+}
+
+// hammer runs do from workers goroutines for run.
+func hammer(run time.Duration, workers int, do func()) hammered {
 	start := time.Now()
+	var mu sync.Mutex
+	var sent []time.Duration
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for time.Since(start) < run {
+			for at := time.Since(start); at < run; at = time.Since(start) {
+				mu.Lock()
+				sent = append(sent, at)
+				mu.Unlock()
 				do()
 			}
 		}()
 	}
 	wg.Wait()
-	return time.Since(start)
+	slices.Sort(sent)
+	return hammered{elapsed: time.Since(start), sent: sent}
 }
 
 // TestRateLimitThroughProxy: GETs as fast as four clients can send them
@@ -128,7 +162,7 @@ func TestRateLimitThroughProxy(t *testing.T) {
 	path := "/api/v1/namespaces/" + ns + "/configmaps/cm"
 	var passed, limited atomic.Int64
 	var badRefusal atomic.Value
-	elapsed := hammer(4*time.Second, 4, func() {
+	run := hammer(4*time.Second, 4, func() {
 		code, header, body := rawGet(t, p, path)
 		switch code {
 		case http.StatusOK:
@@ -147,7 +181,7 @@ func TestRateLimitThroughProxy(t *testing.T) {
 	if bad := badRefusal.Load(); bad != nil {
 		t.Fatalf("a refusal is not a 429 Status with Retry-After: %v", bad)
 	}
-	checkRate(t, passed.Load(), limited.Load(), elapsed, qps, burst)
+	checkRate(t, passed.Load(), limited.Load(), run, qps, burst)
 	if !strings.Contains(scrape(t, p.health), fmt.Sprintf(`ctrlmesh_proxy_policy_decisions_total{kind="rateLimit",policy="cb",rule="cm-gets",verdict="rate-limited"} %d`, limited.Load())) {
 		t.Errorf("the refusals are not counted")
 	}
