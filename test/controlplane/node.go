@@ -353,6 +353,12 @@ func (n *Node) buildPause(ctx context.Context) (string, error) {
 // and a serving certificate; it authenticates its clients by the
 // certificates of the cluster's client CA and asks the API server to
 // authorize them.
+//
+// Its image garbage collection is off (imageGCHighThresholdPercent 100):
+// the node's images are imported, from no registry, so an image it
+// removed could never be pulled again. On a disk 90% full (a shared
+// development machine) the kubelet removed the pause image, and no pod of
+// the node started again.
 func (n *Node) startKubelet(c *Cluster, assets string) error {
 	user, err := c.env.AddUser(envtest.User{Name: "system:node:" + n.Name, Groups: []string{"system:nodes"}}, nil)
 	if err != nil {
@@ -402,6 +408,7 @@ evictionHard:
   nodefs.available: 1%%
   nodefs.inodesFree: 1%%
   imagefs.available: 1%%
+imageGCHighThresholdPercent: 100
 `, n.cgroupRoot, n.ContainerdAddress, port, filepath.Join(serving, certs.CertFile), filepath.Join(serving, certs.KeyFile),
 		filepath.Join(n.Dir, "pod-logs"), filepath.Join(c.env.ControlPlane.APIServer.CertDir, "client-cert-auth-ca.crt"))
 	configPath := filepath.Join(n.Dir, "kubelet.yaml")
