@@ -107,13 +107,15 @@ func newServingMetrics(reg prometheus.Registerer) (*servingMetrics, error) {
 		handingOverSince: map[types.NamespacedName]time.Time{},
 		unservedSince:    map[types.NamespacedName]time.Time{},
 	}
-	m.perCluster = map[*prometheus.GaugeVec]map[types.NamespacedName]seriesSet{m.shards: {}, m.proxiesBehind: {}}
 	var err error
 	for _, g := range []**prometheus.GaugeVec{&m.shards, &m.unserved, &m.clustersChosen, &m.proxiesBehind} {
 		if *g, err = metricsutil.Register(reg, *g); err != nil {
 			return nil, err
 		}
 	}
+	// Keyed by the vectors registered, which are those of an earlier hub
+	// where one registered them first (a process that runs the hub again).
+	m.perCluster = map[*prometheus.GaugeVec]map[types.NamespacedName]seriesSet{m.shards: {}, m.proxiesBehind: {}}
 	for _, h := range []*prometheus.Histogram{&m.handoverSeconds, &m.unservedSeconds} {
 		if *h, err = metricsutil.Register(reg, *h); err != nil {
 			return nil, err

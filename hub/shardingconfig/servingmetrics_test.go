@@ -212,3 +212,26 @@ func BenchmarkObserveStatus(b *testing.B) {
 		})
 	}
 }
+
+// TestServingMetricsRegisteredAgain: a hub run again in one process finds
+// its vectors registered by the first, and records its series in those.
+func TestServingMetricsRegisteredAgain(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := NewMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	again, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := &ctrlmeshv1alpha1.ShardingConfig{ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: "op"},
+		Spec: ctrlmeshv1alpha1.ShardingConfigSpec{Sharding: ctrlmeshv1alpha1.ShardingLayout{Buckets: 32}}}
+	out := &outcome{members: members([]string{"a"}), domains: []domainOutcome{{step: placement.Step{Table: route.Table{Generation: 1,
+		Shards: []route.Shard{tableShard(t, "0", "0-31", "", pods("a", "a-0")...)}}}}}}
+	status := &ctrlmeshv1alpha1.ShardingConfigStatus{Placement: []ctrlmeshv1alpha1.ShardPlacement{
+		{Shard: "0", Cluster: "a", Buckets: "0-31", State: ctrlmeshv1alpha1.ShardServing, Health: ctrlmeshv1alpha1.ShardHealthy}}}
+	again.serving.observeStatus(sc, out, status, time.Unix(0, 0))
+	if got, ok := value(t, reg, "ctrlmesh_hub_shards", "cluster=a,health=Healthy,name=op,namespace=ops,state=Serving"); !ok || got != 1 {
+		t.Errorf("ctrlmesh_hub_shards = %v (present %v), want 1", got, ok)
+	}
+}
