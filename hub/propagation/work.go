@@ -86,11 +86,11 @@ type knownWork struct {
 	agentNamespace string
 }
 
-// wroteAlready reports whether current, the Work as read, is at or behind
+// knownToCarry reports whether current, the Work as read, is at or behind
 // a generation the Writer knows to carry the rules hash and agent
 // namespace: nobody changed its spec since (a change of spec gives a newer
 // generation; a Work deleted and created again another UID).
-func (w *Writer) wroteAlready(key client.ObjectKey, current *workv1alpha1.Work, rulesHash, agentNamespace string) bool {
+func (w *Writer) knownToCarry(key client.ObjectKey, current *workv1alpha1.Work, rulesHash, agentNamespace string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	last, ok := w.known[key]
@@ -126,8 +126,8 @@ func (w *Writer) remember(key client.ObjectKey, work *workv1alpha1.Work) {
 		rulesHash: work.Annotations[ctrlmeshv1alpha1.WorkRulesHashAnnotation], agentNamespace: work.Annotations[ctrlmeshv1alpha1.WorkAgentNamespaceAnnotation]}
 }
 
-// wrote reports whether the Writer knows the Work.
-func (w *Writer) wrote(key client.ObjectKey) bool {
+// knows reports whether the Writer knows the Work.
+func (w *Writer) knows(key client.ObjectKey) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	_, ok := w.known[key]
@@ -158,7 +158,7 @@ func (w *Writer) Sync(ctx context.Context, config *ctrlmeshv1alpha1.ShardingConf
 	}
 	// readServer: the cache may not show a Work the Writer created, or
 	// found existing, yet.
-	readServer := w.wrote(key)
+	readServer := w.knows(key)
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var current workv1alpha1.Work
 		err := w.Client.Get(ctx, key, &current)
@@ -179,7 +179,7 @@ func (w *Writer) Sync(ctx context.Context, config *ctrlmeshv1alpha1.ShardingConf
 			current.Annotations[ctrlmeshv1alpha1.WorkAgentNamespaceAnnotation] == agentNamespace {
 			return nil
 		}
-		if w.wroteAlready(key, &current, route.Spec.RulesHash, agentNamespace) {
+		if w.knownToCarry(key, &current, route.Spec.RulesHash, agentNamespace) {
 			return nil
 		}
 		if !current.DeletionTimestamp.IsZero() {
@@ -322,7 +322,7 @@ func (w *Writer) List(ctx context.Context, config *ctrlmeshv1alpha1.ShardingConf
 		return nil, fmt.Errorf("listing the Works of ShardingConfig %s/%s: %w", config.Namespace, config.Name, err)
 	}
 	items := works.Items
-	slices.SortFunc(items, func(a, b workv1alpha1.Work) int { return strings.Compare(a.Namespace, b.Namespace) })
+	sortByNamespace(items)
 	return items, nil
 }
 
@@ -342,8 +342,13 @@ func (w *Writer) ReadFromServer(ctx context.Context, config *ctrlmeshv1alpha1.Sh
 	for i := range items {
 		w.remember(client.ObjectKeyFromObject(&items[i]), &items[i])
 	}
-	slices.SortFunc(items, func(a, b workv1alpha1.Work) int { return strings.Compare(a.Namespace, b.Namespace) })
+	sortByNamespace(items)
 	return items, nil
+}
+
+// sortByNamespace sorts Works by their execution namespace: by cluster.
+func sortByNamespace(works []workv1alpha1.Work) {
+	slices.SortFunc(works, func(a, b workv1alpha1.Work) int { return strings.Compare(a.Namespace, b.Namespace) })
 }
 
 // CacheTransform is the hub's cache transform of Works: without their

@@ -587,7 +587,7 @@ func readBack(ctx context.Context, store *state.Store, source workSource, sc *ct
 	log := logr.FromContextOrDiscard(ctx)
 	config := client.ObjectKeyFromObject(sc)
 	unreadable = map[string]error{}
-	var unknown []string
+	unknown := map[string]bool{}
 	for i := range works {
 		work := &works[i]
 		cluster, err := routework.ClusterOf(work)
@@ -599,12 +599,12 @@ func readBack(ctx context.Context, store *state.Store, source workSource, sc *ct
 		}
 		rulesHash, known := source.Known(work)
 		if !known {
-			unknown = append(unknown, cluster)
+			unknown[cluster] = true
 			continue
 		}
 		switch err := store.ReadBackReport(config, cluster, rulesHash, readReport(log, work)); {
 		case errors.Is(err, state.ErrNotLatest):
-			unknown = append(unknown, cluster)
+			unknown[cluster] = true
 		case err != nil:
 			unreadable[cluster] = unreadableWork(cluster, err)
 		}
@@ -614,7 +614,7 @@ func readBack(ctx context.Context, store *state.Store, source workSource, sc *ct
 	}
 	read, err := source.ReadFromServer(ctx, sc)
 	if err != nil {
-		for _, cluster := range unknown {
+		for cluster := range unknown {
 			unreadable[cluster] = unreadableWork(cluster, err)
 		}
 		return unreadable
@@ -622,7 +622,7 @@ func readBack(ctx context.Context, store *state.Store, source workSource, sc *ct
 	for i := range read {
 		work := &read[i]
 		cluster, err := routework.ClusterOf(work)
-		if err != nil || !slices.Contains(unknown, cluster) {
+		if err != nil || !unknown[cluster] {
 			continue
 		}
 		route, err := routework.Decode(work)

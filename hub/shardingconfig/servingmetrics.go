@@ -29,8 +29,8 @@ type servingMetrics struct {
 	mu               sync.Mutex
 	handingOverSince map[types.NamespacedName]time.Time
 	unservedSince    map[types.NamespacedName]time.Time
-	// The series of shards and proxiesBehind each config has, by vector.
-	perCluster map[*prometheus.GaugeVec]map[types.NamespacedName]seriesSet
+	// The series each config has in shards and in proxiesBehind.
+	shardSeries, behindSeries map[types.NamespacedName]seriesSet
 }
 
 // seriesSet is the series of one config in a vector, by their label values
@@ -51,28 +51,29 @@ func (s seriesSet) add(value float64, labels ...string) {
 }
 
 // setSeries gives config's series in vec the values of next, and deletes
-// those it had and next has not. A deletion by partial match (namespace
+// those it had (in had, the config's series in vec by config) and next
+// has not. A deletion by partial match (namespace
 // and name) would find them too, but scans every series of the vector:
 // one per config and member, and more, so at 10 members x 1000 configs it
 // took half the hub's CPU (make bench-scale). Gauges are set rather than
 // deleted and counted up again, so a scrape never sees a config's series
 // half counted.
-func (m *servingMetrics) setSeries(vec *prometheus.GaugeVec, config types.NamespacedName, next seriesSet) {
+func (m *servingMetrics) setSeries(vec *prometheus.GaugeVec, had map[types.NamespacedName]seriesSet, config types.NamespacedName, next seriesSet) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, e := range next {
 		vec.WithLabelValues(e.labels...).Set(e.value)
 	}
-	for key, e := range m.perCluster[vec][config] {
+	for key, e := range had[config] {
 		if _, ok := next[key]; !ok {
 			vec.DeleteLabelValues(e.labels...)
 		}
 	}
 	if next == nil {
-		delete(m.perCluster[vec], config)
+		delete(had, config)
 		return
 	}
-	m.perCluster[vec][config] = next
+	had[config] = next
 }
 
 func newServingMetrics(reg prometheus.Registerer) (*servingMetrics, error) {
@@ -106,6 +107,8 @@ func newServingMetrics(reg prometheus.Registerer) (*servingMetrics, error) {
 		}),
 		handingOverSince: map[types.NamespacedName]time.Time{},
 		unservedSince:    map[types.NamespacedName]time.Time{},
+		shardSeries:      map[types.NamespacedName]seriesSet{},
+		behindSeries:     map[types.NamespacedName]seriesSet{},
 	}
 	var err error
 	for _, g := range []**prometheus.GaugeVec{&m.shards, &m.unserved, &m.clustersChosen, &m.proxiesBehind} {
@@ -113,9 +116,6 @@ func newServingMetrics(reg prometheus.Registerer) (*servingMetrics, error) {
 			return nil, err
 		}
 	}
-	// Keyed by the vectors registered, which are those of an earlier hub
-	// where one registered them first (a process that runs the hub again).
-	m.perCluster = map[*prometheus.GaugeVec]map[types.NamespacedName]seriesSet{m.shards: {}, m.proxiesBehind: {}}
 	for _, h := range []*prometheus.Histogram{&m.handoverSeconds, &m.unservedSeconds} {
 		if *h, err = metricsutil.Register(reg, *h); err != nil {
 			return nil, err
@@ -135,7 +135,7 @@ func (m *servingMetrics) observeStatus(sc *ctrlmeshv1alpha1.ShardingConfig, out 
 	for _, p := range status.Placement {
 		shards.add(1, sc.Namespace, sc.Name, p.Cluster, string(p.State), string(p.Health))
 	}
-	m.setSeries(m.shards, key, shards)
+	m.setSeries(m.shards, m.shardSeries, key, shards)
 	unserved := unservedBuckets(sc, len(out.domains), status.Placement)
 	m.unserved.WithLabelValues(sc.Namespace, sc.Name).Set(float64(unserved))
 
@@ -159,7 +159,7 @@ func (m *servingMetrics) observeStatus(sc *ctrlmeshv1alpha1.ShardingConfig, out 
 			}
 		}
 	}
-	m.setSeries(m.proxiesBehind, key, behind)
+	m.setSeries(m.proxiesBehind, m.behindSeries, key, behind)
 
 	pending := false
 	for _, d := range out.domains {
@@ -220,8 +220,8 @@ func unservedBuckets(sc *ctrlmeshv1alpha1.ShardingConfig, domains int, placement
 // forget drops the series and intervals of a deleted ShardingConfig.
 func (m *servingMetrics) forget(sc *ctrlmeshv1alpha1.ShardingConfig) {
 	key := types.NamespacedName{Namespace: sc.Namespace, Name: sc.Name}
-	m.setSeries(m.shards, key, nil)
-	m.setSeries(m.proxiesBehind, key, nil)
+	m.setSeries(m.shards, m.shardSeries, key, nil)
+	m.setSeries(m.proxiesBehind, m.behindSeries, key, nil)
 	m.unserved.DeleteLabelValues(sc.Namespace, sc.Name)
 	m.clustersChosen.DeleteLabelValues(sc.Namespace, sc.Name)
 	m.mu.Lock()

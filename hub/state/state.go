@@ -354,11 +354,9 @@ func (s *Store) RecordPublish(config types.NamespacedName, cluster string, route
 // reports the Work as behind; a route of the recorded generation with
 // another hash (someone else wrote the Work) replaces the record.
 func (s *Store) ReadBack(config types.NamespacedName, cluster string, route *ctrlmeshv1alpha1.ShardRoute, report *Report, at time.Time) (behind bool, err error) {
-	var row *reportRow
-	if report != nil {
-		if row, err = newReportRow(config, cluster, *report); err != nil {
-			return false, err
-		}
+	row, err := newReportRow(config, cluster, report)
+	if err != nil {
+		return false, err
 	}
 	err = s.write(func(txn *memdb.Txn) error {
 		if behind, err = recordRoute(txn, config, cluster, route, true, at); err != nil {
@@ -377,12 +375,9 @@ func (s *Store) ReadBack(config types.NamespacedName, cluster string, route *ctr
 // returns ErrNotLatest: the caller then reads the Work's rules back with
 // ReadBack.
 func (s *Store) ReadBackReport(config types.NamespacedName, cluster, rulesHash string, report *Report) error {
-	var row *reportRow
-	if report != nil {
-		var err error
-		if row, err = newReportRow(config, cluster, *report); err != nil {
-			return err
-		}
+	row, err := newReportRow(config, cluster, report)
+	if err != nil {
+		return err
 	}
 	return s.write(func(txn *memdb.Txn) error {
 		raw, err := txn.First(publishedTable, idIndex, config.String(), cluster)
@@ -489,12 +484,15 @@ func routing(r *ctrlmeshv1alpha1.ShardRoute) *ctrlmeshv1alpha1.ShardRoute {
 }
 
 // newReportRow checks a report and makes its row, with pods and leaders
-// sorted.
-func newReportRow(config types.NamespacedName, cluster string, report Report) (*reportRow, error) {
+// sorted; nil for no report.
+func newReportRow(config types.NamespacedName, cluster string, reported *Report) (*reportRow, error) {
+	if reported == nil {
+		return nil, nil
+	}
 	if config.Name == "" || cluster == "" {
 		return nil, fmt.Errorf("state: report of config %q from cluster %q: both must be named", config, cluster)
 	}
-	report = report.clone()
+	report := reported.clone()
 	report.Config, report.Cluster = config, cluster
 	slices.SortFunc(report.Pods, func(a, b Pod) int { return cmp.Compare(a.Name, b.Name) })
 	for i, p := range report.Pods {
