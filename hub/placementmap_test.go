@@ -108,13 +108,15 @@ func TestPlacementMapServedByHub(t *testing.T) {
 		`ctrlmesh_hub_clusters_selected{name="demo-op",namespace="ops"} 2`,
 		`ctrlmesh_hub_clusters_available{name="demo-op",namespace="ops"} 2`,
 		`ctrlmesh_hub_handovers_pending{name="demo-op",namespace="ops"} 0`,
-		`ctrlmesh_hub_shards{cluster="member1",health="Healthy",name="demo-op",namespace="ops",state="Serving"} 2`,
-		`ctrlmesh_hub_shards{cluster="member2",health="Healthy",name="demo-op",namespace="ops",state="Serving"} 2`,
-		`ctrlmesh_hub_proxies_behind{cluster="member1",name="demo-op",namespace="ops"} 0`,
+		`ctrlmesh_hub_shards{health="Healthy",name="demo-op",namespace="ops",state="Serving"} 4`,
 	} {
 		if !strings.Contains(scrape, want+"\n") {
 			t.Errorf("the hub's /metrics lacks %s", want)
 		}
+	}
+	// No proxy is behind: no cluster has a series.
+	if strings.Contains(scrape, "ctrlmesh_hub_proxies_behind{") {
+		t.Errorf("the hub's /metrics has ctrlmesh_hub_proxies_behind series with every proxy enforcing:\n%s", scrape)
 	}
 	// test/cmd/dashboardshot draws the dashboard's first row from this
 	// scrape (README's picture).

@@ -17,6 +17,13 @@ import (
 // has a live owner: what the alerts in deploy/monitoring and the dashboard
 // read. The gauges of metrics.go describe the placement computed; these
 // describe what the members report serving.
+//
+// Their series grow with ShardingConfigs, not with ShardingConfigs x
+// members: at 1000 members x 100 configs a series per config and member
+// would be 100,000 series or more, a load on the hub (about 1 KB of heap
+// each) and on Prometheus alike. The status names the clusters; the one
+// per-cluster vector, proxiesBehind, has series only for clusters with
+// proxies behind, none in steady state.
 type servingMetrics struct {
 	shards          *prometheus.GaugeVec
 	unserved        *prometheus.GaugeVec
@@ -81,8 +88,8 @@ func newServingMetrics(reg prometheus.Registerer) (*servingMetrics, error) {
 	m := &servingMetrics{
 		shards: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ctrlmesh_hub_shards",
-			Help: "Shards in a ShardingConfig's status, by cluster, state (Pending, Serving, Draining) and health (Healthy, Unhealthy, Unknown).",
-		}, []string{"namespace", "name", "cluster", "state", "health"}),
+			Help: "Shards in a ShardingConfig's status, by state (Pending, Serving, Draining) and health (Healthy, Unhealthy, Unknown); the status names their clusters.",
+		}, []string{"namespace", "name", "state", "health"}),
 		unserved: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ctrlmesh_hub_unserved_buckets",
 			Help: "Buckets, summed over a ShardingConfig's placement domains, that no Serving and Healthy shard serves: unowned, pending, or owned by a shard without a live leader enforcing the rules; 0 in steady state.",
@@ -93,7 +100,7 @@ func newServingMetrics(reg prometheus.Registerer) (*servingMetrics, error) {
 		}, []string{"namespace", "name"}),
 		proxiesBehind: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ctrlmesh_hub_proxies_behind",
-			Help: "Pods of a ShardingConfig's shards whose proxy does not report enforcing the routing generation placed, by cluster.",
+			Help: "Pods of a ShardingConfig's shards whose proxy does not report enforcing the routing generation placed, by cluster; only clusters with such pods have a series.",
 		}, []string{"namespace", "name", "cluster"}),
 		handoverSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ctrlmesh_hub_handover_duration_seconds",
@@ -133,7 +140,7 @@ func (m *servingMetrics) observeStatus(sc *ctrlmeshv1alpha1.ShardingConfig, out 
 	key := types.NamespacedName{Namespace: sc.Namespace, Name: sc.Name}
 	shards := seriesSet{}
 	for _, p := range status.Placement {
-		shards.add(1, sc.Namespace, sc.Name, p.Cluster, string(p.State), string(p.Health))
+		shards.add(1, sc.Namespace, sc.Name, string(p.State), string(p.Health))
 	}
 	m.setSeries(m.shards, m.shardSeries, key, shards)
 	unserved := unservedBuckets(sc, len(out.domains), status.Placement)
@@ -151,11 +158,9 @@ func (m *servingMetrics) observeStatus(sc *ctrlmeshv1alpha1.ShardingConfig, out 
 	for _, d := range out.domains {
 		for _, rs := range d.step.Table.Shards {
 			for _, id := range rs.Pods {
-				n := 0.0
 				if !out.members[id.Cluster].enforces(id.Name, d.step.Table.Generation) {
-					n = 1
+					behind.add(1, sc.Namespace, sc.Name, id.Cluster)
 				}
-				behind.add(n, sc.Namespace, sc.Name, id.Cluster)
 			}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/hub/placement"
+	"github.com/ctrlmesh/ctrlmesh/hub/state"
 	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 )
 
@@ -77,7 +78,7 @@ func TestServingMetricsObserveStatus(t *testing.T) {
 		name, labels string
 		want         float64
 	}{
-		{"ctrlmesh_hub_shards", "cluster=a,health=Unhealthy,name=operator,namespace=ops,state=Pending", 1},
+		{"ctrlmesh_hub_shards", "health=Unhealthy,name=operator,namespace=ops,state=Pending", 1},
 		{"ctrlmesh_hub_unserved_buckets", "name=operator,namespace=ops", 32},
 		{"ctrlmesh_hub_clusters_selected", "name=operator,namespace=ops", 2},
 		{"ctrlmesh_hub_proxies_behind", "cluster=a,name=operator,namespace=ops", 1},
@@ -95,8 +96,11 @@ func TestServingMetricsObserveStatus(t *testing.T) {
 		{Shard: "0", Cluster: "a", Buckets: "0-31", State: ctrlmeshv1alpha1.ShardServing, Health: ctrlmeshv1alpha1.ShardHealthy},
 	}}
 	m.serving.observeStatus(sc, done, status, t0.Add(30*time.Second))
-	if _, ok := value(t, reg, "ctrlmesh_hub_shards", "cluster=a,health=Unhealthy,name=operator,namespace=ops,state=Pending"); ok {
+	if _, ok := value(t, reg, "ctrlmesh_hub_shards", "health=Unhealthy,name=operator,namespace=ops,state=Pending"); ok {
 		t.Error("the Pending shard series outlived the status that had it")
+	}
+	if s := series(t, reg, "ctrlmesh_hub_proxies_behind"); len(s) != 0 {
+		t.Errorf("ctrlmesh_hub_proxies_behind: series %v with no proxy behind, want none", s)
 	}
 	if got, _ := value(t, reg, "ctrlmesh_hub_unserved_buckets", "name=operator,namespace=ops"); got != 0 {
 		t.Errorf("unserved = %v, want 0", got)
@@ -144,8 +148,7 @@ func TestServingMetricsPerConfig(t *testing.T) {
 	}
 	want := map[string]float64{}
 	for _, name := range []string{"one", "two"} {
-		want["ctrlmesh_hub_shards{cluster=a,health=Healthy,name="+name+",namespace=ops,state=Serving}"] = 2
-		want["ctrlmesh_hub_shards{cluster=b,health=Healthy,name="+name+",namespace=ops,state=Serving}"] = 1
+		want["ctrlmesh_hub_shards{health=Healthy,name="+name+",namespace=ops,state=Serving}"] = 3
 		want["ctrlmesh_hub_proxies_behind{cluster=a,name="+name+",namespace=ops}"] = 2
 		want["ctrlmesh_hub_proxies_behind{cluster=b,name="+name+",namespace=ops}"] = 1
 	}
@@ -166,9 +169,18 @@ func TestServingMetricsPerConfig(t *testing.T) {
 	// One loses cluster b: its series of b go, two's stay.
 	onlyA := &outcome{members: members([]string{"a"}), domains: placed.domains[:1]}
 	m.serving.observeStatus(config("one"), onlyA, &ctrlmeshv1alpha1.ShardingConfigStatus{Placement: status.Placement[:2]}, t0)
-	delete(want, "ctrlmesh_hub_shards{cluster=b,health=Healthy,name=one,namespace=ops,state=Serving}")
+	want["ctrlmesh_hub_shards{health=Healthy,name=one,namespace=ops,state=Serving}"] = 2
 	delete(want, "ctrlmesh_hub_proxies_behind{cluster=b,name=one,namespace=ops}")
 	check("one without cluster b")
+
+	// Two's proxies in b report enforcing generation 1: b's series of two
+	// goes — a cluster whose proxies all enforce has none.
+	enforcing := members([]string{"a", "b"})
+	enforcing["b"].published = &state.Published{Revision: state.Revision{Generation: 1, RulesHash: "h1"}, History: []state.Revision{{Generation: 1, RulesHash: "h1"}}}
+	enforcing["b"].report = &state.Report{Pods: []state.Pod{{Name: "b-0", AppliedRulesHash: "h1"}}}
+	m.serving.observeStatus(config("two"), &outcome{members: enforcing, domains: placed.domains}, status, t0)
+	delete(want, "ctrlmesh_hub_proxies_behind{cluster=b,name=two,namespace=ops}")
+	check("two's proxies in b enforcing")
 
 	m.forget(config("two"))
 	for key := range want {
@@ -231,7 +243,7 @@ func TestServingMetricsRegisteredAgain(t *testing.T) {
 	status := &ctrlmeshv1alpha1.ShardingConfigStatus{Placement: []ctrlmeshv1alpha1.ShardPlacement{
 		{Shard: "0", Cluster: "a", Buckets: "0-31", State: ctrlmeshv1alpha1.ShardServing, Health: ctrlmeshv1alpha1.ShardHealthy}}}
 	again.serving.observeStatus(sc, out, status, time.Unix(0, 0))
-	if got, ok := value(t, reg, "ctrlmesh_hub_shards", "cluster=a,health=Healthy,name=op,namespace=ops,state=Serving"); !ok || got != 1 {
+	if got, ok := value(t, reg, "ctrlmesh_hub_shards", "health=Healthy,name=op,namespace=ops,state=Serving"); !ok || got != 1 {
 		t.Errorf("ctrlmesh_hub_shards = %v (present %v), want 1", got, ok)
 	}
 }

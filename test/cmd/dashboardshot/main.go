@@ -42,7 +42,10 @@ type panel struct {
 	} `json:"targets"`
 	FieldConfig struct {
 		Defaults struct {
-			Unit       string `json:"unit"`
+			Unit string `json:"unit"`
+			// NoValue is what Grafana shows when the queries return no
+			// series.
+			NoValue    string `json:"noValue"`
 			Thresholds struct {
 				Steps []struct {
 					Color string   `json:"color"`
@@ -67,9 +70,11 @@ type value struct {
 func evaluate(families map[string]*dto.MetricFamily, expr, legend string) ([]value, error) {
 	if m := aggregation.FindStringSubmatch(expr); m != nil {
 		by := strings.Split(strings.ReplaceAll(m[2], " ", ""), ",")
+		// A vector without series is not in the scrape at all: no
+		// values, as Prometheus answers; the caller shows noValue.
 		f := families[m[3]]
 		if f == nil {
-			return nil, fmt.Errorf("the scrape has no %s", m[3])
+			return nil, nil
 		}
 		groups := map[string]float64{}
 		labels := map[string]map[string]string{}
@@ -197,14 +202,26 @@ func run(dashboardPath, scrapePath, out string) error {
 			continue
 		}
 		var cells strings.Builder
+		var all []value
 		for _, t := range p.Targets {
 			vs, err := evaluate(families, t.Expr, t.LegendFormat)
 			if err != nil {
 				return fmt.Errorf("panel %q: %w", p.Title, err)
 			}
-			for _, v := range vs {
-				fmt.Fprintf(&cells, `<div class="v" style="background:%s"><b>%s</b><span>%s</span></div>`, color(p, v.v), html.EscapeString(format(p, v.v)), html.EscapeString(v.legend))
+			all = append(all, vs...)
+		}
+		if len(all) == 0 {
+			if p.FieldConfig.Defaults.NoValue == "" {
+				return fmt.Errorf("panel %q: the scrape has no series of its queries and the panel no noValue to show", p.Title)
 			}
+			v, err := strconv.ParseFloat(p.FieldConfig.Defaults.NoValue, 64)
+			if err != nil {
+				return fmt.Errorf("panel %q: noValue %q: want a number: %w", p.Title, p.FieldConfig.Defaults.NoValue, err)
+			}
+			all = append(all, value{v: v})
+		}
+		for _, v := range all {
+			fmt.Fprintf(&cells, `<div class="v" style="background:%s"><b>%s</b><span>%s</span></div>`, color(p, v.v), html.EscapeString(format(p, v.v)), html.EscapeString(v.legend))
 		}
 		fmt.Fprintf(&body, `<div class="p" style="left:%dpx;top:%dpx;width:%dpx;height:%dpx"><h3>%s</h3><div class="vs">%s</div></div>`,
 			p.GridPos.X*unit, p.GridPos.Y*30, p.GridPos.W*unit-8, p.GridPos.H*30-8, html.EscapeString(p.Title), cells.String())
