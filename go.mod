@@ -11,6 +11,7 @@ require (
 	github.com/go-logr/logr v1.4.3
 	github.com/google/go-containerregistry v0.20.3
 	github.com/google/nftables v0.3.0
+	github.com/google/pprof v0.0.0-20250403155104-27863c87afa6
 	github.com/hashicorp/go-memdb v1.3.5
 	github.com/karmada-io/karmada v1.16.0
 	github.com/prometheus/client_golang v1.22.0

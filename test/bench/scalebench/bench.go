@@ -90,7 +90,10 @@ type result struct {
 	// fleetLoss is from a Fleet-scope member's last heartbeat to its
 	// buckets served (Ready) by other members' pods.
 	fleetLoss time.Duration
-	heapFile  string
+	// restHeap is the leader's live heap at rest, restHeapFile its heap
+	// profile; leaderHeap and heapFile the new leader's once it healed.
+	restHeap, leaderHeap   int64
+	restHeapFile, heapFile string
 	// ceiling is the API server's, measured before the hub started; nil
 	// when not measured.
 	ceiling *ceiling
@@ -240,6 +243,11 @@ func run(ctx context.Context, opts options, s scale) (_ *result, err error) {
 	if err := b.steadyState(ctx, r); err != nil {
 		return r, err
 	}
+	r.restHeapFile = filepath.Join(dir, "hub-0-rest.heap")
+	if r.restHeap, err = b.hubs[0].heapProfile(ctx, r.restHeapFile); err != nil {
+		b.logf("heap profile: %v", err)
+		r.restHeapFile = ""
+	}
 	if err := b.podFailure(ctx, r); err != nil {
 		return r, err
 	}
@@ -247,7 +255,7 @@ func run(ctx context.Context, opts options, s scale) (_ *result, err error) {
 		return r, err
 	}
 	r.heapFile = filepath.Join(dir, "hub-1.heap")
-	if err := b.hubs[1].heapProfile(ctx, r.heapFile); err != nil {
+	if r.leaderHeap, err = b.hubs[1].heapProfile(ctx, r.heapFile); err != nil {
 		b.logf("heap profile: %v", err)
 		r.heapFile = ""
 	}

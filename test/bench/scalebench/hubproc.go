@@ -11,11 +11,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/google/pprof/profile"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"k8s.io/client-go/rest"
@@ -240,22 +242,36 @@ func (h *hubProcess) leads(ctx context.Context) bool {
 	return false
 }
 
-// heapProfile saves the replica's heap profile to path.
-func (h *hubProcess) heapProfile(ctx context.Context, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+h.pprof+"/debug/pprof/heap", nil)
+// heapProfile saves the replica's heap profile, taken after a collection,
+// to path, and returns the live heap it holds (in-use bytes, as the
+// runtime's sampling estimates them).
+func (h *hubProcess) heapProfile(ctx context.Context, path string) (live int64, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+h.pprof+"/debug/pprof/heap?gc=1", nil)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer resp.Body.Close()
-	f, err := os.Create(path)
+	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	defer f.Close()
-	_, err = io.Copy(f, resp.Body)
-	return err
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return 0, err
+	}
+	p, err := profile.ParseData(data)
+	if err != nil {
+		return 0, fmt.Errorf("parsing the heap profile of %s: %w", h.name, err)
+	}
+	index := slices.IndexFunc(p.SampleType, func(t *profile.ValueType) bool { return t.Type == "inuse_space" })
+	if index < 0 {
+		return 0, fmt.Errorf("the heap profile of %s has no inuse_space", h.name)
+	}
+	for _, s := range p.Sample {
+		live += s.Value[index]
+	}
+	return live, nil
 }

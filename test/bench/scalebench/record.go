@@ -26,6 +26,7 @@ type record struct {
 	RestartWrites, RestartUnchanged []string
 	RestartRSS                      int64
 	FleetLoss                       time.Duration
+	RestHeap, LeaderHeap            int64 `json:",omitempty"`
 	Load                            string
 	Ceiling                         *ceilingRecord `json:",omitempty"`
 }
@@ -42,7 +43,7 @@ func toRecord(r *result, load string) record {
 		RSS: r.rss, Peak: r.peak, Requests: r.requests, SteadyWindow: r.steadyWindow, Steady: r.steady, Heartbeats: r.heartbeatsPerSec,
 		SteadyWorkWrites: r.steadyWorkWrites, SteadyEvents: r.steadyEvents, PodFailure: r.podFailure, PodFailureWrites: r.podFailureWrites,
 		RestartLeads: r.restartLeads, RestartHealed: r.restartHealed, RestartWrites: r.restartWrites, RestartUnchanged: r.restartUnchanged,
-		RestartRSS: r.restartRSS, FleetLoss: r.fleetLoss, Load: load, Ceiling: toCeilingRecord(r.ceiling),
+		RestartRSS: r.restartRSS, FleetLoss: r.fleetLoss, RestHeap: r.restHeap, LeaderHeap: r.leaderHeap, Load: load, Ceiling: toCeilingRecord(r.ceiling),
 	}
 }
 
@@ -59,7 +60,7 @@ func (c record) result() *result {
 		rss: c.RSS, peak: c.Peak, requests: c.Requests, steadyWindow: c.SteadyWindow, steady: c.Steady, heartbeatsPerSec: c.Heartbeats,
 		steadyWorkWrites: c.SteadyWorkWrites, steadyEvents: c.SteadyEvents, podFailure: c.PodFailure, podFailureWrites: c.PodFailureWrites,
 		restartLeads: c.RestartLeads, restartHealed: c.RestartHealed, restartWrites: c.RestartWrites, restartUnchanged: c.RestartUnchanged,
-		restartRSS: c.RestartRSS, fleetLoss: c.FleetLoss, ceiling: c.Ceiling.ceiling(),
+		restartRSS: c.RestartRSS, fleetLoss: c.FleetLoss, restHeap: c.RestHeap, leaderHeap: c.LeaderHeap, ceiling: c.Ceiling.ceiling(),
 	}
 }
 

@@ -82,8 +82,11 @@ func report(out io.Writer, results []*result, opts options) {
 		}
 	}
 	for _, r := range results {
-		if r.heapFile != "" {
-			fmt.Fprintf(out, "heap profile of the new leader at %s: %s\n", r.scale, r.heapFile)
+		if r.restHeap > 0 {
+			fmt.Fprintf(out, "%s: the leader's live heap at rest %.1f MB, %.1f KB a Work (profile %s)\n", r.scale, float64(r.restHeap)/1e6, float64(r.restHeap)/1e3/float64(r.works), r.restHeapFile)
+		}
+		if r.leaderHeap > 0 {
+			fmt.Fprintf(out, "%s: the new leader's live heap once healed %.1f MB, %.1f KB a Work (profile %s)\n", r.scale, float64(r.leaderHeap)/1e6, float64(r.leaderHeap)/1e3/float64(r.works), r.heapFile)
 		}
 	}
 }
