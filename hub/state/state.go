@@ -217,7 +217,7 @@ const (
 	// prefix of its primary index (config, cluster) with args (config, "").
 	// A second index on the config alone cost radix leaves and nodes per
 	// row: 0.87 of 4.9 KB a Work (BenchmarkModelBytes), 87 MB at 100,000
-	// Works. The iterators of both are sorted by config and cluster.
+	// Works.
 	configPrefix = idIndex + "_prefix"
 )
 
