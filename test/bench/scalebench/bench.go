@@ -113,9 +113,11 @@ type options struct {
 	// ceilingWorks is how many Works the API server's ceiling is measured
 	// with; 0 measures none.
 	ceilingWorks int
-	// hubArgs are further flags of both hub replicas.
-	hubArgs []string
-	log     io.Writer
+	// hubArgs are further flags of both hub replicas, hubMemoryLimit
+	// their GOMEMLIMIT.
+	hubArgs        []string
+	hubMemoryLimit string
+	log            io.Writer
 }
 
 // bench is one run's hub cluster, hub replicas and simulated members.
@@ -285,7 +287,7 @@ func (b *bench) startHubIdentity(ctx context.Context, c *controlplane.Cluster, d
 }
 
 func (b *bench) startHub(logPath string) error {
-	h, err := startHub(b.hubBin, b.kubecf, hubNamespace, fmt.Sprintf("hub-%d", len(b.hubs)), logPath, b.opts.hubArgs)
+	h, err := startHub(b.hubBin, b.kubecf, hubNamespace, fmt.Sprintf("hub-%d", len(b.hubs)), logPath, b.opts.hubArgs, b.opts.hubMemoryLimit)
 	if err != nil {
 		return err
 	}

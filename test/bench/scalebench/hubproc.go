@@ -69,8 +69,9 @@ func freePort() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// startHub starts a replica; its log goes to logPath.
-func startHub(bin, kubeconfig, namespace, name, logPath string, extra []string) (*hubProcess, error) {
+// startHub starts a replica; its log goes to logPath. A memoryLimit is
+// its GOMEMLIMIT.
+func startHub(bin, kubeconfig, namespace, name, logPath string, extra []string, memoryLimit string) (*hubProcess, error) {
 	metrics, err := freePort()
 	if err != nil {
 		return nil, err
@@ -87,6 +88,9 @@ func startHub(bin, kubeconfig, namespace, name, logPath string, extra []string) 
 		"--metrics-bind-address=" + metrics, "--health-probe-bind-address=0", "--pprof-bind-address=" + pprof}, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if memoryLimit != "" {
+		cmd.Env = append(os.Environ(), "GOMEMLIMIT="+memoryLimit)
+	}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)

@@ -48,8 +48,12 @@ func readyCell(r *result) string {
 func report(out io.Writer, results []*result, opts options) {
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Fprintf(out, "\n## hub at fleet scale (%d CPUs; load average at the end: %s)\n", runtime.NumCPU(), strings.TrimSpace(string(load)))
-	fmt.Fprintf(out, "this run: pods per config and member %d, proxies apply in %s, heartbeat every %s (lease %s), Fleet config over %d members\n\n",
-		opts.pods, opts.proxyDelay, opts.renew, opts.lease, opts.fleetSize)
+	memoryLimit := opts.hubMemoryLimit
+	if memoryLimit == "" {
+		memoryLimit = "none"
+	}
+	fmt.Fprintf(out, "this run: pods per config and member %d, proxies apply in %s, heartbeat every %s (lease %s), Fleet config over %d members, the hub's GOMEMLIMIT %s\n\n",
+		opts.pods, opts.proxyDelay, opts.renew, opts.lease, opts.fleetSize, memoryLimit)
 	fmt.Fprintln(out, "| clusters × configs | Works | apply → Ready | hub CPU | hub RSS (peak) | hub requests during apply | hub req/s at rest, without Events (heartbeats/s) | pod failure healed (Works written) | restart: leads, healed (Works written, unchanged rewritten) | Fleet member lost → served elsewhere |")
 	fmt.Fprintln(out, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	for _, r := range results {
