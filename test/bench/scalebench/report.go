@@ -87,10 +87,10 @@ func report(out io.Writer, results []*result, opts options) {
 	}
 	for _, r := range results {
 		if r.restHeap > 0 {
-			fmt.Fprintf(out, "%s: the leader's live heap at rest %.1f MB, %.1f KB a Work (profile %s)\n", r.scale, float64(r.restHeap)/1e6, float64(r.restHeap)/1e3/float64(r.works), r.restHeapFile)
+			fmt.Fprintf(out, "%s: the leader's live heap at rest %.1f MB, %.1f KB a Work%s\n", r.scale, float64(r.restHeap)/1e6, float64(r.restHeap)/1e3/float64(r.works), profileNote(r.restHeapFile))
 		}
 		if r.leaderHeap > 0 {
-			fmt.Fprintf(out, "%s: the new leader's live heap once healed %.1f MB, %.1f KB a Work (profile %s)\n", r.scale, float64(r.leaderHeap)/1e6, float64(r.leaderHeap)/1e3/float64(r.works), r.heapFile)
+			fmt.Fprintf(out, "%s: the new leader's live heap once healed %.1f MB, %.1f KB a Work%s\n", r.scale, float64(r.leaderHeap)/1e6, float64(r.leaderHeap)/1e3/float64(r.works), profileNote(r.heapFile))
 		}
 	}
 }
@@ -168,4 +168,13 @@ func metOrMissed(met bool) string {
 		return "met"
 	}
 	return "missed"
+}
+
+// profileNote names a heap profile's file; results loaded with -load have
+// none.
+func profileNote(path string) string {
+	if path == "" {
+		return ""
+	}
+	return " (profile " + path + ")"
 }
