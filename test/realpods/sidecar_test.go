@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -250,15 +251,20 @@ func checkInjectedSidecar(t *testing.T, ctx context.Context, hub, member *env.Cl
 	// the same Work): the operator behind its proxy then takes its leader
 	// Lease and reconciles a ConfigMap, every request through the proxy
 	// with the pod's own token.
-	if err := hub.Client.Get(ctx, client.ObjectKeyFromObject(work), work); err != nil {
-		t.Fatal(err)
-	}
+	// The agent writes the Work's status meanwhile: the update retries on a
+	// conflict, as the hub's own writer does.
 	route.Spec.RoutingGeneration = 2
 	route.Spec.Shards[0].Pods = []ctrlmeshv1alpha1.RoutePod{{Name: pod.Name}}
-	if err := routework.SetManifests(work, route, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := hub.Client.Update(ctx, work); err != nil {
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := hub.Client.Get(ctx, client.ObjectKeyFromObject(work), work); err != nil {
+			return err
+		}
+		if err := routework.SetManifests(work, route, nil); err != nil {
+			return err
+		}
+		return hub.Client.Update(ctx, work)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	placed := time.Now()
