@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -28,6 +29,8 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 	"github.com/ctrlmesh/ctrlmesh/test/controlplane"
 	"github.com/ctrlmesh/ctrlmesh/test/localfleet"
+
+	"github.com/ctrlmesh/ctrlmesh/test/bench/internal/promscrape"
 )
 
 // The operator's pods run in opNamespace, sharded by the ShardingConfig
@@ -282,6 +285,47 @@ type procMemory struct {
 	// on one machine, but counted in the RSS of each).
 	// rss = anon + file + RssShmem.
 	anon, file int64
+}
+
+// goMemory is how a Go process's runtime accounts for its memory, from its
+// Prometheus Go collector (runtime/metrics, which controller-runtime's
+// metrics registry serves in full).
+type goMemory struct {
+	// live is the heap the last collection marked live: for an operator,
+	// mostly its informers' caches. goal is the heap size at which the
+	// next collection starts (twice live with GOGC=100).
+	live, goal int64
+	// heap is the heap's memory not returned to the OS: objects (live or
+	// not yet collected), unused span space, and free pages kept.
+	// nonHeap is the rest of what the runtime holds: goroutine stacks,
+	// its metadata (spans, GC bitmaps), profiling buckets, other.
+	heap, nonHeap int64
+}
+
+// readGoMemory reads an operator's Go memory from its /metrics at address.
+func readGoMemory(ctx context.Context, address string) (goMemory, error) {
+	families, err := promscrape.Scrape(ctx, http.DefaultClient.Do, "http://"+address+"/metrics")
+	if err != nil {
+		return goMemory{}, fmt.Errorf("reading the Go runtime's memory: %w", err)
+	}
+	v := map[string]float64{}
+	var errs []error
+	for _, name := range []string{"go_gc_heap_live_bytes", "go_gc_heap_goal_bytes", "go_memory_classes_total_bytes",
+		"go_memory_classes_heap_objects_bytes", "go_memory_classes_heap_unused_bytes", "go_memory_classes_heap_free_bytes", "go_memory_classes_heap_released_bytes"} {
+		var err error
+		v[name], err = promscrape.Gauge(families, name)
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return goMemory{}, fmt.Errorf("reading the Go runtime's memory from %s: %w", address, err)
+	}
+	heap := v["go_memory_classes_heap_objects_bytes"] + v["go_memory_classes_heap_unused_bytes"] + v["go_memory_classes_heap_free_bytes"]
+	return goMemory{
+		live:    int64(v["go_gc_heap_live_bytes"]),
+		goal:    int64(v["go_gc_heap_goal_bytes"]),
+		heap:    int64(heap),
+		nonHeap: int64(v["go_memory_classes_total_bytes"] - heap - v["go_memory_classes_heap_released_bytes"]),
+	}, nil
 }
 
 // readProcMemory reads the memory of process pid.

@@ -3,10 +3,16 @@ package main
 import (
 	"bytes"
 	"io"
+	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 func TestMakeObjects(t *testing.T) {
@@ -166,5 +172,30 @@ func TestReportEdits(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReadGoMemory reads the runtime's memory from a registry built as
+// controller-runtime builds its own (every runtime/metrics series): the
+// names readGoMemory needs are served, and the figures are consistent.
+func TestReadGoMemory(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsAll)))
+	runtime.GC() // a collection has marked a live heap
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+
+	m, err := readGoMemory(t.Context(), strings.TrimPrefix(srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.live <= 0 || m.goal < m.live || m.heap < m.live || m.nonHeap <= 0 {
+		t.Errorf("inconsistent Go memory %+v: want 0 < live <= goal, live <= heap, nonHeap > 0", m)
+	}
+
+	empty := httptest.NewServer(promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{}))
+	defer empty.Close()
+	if _, err := readGoMemory(t.Context(), strings.TrimPrefix(empty.URL, "http://")); err == nil || !strings.Contains(err.Error(), "go_gc_heap_live_bytes") {
+		t.Errorf("an endpoint without the Go collector: error %v, want one naming go_gc_heap_live_bytes", err)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/sharding"
 	"github.com/ctrlmesh/ctrlmesh/scenarios/demo-operator/operator"
+	"github.com/ctrlmesh/ctrlmesh/test/controlplane"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 	"github.com/ctrlmesh/ctrlmesh/test/localfleet"
 )
@@ -38,6 +39,9 @@ type podMemory struct {
 	// operator is the demo operator's memory, the figure the goal is
 	// about; proxy is its ctrlmesh-proxy's, read at the same moment.
 	operator, proxy procMemory
+	// runtime is how the operator's Go runtime accounts for its memory,
+	// read from its /metrics right after operator.
+	runtime goMemory
 	// reconciled is how long after the pod's start every object of its
 	// share had a reconcile record with outcome written or unchanged.
 	reconciled time.Duration
@@ -76,10 +80,15 @@ func (b *bench) memory(ctx context.Context, res *results) (_ *memoryResult, err 
 	if v, err := cs.Discovery().ServerVersion(); err == nil {
 		res.apiserver = v.GitVersion
 	}
-	start := func(name string) (*localfleet.Pod, *recordTail, error) {
+	start := func(name string) (*operatorPod, error) {
+		port, err := controlplane.FreePort()
+		if err != nil {
+			return nil, err
+		}
 		path := filepath.Join(recordDir, name+".jsonl")
-		p, err := b.startPod(ctx, f, memoryMember, name, "--record-file="+path)
-		return p, &recordTail{path: path, keys: map[string]bool{}}, err
+		metrics := fmt.Sprintf("127.0.0.1:%d", port)
+		p, err := b.startPod(ctx, f, memoryMember, name, "--record-file="+path, "--metrics-addr="+metrics)
+		return &operatorPod{Pod: p, records: &recordTail{path: path, keys: map[string]bool{}}, metrics: metrics}, err
 	}
 
 	// 1. Idle: one pod serving every bucket, no ConfigMap yet.
@@ -88,7 +97,7 @@ func (b *bench) memory(ctx context.Context, res *results) (_ *memoryResult, err 
 	if err := f.Hub.Client.Create(ctx, sc); err != nil {
 		return nil, fmt.Errorf("creating the ShardingConfig: %w", err)
 	}
-	idle, idleRecords, err := start(opName + "-idle")
+	idle, err := start(opName + "-idle")
 	if err != nil {
 		return nil, err
 	}
@@ -96,12 +105,12 @@ func (b *bench) memory(ctx context.Context, res *results) (_ *memoryResult, err 
 	if _, err := waitReady(ctx, f, "Ready with the idle pod on every bucket", servesAll(memoryMember, idle.Name)); err != nil {
 		return nil, err
 	}
-	if mr.idle, err = b.settleAndRead(ctx, f, idle, idleRecords, nil, started); err != nil {
+	if mr.idle, err = b.settleAndRead(ctx, f, idle, nil, started); err != nil {
 		return nil, err
 	}
 	mr.idle.buckets = "0-31"
 	b.step("idle RSS %s (peak %s); killing the idle pod", mib(mr.idle.operator.rss), mib(mr.idle.operator.hwm))
-	if err := f.KillPod(ctx, idle); err != nil {
+	if err := f.KillPod(ctx, idle.Pod); err != nil {
 		return nil, err
 	}
 
@@ -129,7 +138,7 @@ func (b *bench) memory(ctx context.Context, res *results) (_ *memoryResult, err 
 	// 3. One pod serving all of them, annotating every one.
 	single := opName + "-single"
 	b.step("single pod %s: waiting until it serves all %d buckets and has reconciled (annotated) all %d ConfigMaps", single, buckets, len(objs))
-	sp, spRecords, err := start(single)
+	sp, err := start(single)
 	if err != nil {
 		return nil, err
 	}
@@ -137,29 +146,28 @@ func (b *bench) memory(ctx context.Context, res *results) (_ *memoryResult, err 
 	if _, err := waitReady(ctx, f, "Ready with the single pod on every bucket", servesAll(memoryMember, single)); err != nil {
 		return nil, err
 	}
-	if mr.single, err = b.settleAndRead(ctx, f, sp, spRecords, allKeys(objs), started); err != nil {
+	if mr.single, err = b.settleAndRead(ctx, f, sp, allKeys(objs), started); err != nil {
 		return nil, err
 	}
 	mr.single.buckets = "0-31"
 	b.step("single pod reconciled all %d objects after %.1fs (%.0f/s from its start); RSS %s (peak %s); killing it",
 		mr.single.objects, mr.single.reconciled.Seconds(), rate(mr.single.objects, mr.single.reconciled), mib(mr.single.operator.rss), mib(mr.single.operator.hwm))
-	if err := f.KillPod(ctx, sp); err != nil {
+	if err := f.KillPod(ctx, sp.Pod); err != nil {
 		return nil, err
 	}
 
 	// 4. o.pods fresh pods sharing the buckets, each rewriting the
 	// reconciled-by annotation of the objects of its buckets.
-	var pods []*localfleet.Pod
-	var tails []*recordTail
+	var pods []*operatorPod
 	var names []string
 	b.step("starting %d fresh pods; waiting until each serves its shard", o.pods)
 	started = time.Now()
 	for i := range o.pods {
-		p, t, err := start(fmt.Sprintf("%s-%d", opName, i))
+		p, err := start(fmt.Sprintf("%s-%d", opName, i))
 		if err != nil {
 			return nil, err
 		}
-		pods, tails, names = append(pods, p), append(tails, t), append(names, p.Name)
+		pods, names = append(pods, p), append(names, p.Name)
 	}
 	placed, err := waitReady(ctx, f, fmt.Sprintf("Ready with %d pods sharing every bucket", o.pods), func(sc *ctrlmeshv1alpha1.ShardingConfig) bool {
 		var sets []sharding.Set
@@ -194,7 +202,7 @@ func (b *bench) memory(ctx context.Context, res *results) (_ *memoryResult, err 
 	}
 	b.step("placement: %s", placementText(placed))
 	b.step("waiting until every pod has reconciled its share (writing its own name in their reconciled-by annotation) and gone quiet")
-	mems, err := b.settleAndReadAll(ctx, f, pods, tails, shares, started)
+	mems, err := b.settleAndReadAll(ctx, f, pods, shares, started)
 	if err != nil {
 		return nil, err
 	}
@@ -215,8 +223,16 @@ func servesAll(cluster, pod string) func(*ctrlmeshv1alpha1.ShardingConfig) bool 
 	}
 }
 
-func (b *bench) settleAndRead(ctx context.Context, f *localfleet.Fleet, p *localfleet.Pod, t *recordTail, share map[string]bool, started time.Time) (podMemory, error) {
-	mems, err := b.settleAndReadAll(ctx, f, []*localfleet.Pod{p}, []*recordTail{t}, []map[string]bool{share}, started)
+// operatorPod is a pod of the memory phase: its reconcile records and the
+// address of its operator's /metrics.
+type operatorPod struct {
+	*localfleet.Pod
+	records *recordTail
+	metrics string
+}
+
+func (b *bench) settleAndRead(ctx context.Context, f *localfleet.Fleet, p *operatorPod, share map[string]bool, started time.Time) (podMemory, error) {
+	mems, err := b.settleAndReadAll(ctx, f, []*operatorPod{p}, []map[string]bool{share}, started)
 	if err != nil {
 		return podMemory{}, err
 	}
@@ -226,15 +242,16 @@ func (b *bench) settleAndRead(ctx context.Context, f *localfleet.Fleet, p *local
 // settleAndReadAll waits until every pod's records cover its share (every
 // object has a reconcile record with outcome written or unchanged) and no
 // pod has recorded anything for b.opts.settle, then reads each operator's
-// memory.
-func (b *bench) settleAndReadAll(ctx context.Context, f *localfleet.Fleet, pods []*localfleet.Pod, tails []*recordTail, shares []map[string]bool, started time.Time) ([]podMemory, error) {
+// memory: /proc first, then what its Go runtime says of it.
+func (b *bench) settleAndReadAll(ctx context.Context, f *localfleet.Fleet, pods []*operatorPod, shares []map[string]bool, started time.Time) ([]podMemory, error) {
 	out := make([]podMemory, len(pods))
 	covered := make([]bool, len(pods))
 	lastChange := time.Now()
 	lastReport := time.Now()
 	deadline := time.Now().Add(readyWithin + 5*time.Minute)
 	for {
-		for i, t := range tails {
+		for i, p := range pods {
+			t := p.records
 			grew, err := t.poll()
 			if err != nil {
 				return nil, err
@@ -256,8 +273,8 @@ func (b *bench) settleAndReadAll(ctx context.Context, f *localfleet.Fleet, pods 
 		if time.Since(lastReport) >= 10*time.Second {
 			lastReport = time.Now()
 			var s []string
-			for i, t := range tails {
-				s = append(s, fmt.Sprintf("%s %d/%d", pods[i].Name, t.coverage(shares[i]), len(shares[i])))
+			for i, p := range pods {
+				s = append(s, fmt.Sprintf("%s %d/%d", p.Name, p.records.coverage(shares[i]), len(shares[i])))
 			}
 			b.step("reconciled: %s", strings.Join(s, ", "))
 		}
@@ -279,7 +296,11 @@ func (b *bench) settleAndReadAll(ctx context.Context, f *localfleet.Fleet, pods 
 		if err != nil {
 			return nil, fmt.Errorf("proxy of %s: %w", p.Name, err)
 		}
-		out[i].pod, out[i].objects, out[i].operator, out[i].proxy = p.Name, len(shares[i]), op, proxy
+		rt, err := readGoMemory(ctx, p.metrics)
+		if err != nil {
+			return nil, fmt.Errorf("operator of %s: %w", p.Name, err)
+		}
+		out[i].pod, out[i].objects, out[i].operator, out[i].proxy, out[i].runtime = p.Name, len(shares[i]), op, proxy, rt
 	}
 	return out, nil
 }

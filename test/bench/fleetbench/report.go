@@ -79,6 +79,7 @@ func report(w io.Writer, o options, res *results) {
 			p("The idle pod is %.2fx the single pod: a pod holding exactly 1/%d of the objects and nothing else would be at %.2fx + %.2fx / %d = %.2fx.",
 				fixed, len(m.sharded), fixed, 1-fixed, len(m.sharded), fixed+(1-fixed)/float64(len(m.sharded)))
 		}
+		reportGoMemory(p, row, tw, m)
 		goals = append(goals, memoryGoals(m)...)
 	}
 
@@ -210,6 +211,28 @@ func shardedAbove(m *memoryResult) string {
 		parts = append(parts, fmt.Sprintf("+%s (%.2fx)", mib(s.operator.rss-idle), ratio(s.operator.rss-idle, m.single.operator.rss-idle)))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// reportGoMemory splits each operator's private memory the way its Go
+// runtime accounts for it: the live heap, which is what sharding divides,
+// and what the runtime keeps whatever the share.
+func reportGoMemory(p func(string, ...any), row func(...string), tw *tabwriter.Writer, m *memoryResult) {
+	p("")
+	p("GO RUNTIME of each operator, from its /metrics right after /proc: LIVE HEAP is what the last collection marked live (mostly the informer's cache);")
+	p("HEAP GOAL is where the next collection starts (GOGC=100: about twice live); HEAP is the heap's memory not returned to the OS (objects, garbage not yet")
+	p("collected, free pages kept); ANON - HEAP is the private memory outside it (stacks, the runtime's metadata, pages it has not yet returned)")
+	row("POD", "LIVE HEAP", "LIVE / SINGLE", "LIVE PER OBJECT ABOVE IDLE", "HEAP GOAL", "HEAP", "ANON - HEAP", "ANON / SINGLE")
+	single := m.single.runtime
+	for _, pm := range append([]podMemory{m.idle, m.single}, m.sharded...) {
+		rt := pm.runtime
+		perObject := "-"
+		if pm.objects > 0 {
+			perObject = fmt.Sprintf("%.2f KiB", float64(rt.live-m.idle.runtime.live)/float64(pm.objects)/1024)
+		}
+		row(pm.pod, mib(rt.live), fmt.Sprintf("%.2fx", ratio(rt.live, single.live)), perObject, mib(rt.goal), mib(rt.heap),
+			mib(pm.operator.anon-rt.heap), fmt.Sprintf("%.2fx", ratio(pm.operator.anon, m.single.operator.anon)))
+	}
+	_ = tw.Flush()
 }
 
 // rate is n per second over d; 0 for no time.

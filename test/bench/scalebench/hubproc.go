@@ -18,11 +18,11 @@ import (
 	"time"
 
 	"github.com/google/pprof/profile"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/ctrlmesh/ctrlmesh/test/bench/internal/promscrape"
 )
 
 // hubProcess is one ctrlmesh-hub replica: the shipped binary, run with the
@@ -186,29 +186,10 @@ func (h *hubProcess) cpuSeconds() (float64, error) {
 	return (utime + stime) / 100, nil
 }
 
-// scrape reads a Prometheus text endpoint.
-func scrape(ctx context.Context, do func(*http.Request) (*http.Response, error), url string) (map[string]*dto.MetricFamily, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return nil, fmt.Errorf("%s: %s: %s", url, resp.Status, body)
-	}
-	var parser expfmt.TextParser
-	return parser.TextToMetricFamilies(resp.Body)
-}
-
 // requests are the hub's API requests so far by HTTP method, from its
 // client-go metrics (rest_client_requests_total); watches are GETs.
 func (h *hubProcess) requests(ctx context.Context) (map[string]float64, error) {
-	families, err := scrape(ctx, http.DefaultClient.Do, "http://"+h.metrics+"/metrics")
+	families, err := promscrape.Scrape(ctx, http.DefaultClient.Do, "http://"+h.metrics+"/metrics")
 	if err != nil {
 		return nil, err
 	}
@@ -230,7 +211,7 @@ func (h *hubProcess) requests(ctx context.Context) (map[string]float64, error) {
 // leads reports whether the replica holds the hub's leader Lease, by its
 // leader-election metric.
 func (h *hubProcess) leads(ctx context.Context) bool {
-	families, err := scrape(ctx, http.DefaultClient.Do, "http://"+h.metrics+"/metrics")
+	families, err := promscrape.Scrape(ctx, http.DefaultClient.Do, "http://"+h.metrics+"/metrics")
 	if err != nil {
 		return false
 	}
