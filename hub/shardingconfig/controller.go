@@ -128,7 +128,7 @@ func (r *Reconciler) configsOfWork(ctx context.Context, obj client.Object) []rec
 	}
 	out := []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
 	var list ctrlmeshv1alpha1.ShardingConfigList
-	if err := r.Client.List(ctx, &list, client.InNamespace(ns)); err != nil {
+	if err := r.Client.List(ctx, &list, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "Listing the ShardingConfigs of a Work's namespace failed", "namespace", ns)
 		return out
 	}
@@ -141,10 +141,15 @@ func (r *Reconciler) configsOfWork(ctx context.Context, obj client.Object) []rec
 }
 
 // allConfigs maps a cluster change to every ShardingConfig: which select the
-// cluster is theirs to tell, and they are few.
+// cluster is theirs to tell, and they are few. Their statuses are not:
+// a status lists every shard in every cluster (660 KB a config at 1000
+// clusters), and a cluster changes at every heartbeat. The mappers and
+// overlaps read the cache's own objects (UnsafeDisableDeepCopy), never
+// writing them, rather than a copy of every status each time
+// (TestMappersCopyNoStatus).
 func (r *Reconciler) allConfigs(ctx context.Context, _ client.Object) []reconcile.Request {
 	var list ctrlmeshv1alpha1.ShardingConfigList
-	if err := r.Client.List(ctx, &list); err != nil {
+	if err := r.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "Listing ShardingConfigs after a cluster change failed")
 		return nil
 	}
@@ -701,7 +706,7 @@ var errStoreBehind = errors.New("the working model does not know every ManagedCl
 // their Works.
 func (r *Reconciler) storeKnowsClusters(ctx context.Context, snap state.Snapshot) error {
 	var list clusterv1.ManagedClusterList
-	if err := r.Client.List(ctx, &list); err != nil {
+	if err := r.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing ManagedClusters: %w", err)
 	}
 	for _, mc := range list.Items {

@@ -49,7 +49,7 @@ type overlap struct {
 // clusters of members, sorted by name.
 func (r *Reconciler) overlaps(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, accepted []state.Cluster, members map[string]*member) ([]overlap, error) {
 	var configs ctrlmeshv1alpha1.ShardingConfigList
-	if err := r.Client.List(ctx, &configs, client.InNamespace(sc.Namespace)); err != nil {
+	if err := r.Client.List(ctx, &configs, client.InNamespace(sc.Namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing the ShardingConfigs of namespace %s: %w", sc.Namespace, err)
 	}
 	var out []overlap

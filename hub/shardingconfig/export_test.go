@@ -1,0 +1,18 @@
+package shardingconfig
+
+import (
+	"context"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// AllConfigs and ConfigsOfWork are the event mappers, for the package's
+// external tests.
+func (r *Reconciler) AllConfigs(ctx context.Context, obj client.Object) []reconcile.Request {
+	return r.allConfigs(ctx, obj)
+}
+
+func (r *Reconciler) ConfigsOfWork(ctx context.Context, obj client.Object) []reconcile.Request {
+	return r.configsOfWork(ctx, obj)
+}
