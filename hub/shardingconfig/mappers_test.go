@@ -19,7 +19,7 @@ import (
 )
 
 // TestMappersCopyNoStatus maps a cluster change and a Work change to their
-// ShardingConfigs, read from the hub's cache, while a config's status
+// ShardingConfigs, read from a cache as the hub reads them, while a config's status
 // lists placementRows shards. The mappers run on every heartbeat and every
 // Work status report, and need only names: a deep copy of each config's
 // status (660 KB a config at 1000 member clusters, measured by
