@@ -297,9 +297,7 @@ type goMemory struct {
 	live, goal int64
 	// heap is the heap's memory not returned to the OS: objects (live or
 	// not yet collected), unused span space, and free pages kept.
-	// nonHeap is the rest of what the runtime holds: goroutine stacks,
-	// its metadata (spans, GC bitmaps), profiling buckets, other.
-	heap, nonHeap int64
+	heap int64
 }
 
 // readGoMemory reads an operator's Go memory from its /metrics at address.
@@ -310,8 +308,8 @@ func readGoMemory(ctx context.Context, address string) (goMemory, error) {
 	}
 	v := map[string]float64{}
 	var errs []error
-	for _, name := range []string{"go_gc_heap_live_bytes", "go_gc_heap_goal_bytes", "go_memory_classes_total_bytes",
-		"go_memory_classes_heap_objects_bytes", "go_memory_classes_heap_unused_bytes", "go_memory_classes_heap_free_bytes", "go_memory_classes_heap_released_bytes"} {
+	for _, name := range []string{"go_gc_heap_live_bytes", "go_gc_heap_goal_bytes",
+		"go_memory_classes_heap_objects_bytes", "go_memory_classes_heap_unused_bytes", "go_memory_classes_heap_free_bytes"} {
 		var err error
 		v[name], err = promscrape.Gauge(families, name)
 		errs = append(errs, err)
@@ -319,12 +317,10 @@ func readGoMemory(ctx context.Context, address string) (goMemory, error) {
 	if err := errors.Join(errs...); err != nil {
 		return goMemory{}, fmt.Errorf("reading the Go runtime's memory from %s: %w", address, err)
 	}
-	heap := v["go_memory_classes_heap_objects_bytes"] + v["go_memory_classes_heap_unused_bytes"] + v["go_memory_classes_heap_free_bytes"]
 	return goMemory{
-		live:    int64(v["go_gc_heap_live_bytes"]),
-		goal:    int64(v["go_gc_heap_goal_bytes"]),
-		heap:    int64(heap),
-		nonHeap: int64(v["go_memory_classes_total_bytes"] - heap - v["go_memory_classes_heap_released_bytes"]),
+		live: int64(v["go_gc_heap_live_bytes"]),
+		goal: int64(v["go_gc_heap_goal_bytes"]),
+		heap: int64(v["go_memory_classes_heap_objects_bytes"] + v["go_memory_classes_heap_unused_bytes"] + v["go_memory_classes_heap_free_bytes"]),
 	}, nil
 }
 
