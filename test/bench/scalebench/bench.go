@@ -65,6 +65,8 @@ type result struct {
 	cpu       float64
 	rss, peak int64
 	requests  map[string]float64
+	// api is what the API server served meanwhile, by resource.
+	api *apiTraffic
 	// steady is the hub's requests per second at rest, over steadyWindow,
 	// beside the members' heartbeat renewals per second.
 	steadyWindow     time.Duration
@@ -513,6 +515,11 @@ func (b *bench) applyConfigs(ctx context.Context, r *result) error {
 	if err != nil {
 		return err
 	}
+	apiConfig := b.group.Cluster("hub").Config
+	api0, err := scrapeAPITraffic(ctx, apiConfig)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	for _, sc := range configs {
 		if err := b.admin.Create(ctx, sc); err != nil {
@@ -553,13 +560,18 @@ func (b *bench) applyConfigs(ctx context.Context, r *result) error {
 		return err
 	}
 	r.requests = diff(req1, req0)
+	api1, err := scrapeAPITraffic(ctx, apiConfig)
+	if err != nil {
+		return err
+	}
+	r.api = api1.since(api0)
 	var works workv1alpha1.WorkList
 	if err := b.cache.List(ctx, &works); err != nil {
 		return err
 	}
 	r.works = len(works.Items)
-	b.logf("Ready: %v after %s (%d Works), hub CPU %.1f s, RSS %d MiB (peak %d MiB), requests %v",
-		r.readyDone, r.ready.Round(time.Millisecond), r.works, r.cpu, r.rss>>20, r.peak>>20, r.requests)
+	b.logf("Ready: %v after %s (%d Works), hub CPU %.1f s, RSS %d MiB (peak %d MiB), requests %v; the API server: %s",
+		r.readyDone, r.ready.Round(time.Millisecond), r.works, r.cpu, r.rss>>20, r.peak>>20, r.requests, r.api.summary(6))
 	return nil
 }
 

@@ -54,6 +54,12 @@ func TestSmallFleet(t *testing.T) {
 	} else if c.bytes < 2000 {
 		t.Errorf("the ceiling's Works have %d bytes: they are not like the run's (a route of 3 placed pods, the labeler's RBAC and a member's status)", c.bytes)
 	}
+	// The API server's own counts: every Work created, each config's
+	// status written, and the watchers sent what was written.
+	if a := r.api; a == nil || a.writes["works POST"] < float64(r.works) || a.writes["shardingconfigs/status PATCH"] < 3 ||
+		a.bodyBytes["shardingconfigs patch"] <= 0 || a.watchBytes["works"] <= 0 {
+		t.Errorf("the API server's traffic during apply misses writes the hub made: %s", a.summary(20))
+	}
 	if want := []string{workKeyOf(cfgKey(0), clusterName(0)).String()}; !slices.Equal(r.podFailureWrites, want) {
 		t.Errorf("a pod failure wrote Works %v, want only the affected member's %v", r.podFailureWrites, want)
 	}

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/client-go/util/retry"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -109,10 +110,6 @@ type loadAgent struct {
 	proxies map[types.NamespacedName]*proxyState
 }
 
-// conflictRetry is how soon a status write refused for a stale read is
-// tried again.
-const conflictRetry = 100 * time.Millisecond
-
 type proxyState struct {
 	enforced string
 	pending  string
@@ -142,7 +139,11 @@ func (a *loadAgent) lose(cluster string) {
 }
 
 // reconcile brings one Work's status up to date; it returns when to come
-// back (a proxy still applying), or zero.
+// back (a proxy still applying), or zero. A write refused for a stale read
+// is tried again on the Work read from the API server, as the real agent
+// (agent/workapply) and Karmada's own status controller do: the cache can
+// be far behind on a loaded API server, and retrying from it only adds
+// refused writes to the load.
 func (a *loadAgent) reconcile(ctx context.Context, key types.NamespacedName) (time.Duration, error) {
 	var work workv1alpha1.Work
 	if err := a.client.Get(ctx, key, &work); err != nil {
@@ -154,27 +155,57 @@ func (a *loadAgent) reconcile(ctx context.Context, key types.NamespacedName) (ti
 		}
 		return 0, err
 	}
-	cluster, err := routework.ClusterOf(&work)
-	if err != nil {
+	var requeue time.Duration
+	fresh := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if fresh {
+			if err := a.reader.Get(ctx, key, &work); err != nil {
+				return err
+			}
+		}
+		fresh = true
+		want, again, err := a.report(key, &work)
+		requeue = again
+		if err != nil || want == nil {
+			return err
+		}
+		work.Status = *want
+		return a.client.Status().Update(ctx, &work)
+	})
+	if apierrors.IsNotFound(err) {
 		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reporting on Work %s: %w", key, err)
+	}
+	return requeue, nil
+}
+
+// report is the status the member's agent gives work now, nil when the
+// Work has it already or gets none (its member lost, the Work deleted),
+// and when to come back (a proxy still applying), or zero.
+func (a *loadAgent) report(key types.NamespacedName, work *workv1alpha1.Work) (*workv1alpha1.WorkStatus, time.Duration, error) {
+	cluster, err := routework.ClusterOf(work)
+	if err != nil {
+		return nil, 0, nil
 	}
 	a.mu.Lock()
 	m := a.members[cluster]
 	lost := m == nil || m.lost
 	a.mu.Unlock()
 	if lost || !work.DeletionTimestamp.IsZero() {
-		return 0, nil
+		return nil, 0, nil
 	}
-	manifests, err := routework.DecodeAll(&work)
+	manifests, err := routework.DecodeAll(work)
 	if err != nil {
-		return 0, fmt.Errorf("work %s: %w", key, err)
+		return nil, 0, err
 	}
 	route := manifests.Route
 	// The member's ShardRoute follows the Work one update for one.
 	route.Generation = work.Generation
-	previous, err := routework.ReadStatus(&work)
+	previous, err := routework.ReadStatus(work)
 	if err != nil {
-		return 0, fmt.Errorf("work %s: %w", key, err)
+		return nil, 0, err
 	}
 
 	now := time.Now()
@@ -216,23 +247,10 @@ func (a *loadAgent) reconcile(ctx context.Context, key types.NamespacedName) (ti
 		Message: "Manifest has been successfully applied", ObservedGeneration: work.Generation,
 	})
 	want.ManifestStatuses = []workv1alpha1.ManifestStatus{manifest}
-	if sameReport(&work, want) {
-		return requeue, nil
+	if sameReport(work, want) {
+		return nil, requeue, nil
 	}
-	work.Status = *want
-	if err := a.client.Status().Update(ctx, &work); err != nil {
-		if apierrors.IsNotFound(err) {
-			return 0, nil
-		}
-		if apierrors.IsConflict(err) {
-			// The cache is behind: a newer spec comes as an event, but the
-			// load agent's own last status write does not (it reacts to
-			// spec changes only), so it tries again.
-			return max(requeue, conflictRetry), nil
-		}
-		return 0, fmt.Errorf("writing the status of Work %s: %w", key, err)
-	}
-	return requeue, nil
+	return want, requeue, nil
 }
 
 // sameReport reports whether the Work's status already says what want

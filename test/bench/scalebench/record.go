@@ -29,6 +29,12 @@ type record struct {
 	RestHeap, LeaderHeap            int64 `json:",omitempty"`
 	Load                            string
 	Ceiling                         *ceilingRecord `json:",omitempty"`
+	API                             *apiRecord     `json:",omitempty"`
+}
+
+// apiRecord is an apiTraffic as saved.
+type apiRecord struct {
+	Writes, Conflicts, BodyBytes, WatchBytes map[string]float64
 }
 
 // ceilingRecord is a ceiling as saved.
@@ -44,6 +50,7 @@ func toRecord(r *result, load string) record {
 		SteadyWorkWrites: r.steadyWorkWrites, SteadyEvents: r.steadyEvents, PodFailure: r.podFailure, PodFailureWrites: r.podFailureWrites,
 		RestartLeads: r.restartLeads, RestartHealed: r.restartHealed, RestartWrites: r.restartWrites, RestartUnchanged: r.restartUnchanged,
 		RestartRSS: r.restartRSS, FleetLoss: r.fleetLoss, RestHeap: r.restHeap, LeaderHeap: r.leaderHeap, Load: load, Ceiling: toCeilingRecord(r.ceiling),
+		API: toAPIRecord(r.api),
 	}
 }
 
@@ -61,6 +68,7 @@ func (c record) result() *result {
 		steadyWorkWrites: c.SteadyWorkWrites, steadyEvents: c.SteadyEvents, podFailure: c.PodFailure, podFailureWrites: c.PodFailureWrites,
 		restartLeads: c.RestartLeads, restartHealed: c.RestartHealed, restartWrites: c.RestartWrites, restartUnchanged: c.RestartUnchanged,
 		restartRSS: c.RestartRSS, fleetLoss: c.FleetLoss, restHeap: c.RestHeap, leaderHeap: c.LeaderHeap, ceiling: c.Ceiling.ceiling(),
+		api: c.API.traffic(),
 	}
 }
 
@@ -69,6 +77,20 @@ func (c *ceilingRecord) ceiling() *ceiling {
 		return nil
 	}
 	return &ceiling{works: c.Works, bytes: c.Bytes, creates: c.Creates, updates: c.Updates, statuses: c.Statuses}
+}
+
+func toAPIRecord(t *apiTraffic) *apiRecord {
+	if t == nil {
+		return nil
+	}
+	return &apiRecord{Writes: t.writes, Conflicts: t.conflicts, BodyBytes: t.bodyBytes, WatchBytes: t.watchBytes}
+}
+
+func (c *apiRecord) traffic() *apiTraffic {
+	if c == nil {
+		return nil
+	}
+	return &apiTraffic{writes: c.Writes, conflicts: c.Conflicts, bodyBytes: c.BodyBytes, watchBytes: c.WatchBytes}
 }
 
 func save(path string, results []*result, load string) error {

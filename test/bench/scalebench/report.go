@@ -86,6 +86,11 @@ func report(out io.Writer, results []*result, opts options) {
 		}
 	}
 	for _, r := range results {
+		if r.api != nil {
+			fmt.Fprintf(out, "%s: the API server during apply, the heaviest: %s\n", r.scale, r.api.summary(6))
+		}
+	}
+	for _, r := range results {
 		if r.restHeap > 0 {
 			fmt.Fprintf(out, "%s: the leader's live heap at rest %.1f MB, %.1f KB a Work%s\n", r.scale, float64(r.restHeap)/1e6, float64(r.restHeap)/1e3/float64(r.works), profileNote(r.restHeapFile))
 		}
