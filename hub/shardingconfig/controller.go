@@ -88,8 +88,14 @@ type Reconciler struct {
 	// by the same (clusters.Options.RulesValidity).
 	RulesValidity time.Duration
 
+	// StatusBytesPerSecond is how many bytes of one ShardingConfig's
+	// status are written per second at most; default
+	// DefaultStatusBytesPerSecond.
+	StatusBytesPerSecond int
+
 	unproxied    unproxiedPods
 	overlapsTold overlapEvents
+	statusWrites statusWrites
 	Metrics      *Metrics
 }
 
@@ -172,6 +178,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if err := r.Store.DeleteConfig(req.NamespacedName); err != nil {
 			return reconcile.Result{}, fmt.Errorf("forgetting the deleted ShardingConfig: %w", err)
 		}
+		r.statusWrites.forget(req.NamespacedName)
 		return reconcile.Result{}, nil
 	}
 	if !sc.DeletionTimestamp.IsZero() {
@@ -212,8 +219,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			requeue = max(at.Sub(start), time.Millisecond)
 		}
 	}
-	if err := r.writeStatus(ctx, &sc, outcome, canary.Canary); err != nil {
+	wait, err := r.writeStatus(ctx, &sc, outcome, canary.Canary)
+	if err != nil {
 		return reconcile.Result{}, err
+	}
+	if wait > 0 && (requeue == 0 || wait < requeue) {
+		requeue = wait
 	}
 	r.Metrics.serving.observeStatus(&sc, outcome, &sc.Status, r.Clock.Now())
 	return reconcile.Result{RequeueAfter: requeue}, nil
@@ -224,6 +235,7 @@ func (r *Reconciler) finalize(ctx context.Context, sc *ctrlmeshv1alpha1.Sharding
 	// A config being deleted is never placed again: nothing reads its rows.
 	r.unproxied.forget(client.ObjectKeyFromObject(sc))
 	r.overlapsTold.forget(client.ObjectKeyFromObject(sc))
+	r.statusWrites.forget(client.ObjectKeyFromObject(sc))
 	if err := r.Store.DeleteConfig(client.ObjectKeyFromObject(sc)); err != nil {
 		return fmt.Errorf("forgetting the ShardingConfig being deleted: %w", err)
 	}

@@ -16,3 +16,6 @@ func (r *Reconciler) AllConfigs(ctx context.Context, obj client.Object) []reconc
 func (r *Reconciler) ConfigsOfWork(ctx context.Context, obj client.Object) []reconcile.Request {
 	return r.configsOfWork(ctx, obj)
 }
+
+// NewsIn is newsIn, for the package's external tests.
+var NewsIn = newsIn

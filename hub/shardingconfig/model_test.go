@@ -48,12 +48,20 @@ func startHub(t *testing.T) (store *state.Store, stop func()) {
 // (hub.Options.RulesValidity); 0 for the default.
 func startHubWith(t *testing.T, rulesValidity time.Duration) (store *state.Store, stop func()) {
 	t.Helper()
-	return startHubWriting(t, rulesValidity, nil)
+	return startHubTuned(t, rulesValidity, nil, nil)
 }
 
-// startHubWriting is startHubWith whose Works are written through
-// writer(the manager's client); nil writes through that client.
-func startHubWriting(t *testing.T, rulesValidity time.Duration, writer func(client.Client) client.Client) (store *state.Store, stop func()) {
+// startHubWriting is startHub whose Works are written through
+// writer(the manager's client).
+func startHubWriting(t *testing.T, writer func(client.Client) client.Client) (store *state.Store, stop func()) {
+	t.Helper()
+	return startHubTuned(t, 0, writer, nil)
+}
+
+// startHubTuned is startHubWith whose Works are written through
+// writer(the manager's client), nil for that client, and whose
+// ShardingConfig reconciler tune changes, when not nil, before it starts.
+func startHubTuned(t *testing.T, rulesValidity time.Duration, writer func(client.Client) client.Client, tune func(*shardingconfig.Reconciler)) (store *state.Store, stop func()) {
 	t.Helper()
 	store, err := state.New()
 	if err != nil {
@@ -82,10 +90,14 @@ func startHubWriting(t *testing.T, rulesValidity time.Duration, writer func(clie
 	if writer != nil {
 		writes = writer(writes)
 	}
-	if err := (&shardingconfig.Reconciler{
+	r := &shardingconfig.Reconciler{
 		Client: mgr.GetClient(), Writer: &propagation.Writer{Client: writes, Reader: mgr.GetAPIReader()}, Store: store, ClusterChanges: changes,
 		Recorder: mgr.GetEventRecorderFor("ctrlmesh-hub"), Metrics: metrics, RulesValidity: rulesValidity,
-	}).SetupWithManager(mgr); err != nil {
+	}
+	if tune != nil {
+		tune(r)
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	_, stop = env.StartManager(t, mgr)

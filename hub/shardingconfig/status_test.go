@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
@@ -516,5 +517,71 @@ func TestAdvanceCanaryOverTime(t *testing.T) {
 	}
 	if want := []string{"Normal CanaryAdvanced The canary shard was healthy for 60s: step 2 of 2"}; !reflect.DeepEqual(events, want) {
 		t.Errorf("events %q, want %q", events, want)
+	}
+}
+
+// TestNewsIn: what the hub writes at once, whatever the status rate, and
+// what waits for it.
+func TestNewsIn(t *testing.T) {
+	base := func() *ctrlmeshv1alpha1.ShardingConfigStatus {
+		return &ctrlmeshv1alpha1.ShardingConfigStatus{
+			ObservedGeneration: 2, Shards: 4, ReadyShards: 1,
+			Conditions: []metav1.Condition{
+				{Type: ctrlmeshv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: ctrlmeshv1alpha1.ReasonShardsNotReady, Message: "1 of 4"},
+				{Type: ctrlmeshv1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: ctrlmeshv1alpha1.ReasonAsExpected},
+			},
+			Placement: []ctrlmeshv1alpha1.ShardPlacement{{Shard: "0", Cluster: "m1", State: ctrlmeshv1alpha1.ShardServing, Health: ctrlmeshv1alpha1.ShardHealthy}},
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*ctrlmeshv1alpha1.ShardingConfigStatus)
+		news   bool
+	}{
+		{"a shard's health", func(s *ctrlmeshv1alpha1.ShardingConfigStatus) { s.Placement[0].Health = ctrlmeshv1alpha1.ShardHealthUnknown }, false},
+		{"the counts and Ready's message", func(s *ctrlmeshv1alpha1.ShardingConfigStatus) {
+			s.ReadyShards, s.Conditions[0].Message = 2, "2 of 4"
+		}, false},
+		{"a new observed generation", func(s *ctrlmeshv1alpha1.ShardingConfigStatus) { s.ObservedGeneration = 3 }, true},
+		{"Ready's status", func(s *ctrlmeshv1alpha1.ShardingConfigStatus) {
+			s.Conditions[0].Status, s.Conditions[0].Reason = metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonAllShardsServing
+		}, true},
+		{"Degraded's reason", func(s *ctrlmeshv1alpha1.ShardingConfigStatus) {
+			s.Conditions[1].Status, s.Conditions[1].Reason = metav1.ConditionTrue, ctrlmeshv1alpha1.ReasonClusterUnavailable
+		}, true},
+		{"the canary's step", func(s *ctrlmeshv1alpha1.ShardingConfigStatus) { s.Canary = &ctrlmeshv1alpha1.CanaryStatus{Step: 1} }, true},
+		{"a condition dropped", func(s *ctrlmeshv1alpha1.ShardingConfigStatus) { s.Conditions = s.Conditions[:1] }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before, next := base(), base()
+			tc.change(next)
+			if got := newsIn(before, next); got != tc.news {
+				t.Errorf("newsIn = %v, want %v", got, tc.news)
+			}
+		})
+	}
+}
+
+// TestStatusWritesWait: a write waits until the last write's bytes have
+// passed at the rate; a config never written, or forgotten, waits for
+// nothing.
+func TestStatusWritesWait(t *testing.T) {
+	var s statusWrites
+	key := types.NamespacedName{Namespace: "ops", Name: "op"}
+	at := time.Date(2026, 11, 27, 22, 0, 0, 0, time.UTC)
+	if got := s.wait(key, at, 1000); got != 0 {
+		t.Errorf("never written: wait %s, want none", got)
+	}
+	s.wrote(key, at, 3000)
+	for _, tc := range []struct {
+		after, want time.Duration
+	}{{0, 3 * time.Second}, {time.Second, 2 * time.Second}, {3 * time.Second, 0}, {time.Minute, 0}} {
+		if got := s.wait(key, at.Add(tc.after), 1000); got != tc.want {
+			t.Errorf("%s after writing 3000 bytes at 1000 bytes/s: wait %s, want %s", tc.after, got, tc.want)
+		}
+	}
+	s.forget(key)
+	if got := s.wait(key, at, 1000); got != 0 {
+		t.Errorf("forgotten: wait %s, want none", got)
 	}
 }

@@ -27,7 +27,7 @@ func TestSlowConfigHoldsUpNoOther(t *testing.T) {
 	slowNS, fastNS := unique("slow-ops"), unique("fast-ops")
 	release := make(chan struct{})
 	defer close(release)
-	_, stopHub := startHubWriting(t, 0, func(c client.Client) client.Client {
+	_, stopHub := startHubWriting(t, func(c client.Client) client.Client {
 		return &heldWrites{Client: c, release: release, hold: func(w *workv1alpha1.Work) bool {
 			return w.Labels[ctrlmeshv1alpha1.WorkConfigNamespaceLabel] == slowNS
 		}}
@@ -73,7 +73,7 @@ func TestSlowMemberHoldsUpNoOther(t *testing.T) {
 	held, other := unique("a-held-member"), unique("b-other-member")
 	release := make(chan struct{})
 	defer close(release)
-	_, stopHub := startHubWriting(t, 0, func(c client.Client) client.Client {
+	_, stopHub := startHubWriting(t, func(c client.Client) client.Client {
 		return &heldWrites{Client: c, release: release, hold: func(w *workv1alpha1.Work) bool {
 			return w.Namespace == routework.WorkKey(held, "any", "any").Namespace
 		}}

@@ -1,0 +1,139 @@
+package shardingconfig_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/hub/shardingconfig"
+	"github.com/ctrlmesh/ctrlmesh/test/env"
+)
+
+// TestStatusWritesSpacedBySize: while members report one after the other,
+// the hub writes a ShardingConfig's status no faster than its size allows
+// at the status rate, unless the write says something new (a condition's
+// status or reason, the generation, the canary), and the last report is in
+// the status in the end. Every status write carries the whole placement
+// to etcd and every watcher; written at every report, a rollout over 1000
+// members cost O(members²) bytes (make bench-scale).
+func TestStatusWritesSpacedBySize(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// A status of 6 members of two pods is 1-2 KB: a write every 1-2 s,
+	// while the members report every 400 ms.
+	const bytesPerSecond = 1000
+	_, stopHub := startHubTuned(t, 0, nil, func(r *shardingconfig.Reconciler) { r.StatusBytesPerSecond = bytesPerSecond })
+	defer stopHub()
+	var names []string
+	for range 6 {
+		name := unique("rate-member")
+		joinCluster(t, ctx, name)
+		names = append(names, name)
+	}
+	ns := unique("rate-ops")
+	env.Create(t, ctx, hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	sc := configOver(ns, ctrlmeshv1alpha1.ScopePerCluster, names...)
+	env.Create(t, ctx, hub.Client, sc)
+	env.Eventually(t, 30*time.Second, "every member's Work", func() error {
+		for _, name := range names {
+			if _, err := workOf(t, ctx, sc, name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+
+	wc, err := client.NewWithWatch(hub.Config, client.Options{Scheme: fleet.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := wc.Watch(ctx, &ctrlmeshv1alpha1.ShardingConfigList{}, client.InNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type write struct {
+		at     time.Time
+		status ctrlmeshv1alpha1.ShardingConfigStatus
+	}
+	writes := make(chan []write)
+	go func() {
+		var seen []write
+		for ev := range w.ResultChan() {
+			got, ok := ev.Object.(*ctrlmeshv1alpha1.ShardingConfig)
+			if !ok || ev.Type != watch.Modified && ev.Type != watch.Added {
+				continue
+			}
+			if len(seen) == 0 || !equality.Semantic.DeepEqual(seen[len(seen)-1].status, got.Status) {
+				seen = append(seen, write{at: time.Now(), status: got.Status})
+			}
+		}
+		writes <- seen
+	}()
+
+	// Two rounds of reports: one pod in each member, then two.
+	for _, pods := range [][]string{{"op-0"}, {"op-0", "op-1"}} {
+		for _, name := range names {
+			work, err := workOf(t, ctx, sc, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reportPods(t, ctx, work, pods...)
+			time.Sleep(400 * time.Millisecond)
+		}
+	}
+	env.Eventually(t, time.Minute, "the last reports in the status", func() error {
+		var got ctrlmeshv1alpha1.ShardingConfig
+		if err := hub.Client.Get(ctx, client.ObjectKeyFromObject(sc), &got); err != nil {
+			return err
+		}
+		for _, name := range names {
+			var placed []string
+			for _, p := range got.Status.Placement {
+				if p.Cluster == name {
+					placed = append(placed, p.Pods...)
+				}
+			}
+			if slices.Sort(placed); !slices.Equal(placed, []string{"op-0", "op-1"}) {
+				return fmt.Errorf("member %s: pods %v placed, want op-0 and op-1", name, placed)
+			}
+		}
+		return nil
+	})
+	w.Stop()
+	seen := <-writes
+
+	spaced := 0
+	for i := 1; i < len(seen); i++ {
+		before, next := seen[i-1], seen[i]
+		if shardingconfig.NewsIn(&before.status, &next.status) {
+			continue
+		}
+		spaced++
+		data, err := json.Marshal(before.status)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Half the status's bytes at the rate: the hub counts the bytes
+		// of its patch, a little less than the whole status, and the
+		// watch delivers writes with delays of its own.
+		least := time.Duration(float64(len(data)) / bytesPerSecond * float64(time.Second) / 2)
+		if gap := next.at.Sub(before.at); gap < least {
+			t.Errorf("status written %s after the one before, whose %d bytes at %d bytes/s want at least %s between them; it changed only the placement's detail: %d of %d shards ready, then %d of %d",
+				gap.Round(time.Millisecond), len(data), bytesPerSecond, least, before.status.ReadyShards, before.status.Shards, next.status.ReadyShards, next.status.Shards)
+		}
+	}
+	if spaced == 0 {
+		t.Fatalf("none of the %d status writes changed only the placement's detail: the reports did not test the spacing", len(seen))
+	}
+	t.Logf("%d status writes during 12 reports, %d of them spaced by size", len(seen), spaced)
+}
