@@ -538,7 +538,9 @@ func TestNewsIn(t *testing.T) {
 		change func(*ctrlmeshv1alpha1.ShardingConfigStatus)
 		news   bool
 	}{
-		{"a shard's health", func(s *ctrlmeshv1alpha1.ShardingConfigStatus) { s.Placement[0].Health = ctrlmeshv1alpha1.ShardHealthUnknown }, false},
+		{"a shard's health", func(s *ctrlmeshv1alpha1.ShardingConfigStatus) {
+			s.Placement[0].Health = ctrlmeshv1alpha1.ShardHealthUnknown
+		}, false},
 		{"the counts and Ready's message", func(s *ctrlmeshv1alpha1.ShardingConfigStatus) {
 			s.ReadyShards, s.Conditions[0].Message = 2, "2 of 4"
 		}, false},
