@@ -19,3 +19,6 @@ func (r *Reconciler) ConfigsOfWork(ctx context.Context, obj client.Object) []rec
 
 // NewsIn is newsIn, for the package's external tests.
 var NewsIn = newsIn
+
+// SetConditions is setConditions, for the package's external tests.
+var SetConditions = setConditions

@@ -176,10 +176,10 @@ func overlapMessage(overlaps []overlap) string {
 			for _, p := range o.pods {
 				names = append(names, p.String())
 			}
-			what = fmt.Sprintf("ShardingConfig %s selects pods this one selects: %s", o.other, strings.Join(names, ", "))
+			what = fmt.Sprintf("ShardingConfig %s selects pods this one selects: %s", o.other, listNames(names))
 		} else {
 			what = fmt.Sprintf("the selectors of ShardingConfig %s and this one select the same pods (one's requirements include the other's) in %s",
-				o.other, strings.Join(o.clusters, ", "))
+				o.other, listNames(o.clusters))
 		}
 		if o.earlier {
 			what += fmt.Sprintf("; %s was created first and keeps them: this one does not place them", o.other)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -163,10 +164,45 @@ func (s *statusWrites) forget(config types.NamespacedName) {
 	delete(s.last, config)
 }
 
+// maxNamesInMessage is how many names a condition's message lists: the
+// message says what to look at, and the API server refuses a condition
+// message past 32768 bytes (metav1.Condition), which naming every waiting
+// pod of 1000 members passed: 148 status writes refused at 1000 members x
+// 20 configs (make bench-scale), the configs' status stuck meanwhile.
+const maxNamesInMessage = 10
+
+// maxMessageBytes is metav1.Condition's bound on a message.
+const maxMessageBytes = 32768
+
+// listNames joins at most maxNamesInMessage names, and says how many more
+// there are.
+func listNames(names []string) string {
+	if len(names) <= maxNamesInMessage {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:maxNamesInMessage], ", "), len(names)-maxNamesInMessage)
+}
+
+// boundMessage cuts message to maxMessageBytes, at a rune's start: what
+// it quotes (a member's own condition message, many overlapping configs)
+// can pass the bound the names alone keep.
+func boundMessage(message string) string {
+	if len(message) <= maxMessageBytes {
+		return message
+	}
+	const more = " …"
+	cut := maxMessageBytes - len(more)
+	for cut > 0 && !utf8.RuneStart(message[cut]) {
+		cut--
+	}
+	return message[:cut] + more
+}
+
 // setConditions sets Ready and Degraded: Ready with the given status,
 // reason and message; Degraded True with the same reason when Ready is
 // False for a reason other than shards still starting, False otherwise.
 func setConditions(status *ctrlmeshv1alpha1.ShardingConfigStatus, ready metav1.ConditionStatus, reason, message string, generation int64) {
+	message = boundMessage(message)
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
 		Type: ctrlmeshv1alpha1.ConditionReady, Status: ready, Reason: reason, Message: message, ObservedGeneration: generation,
 	})
@@ -209,7 +245,7 @@ func degraded(sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome) (reason, messag
 		}
 	}
 	if len(unavailable) > 0 {
-		return ctrlmeshv1alpha1.ReasonClusterUnavailable, fmt.Sprintf("clusters not usable keep their last rules and get no new ones (see each ManagedCluster's conditions): %s", strings.Join(unavailable, ", "))
+		return ctrlmeshv1alpha1.ReasonClusterUnavailable, fmt.Sprintf("clusters not usable keep their last rules and get no new ones (see each ManagedCluster's conditions): %s", listNames(unavailable))
 	}
 	if message := overlapMessage(out.overlaps); message != "" {
 		return ctrlmeshv1alpha1.ReasonSelectorOverlap, message
@@ -220,11 +256,11 @@ func degraded(sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome) (reason, messag
 			names = append(names, p.String())
 		}
 		return ctrlmeshv1alpha1.ReasonPodsWithoutProxy, fmt.Sprintf("ready pods whose ctrlmesh proxy has not reported get no buckets, and see every shard's objects if they run without one: %s; "+
-			"delete a pod admitted without the sidecar so that it is created again with the proxy", strings.Join(names, ", "))
+			"delete a pod admitted without the sidecar so that it is created again with the proxy", listNames(names))
 	}
 	for _, d := range out.domains {
 		if !slices.ContainsFunc(d.pods, func(p placement.Pod) bool { return p.Ready && !p.Canary && p.Subset == "" }) {
-			return ctrlmeshv1alpha1.ReasonNoCandidatePods, fmt.Sprintf("no ready pod matches the selector in %s", strings.Join(d.clusters, ", "))
+			return ctrlmeshv1alpha1.ReasonNoCandidatePods, fmt.Sprintf("no ready pod matches the selector in %s", listNames(d.clusters))
 		}
 	}
 	for _, d := range out.domains {
@@ -234,7 +270,7 @@ func degraded(sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome) (reason, messag
 				waiting = append(waiting, p.String())
 			}
 			return ctrlmeshv1alpha1.ReasonHandoverPending, fmt.Sprintf("buckets move in %s once these proxies enforce generation %d: %s",
-				strings.Join(d.clusters, ", "), d.step.Table.Generation, strings.Join(waiting, ", "))
+				listNames(d.clusters), d.step.Table.Generation, listNames(waiting))
 		}
 	}
 	return "", ""

@@ -3,8 +3,10 @@ package shardingconfig
 import (
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -172,6 +174,23 @@ func TestDegraded(t *testing.T) {
 		},
 		wantReason:  ctrlmeshv1alpha1.ReasonHandoverPending,
 		wantMessage: "buckets move in a, b once these proxies enforce generation 3: a/p0",
+	}, {
+		name: "a handover over 1000 members names ten of them and ten pods",
+		out: func() *outcome {
+			var names []string
+			for i := range 1000 {
+				names = append(names, fmt.Sprintf("m%04d", i))
+			}
+			d := handingOver(names...)
+			d.step.WaitingFor = nil
+			for _, name := range names {
+				d.step.WaitingFor = append(d.step.WaitingFor, pods(name, "p0", "p1", "p2", "p3")...)
+			}
+			return &outcome{members: members(names), domains: []domainOutcome{d}}
+		}(),
+		wantReason: ctrlmeshv1alpha1.ReasonHandoverPending,
+		wantMessage: "buckets move in m0000, m0001, m0002, m0003, m0004, m0005, m0006, m0007, m0008, m0009 and 990 more once these proxies enforce generation 4: " +
+			"m0000/p0, m0000/p1, m0000/p2, m0000/p3, m0001/p0, m0001/p1, m0001/p2, m0001/p3, m0002/p0, m0002/p1 and 3990 more",
 	}, {
 		name: "nothing amiss",
 		out: &outcome{
@@ -585,5 +604,33 @@ func TestStatusWritesWait(t *testing.T) {
 	s.forget(key)
 	if got := s.wait(key, at, 1000); got != 0 {
 		t.Errorf("forgotten: wait %s, want none", got)
+	}
+}
+
+// TestBoundMessage: a message past metav1.Condition's 32768 bytes is cut
+// at a rune's start and says so; a shorter one is kept whole.
+func TestBoundMessage(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		message string
+	}{
+		{"short", "cluster m1 refuses the rules: label mode cannot serve namespaces team-a"},
+		{"ASCII past the bound", strings.Repeat("a", 40000)},
+		{"runes across the cut", strings.Repeat("ü", 20000)},
+		{"exactly the bound", strings.Repeat("b", maxMessageBytes)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := boundMessage(tc.message)
+			switch {
+			case len(got) > maxMessageBytes:
+				t.Errorf("%d bytes, past %d", len(got), maxMessageBytes)
+			case !utf8.ValidString(got):
+				t.Error("cut inside a rune")
+			case len(tc.message) <= maxMessageBytes && got != tc.message:
+				t.Errorf("a message within the bound changed: %d bytes to %d", len(tc.message), len(got))
+			case len(tc.message) > maxMessageBytes && (!strings.HasSuffix(got, " …") || !strings.HasPrefix(tc.message, strings.TrimSuffix(got, " …"))):
+				t.Errorf("a cut message does not end in \" …\" after the message's start: ...%q", got[len(got)-20:])
+			}
+		})
 	}
 }

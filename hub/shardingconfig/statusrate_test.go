@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -136,4 +138,30 @@ func TestStatusWritesSpacedBySize(t *testing.T) {
 		t.Fatalf("none of the %d status writes changed only the placement's detail: the reports did not test the spacing", len(seen))
 	}
 	t.Logf("%d status writes during 12 reports, %d of them spaced by size", len(seen), spaced)
+}
+
+// TestConditionMessageWithinTheAPIServersBound: the real API server takes
+// a status whose condition quotes a message past metav1.Condition's 32768
+// bytes (a member's own condition message, say), as the hub sets it. At
+// 1000 members, messages naming every waiting pod were refused (422) and
+// left the configs' status stuck (make bench-scale).
+func TestConditionMessageWithinTheAPIServersBound(t *testing.T) {
+	ctx := t.Context()
+	ns := unique("long-message")
+	env.Create(t, ctx, hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	sc := configOver(ns, ctrlmeshv1alpha1.ScopePerCluster, "m1")
+	env.Create(t, ctx, hub.Client, sc)
+	message := "cluster m1 refuses the rules: " + strings.Repeat("namespace team-ü ", 3000)
+	shardingconfig.SetConditions(&sc.Status, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonInvalidSpec, message, sc.Generation)
+	if err := hub.Client.Status().Update(ctx, sc); err != nil {
+		t.Fatalf("a status quoting a message of %d bytes: %v", len(message), err)
+	}
+	var got ctrlmeshv1alpha1.ShardingConfig
+	if err := hub.Client.Get(ctx, client.ObjectKeyFromObject(sc), &got); err != nil {
+		t.Fatal(err)
+	}
+	c := meta.FindStatusCondition(got.Status.Conditions, ctrlmeshv1alpha1.ConditionReady)
+	if c == nil || c.Reason != ctrlmeshv1alpha1.ReasonInvalidSpec || !strings.HasPrefix(c.Message, "cluster m1 refuses the rules: namespace team-ü") {
+		t.Errorf("Ready: %+v", c)
+	}
 }
