@@ -65,8 +65,10 @@ type result struct {
 	cpu       float64
 	rss, peak int64
 	requests  map[string]float64
-	// api is what the API server served meanwhile, by resource.
-	api *apiTraffic
+	// api is what the API server served meanwhile, by resource;
+	// reconcileErrors the hub's failed reconciles by controller.
+	api             *apiTraffic
+	reconcileErrors map[string]float64
 	// steady is the hub's requests per second at rest, over steadyWindow,
 	// beside the members' heartbeat renewals per second.
 	steadyWindow     time.Duration
@@ -520,6 +522,10 @@ func (b *bench) applyConfigs(ctx context.Context, r *result) error {
 	if err != nil {
 		return err
 	}
+	errors0, err := h.reconcileErrors(ctx)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	for _, sc := range configs {
 		if err := b.admin.Create(ctx, sc); err != nil {
@@ -565,13 +571,18 @@ func (b *bench) applyConfigs(ctx context.Context, r *result) error {
 		return err
 	}
 	r.api = api1.since(api0)
+	errors1, err := h.reconcileErrors(ctx)
+	if err != nil {
+		return err
+	}
+	r.reconcileErrors = diff(errors1, errors0)
 	var works workv1alpha1.WorkList
 	if err := b.cache.List(ctx, &works); err != nil {
 		return err
 	}
 	r.works = len(works.Items)
-	b.logf("Ready: %v after %s (%d Works), hub CPU %.1f s, RSS %d MiB (peak %d MiB), requests %v; the API server: %s",
-		r.readyDone, r.ready.Round(time.Millisecond), r.works, r.cpu, r.rss>>20, r.peak>>20, r.requests, r.api.summary(6))
+	b.logf("Ready: %v after %s (%d Works), hub CPU %.1f s, RSS %d MiB (peak %d MiB), requests %v, failed reconciles %v; the API server: %s",
+		r.readyDone, r.ready.Round(time.Millisecond), r.works, r.cpu, r.rss>>20, r.peak>>20, r.requests, r.reconcileErrors, r.api.summary(6))
 	return nil
 }
 

@@ -208,6 +208,25 @@ func (h *hubProcess) requests(ctx context.Context) (map[string]float64, error) {
 	return out, nil
 }
 
+// reconcileErrors are the hub's failed reconciles so far by controller,
+// from controller-runtime's metrics (controller_runtime_reconcile_errors_total):
+// a write the API server refuses shows there and in the hub's log only.
+func (h *hubProcess) reconcileErrors(ctx context.Context) (map[string]float64, error) {
+	families, err := promscrape.Scrape(ctx, http.DefaultClient.Do, "http://"+h.metrics+"/metrics")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, m := range families["controller_runtime_reconcile_errors_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "controller" {
+				out[l.GetValue()] += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return out, nil
+}
+
 // leads reports whether the replica holds the hub's leader Lease, by its
 // leader-election metric.
 func (h *hubProcess) leads(ctx context.Context) bool {

@@ -60,6 +60,9 @@ func TestSmallFleet(t *testing.T) {
 		a.bodyBytes["shardingconfigs patch"] <= 0 || a.watchBytes["works"] <= 0 {
 		t.Errorf("the API server's traffic during apply misses writes the hub made: %s", a.summary(20))
 	}
+	if len(r.reconcileErrors) > 0 {
+		t.Errorf("the hub's reconciles failed during apply: %v (see its log)", r.reconcileErrors)
+	}
 	if want := []string{workKeyOf(cfgKey(0), clusterName(0)).String()}; !slices.Equal(r.podFailureWrites, want) {
 		t.Errorf("a pod failure wrote Works %v, want only the affected member's %v", r.podFailureWrites, want)
 	}

@@ -28,8 +28,9 @@ type record struct {
 	FleetLoss                       time.Duration
 	RestHeap, LeaderHeap            int64 `json:",omitempty"`
 	Load                            string
-	Ceiling                         *ceilingRecord `json:",omitempty"`
-	API                             *apiRecord     `json:",omitempty"`
+	Ceiling                         *ceilingRecord     `json:",omitempty"`
+	API                             *apiRecord         `json:",omitempty"`
+	ReconcileErrors                 map[string]float64 `json:",omitempty"`
 }
 
 // apiRecord is an apiTraffic as saved.
@@ -50,7 +51,7 @@ func toRecord(r *result, load string) record {
 		SteadyWorkWrites: r.steadyWorkWrites, SteadyEvents: r.steadyEvents, PodFailure: r.podFailure, PodFailureWrites: r.podFailureWrites,
 		RestartLeads: r.restartLeads, RestartHealed: r.restartHealed, RestartWrites: r.restartWrites, RestartUnchanged: r.restartUnchanged,
 		RestartRSS: r.restartRSS, FleetLoss: r.fleetLoss, RestHeap: r.restHeap, LeaderHeap: r.leaderHeap, Load: load, Ceiling: toCeilingRecord(r.ceiling),
-		API: toAPIRecord(r.api),
+		API: toAPIRecord(r.api), ReconcileErrors: r.reconcileErrors,
 	}
 }
 
@@ -68,7 +69,7 @@ func (c record) result() *result {
 		steadyWorkWrites: c.SteadyWorkWrites, steadyEvents: c.SteadyEvents, podFailure: c.PodFailure, podFailureWrites: c.PodFailureWrites,
 		restartLeads: c.RestartLeads, restartHealed: c.RestartHealed, restartWrites: c.RestartWrites, restartUnchanged: c.RestartUnchanged,
 		restartRSS: c.RestartRSS, fleetLoss: c.FleetLoss, restHeap: c.RestHeap, leaderHeap: c.LeaderHeap, ceiling: c.Ceiling.ceiling(),
-		api: c.API.traffic(),
+		api: c.API.traffic(), reconcileErrors: c.ReconcileErrors,
 	}
 }
 

@@ -87,7 +87,7 @@ func report(out io.Writer, results []*result, opts options) {
 	}
 	for _, r := range results {
 		if r.api != nil {
-			fmt.Fprintf(out, "%s: the API server during apply, the heaviest: %s\n", r.scale, r.api.summary(6))
+			fmt.Fprintf(out, "%s: the API server during apply, the heaviest: %s; the hub's failed reconciles: %s\n", r.scale, r.api.summary(6), orNone(methods(r.reconcileErrors)))
 		}
 	}
 	for _, r := range results {
@@ -182,4 +182,11 @@ func profileNote(path string) string {
 		return ""
 	}
 	return " (profile " + path + ")"
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
