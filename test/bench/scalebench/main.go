@@ -19,7 +19,9 @@
 //   - apply to Ready: the time from creating the ShardingConfigs to every
 //     one Ready with every shard ready, the hub's CPU seconds and API
 //     requests by method over that time (its client-go metrics,
-//     rest_client_requests_total), and its resident memory then;
+//     rest_client_requests_total), its failed reconciles, its resident
+//     memory then, and the API server's own counts over that time: writes
+//     by resource and verb, conflicts, request body and watch event bytes;
 //   - at rest: the hub's requests per second over -steady, beside the
 //     members' heartbeat renewals per second;
 //   - a pod failure: the time until its config is Ready without it, and the
