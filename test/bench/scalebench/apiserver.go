@@ -1,13 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 
-	dto "github.com/prometheus/client_model/go"
 	"k8s.io/client-go/rest"
 
 	"github.com/ctrlmesh/ctrlmesh/test/bench/internal/promscrape"
@@ -42,38 +42,29 @@ func scrapeAPITraffic(ctx context.Context, cfg *rest.Config) (*apiTraffic, error
 	}
 	t := &apiTraffic{writes: map[string]float64{}, conflicts: map[string]float64{}, bodyBytes: map[string]float64{}, watchBytes: map[string]float64{}}
 	for _, m := range families["apiserver_request_total"].GetMetric() {
-		l := labels(m)
-		switch l["verb"] {
+		verb := promscrape.Label(m, "verb")
+		switch verb {
 		case "POST", "PUT", "PATCH", "DELETE", "APPLY":
 		default:
 			continue
 		}
-		key := l["resource"]
-		if l["subresource"] != "" {
-			key += "/" + l["subresource"]
+		key := promscrape.Label(m, "resource")
+		if sub := promscrape.Label(m, "subresource"); sub != "" {
+			key += "/" + sub
 		}
-		key += " " + l["verb"]
+		key += " " + verb
 		t.writes[key] += m.GetCounter().GetValue()
-		if l["code"] == "409" {
+		if promscrape.Label(m, "code") == "409" {
 			t.conflicts[key] += m.GetCounter().GetValue()
 		}
 	}
 	for _, m := range families["apiserver_request_body_size_bytes"].GetMetric() {
-		l := labels(m)
-		t.bodyBytes[l["resource"]+" "+l["verb"]] += m.GetHistogram().GetSampleSum()
+		t.bodyBytes[promscrape.Label(m, "resource")+" "+promscrape.Label(m, "verb")] += m.GetHistogram().GetSampleSum()
 	}
 	for _, m := range families["apiserver_watch_events_sizes"].GetMetric() {
-		t.watchBytes[labels(m)["resource"]] += m.GetHistogram().GetSampleSum()
+		t.watchBytes[promscrape.Label(m, "resource")] += m.GetHistogram().GetSampleSum()
 	}
 	return t, nil
-}
-
-func labels(m *dto.Metric) map[string]string {
-	out := map[string]string{}
-	for _, l := range m.GetLabel() {
-		out[l.GetName()] = l.GetValue()
-	}
-	return out
 }
 
 // since is t less the counters of before.
@@ -91,15 +82,8 @@ func (t *apiTraffic) summary(n int) string {
 		return "not measured"
 	}
 	top := func(m map[string]float64, format func(k string, v float64) string) string {
-		keys := slices.SortedFunc(maps.Keys(m), func(a, b string) int {
-			if m[a] != m[b] {
-				if m[a] > m[b] {
-					return -1
-				}
-				return 1
-			}
-			return strings.Compare(a, b)
-		})
+		// The largest first; equal ones by name.
+		keys := slices.SortedFunc(maps.Keys(m), func(a, b string) int { return cmp.Or(cmp.Compare(m[b], m[a]), strings.Compare(a, b)) })
 		var parts []string
 		for _, k := range keys[:min(n, len(keys))] {
 			parts = append(parts, format(k, m[k]))

@@ -513,16 +513,12 @@ func (b *bench) applyConfigs(ctx context.Context, r *result) error {
 	if err != nil {
 		return err
 	}
-	req0, err := h.requests(ctx)
+	counts0, err := h.counters(ctx)
 	if err != nil {
 		return err
 	}
 	apiConfig := b.group.Cluster("hub").Config
 	api0, err := scrapeAPITraffic(ctx, apiConfig)
-	if err != nil {
-		return err
-	}
-	errors0, err := h.reconcileErrors(ctx)
 	if err != nil {
 		return err
 	}
@@ -561,21 +557,17 @@ func (b *bench) applyConfigs(ctx context.Context, r *result) error {
 	if r.rss, r.peak, err = h.memory(); err != nil {
 		return err
 	}
-	req1, err := h.requests(ctx)
+	counts1, err := h.counters(ctx)
 	if err != nil {
 		return err
 	}
-	r.requests = diff(req1, req0)
+	r.requests = diff(counts1.requests, counts0.requests)
+	r.reconcileErrors = diff(counts1.reconcileErrors, counts0.reconcileErrors)
 	api1, err := scrapeAPITraffic(ctx, apiConfig)
 	if err != nil {
 		return err
 	}
 	r.api = api1.since(api0)
-	errors1, err := h.reconcileErrors(ctx)
-	if err != nil {
-		return err
-	}
-	r.reconcileErrors = diff(errors1, errors0)
 	var works workv1alpha1.WorkList
 	if err := b.cache.List(ctx, &works); err != nil {
 		return err
@@ -607,7 +599,7 @@ func total(m map[string]float64) float64 {
 // steadyState counts the hub's requests at rest.
 func (b *bench) steadyState(ctx context.Context, r *result) error {
 	h := b.hubs[0]
-	req0, err := h.requests(ctx)
+	counts0, err := h.counters(ctx)
 	if err != nil {
 		return err
 	}
@@ -621,12 +613,12 @@ func (b *bench) steadyState(ctx context.Context, r *result) error {
 		return ctx.Err()
 	case <-time.After(b.opts.steady):
 	}
-	req1, err := h.requests(ctx)
+	counts1, err := h.counters(ctx)
 	if err != nil {
 		return err
 	}
 	r.steadyWindow = time.Since(start)
-	r.steady = diff(req1, req0)
+	r.steady = diff(counts1.requests, counts0.requests)
 	r.heartbeatsPerSec = float64(b.scale.clusters) / b.opts.renew.Seconds()
 	written, _ := b.writes.since(start)
 	r.steadyWorkWrites = len(written)
@@ -686,7 +678,7 @@ func (b *bench) restart(ctx context.Context, r *result, logPath string) error {
 	}
 	standby := b.hubs[1]
 	if err := b.await(ctx, b.opts.stepWithin, "the standby replica serving metrics", func() (bool, string, error) {
-		_, err := standby.requests(ctx)
+		_, err := standby.counters(ctx)
 		return err == nil, fmt.Sprint(err), nil
 	}); err != nil {
 		return err

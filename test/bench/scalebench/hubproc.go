@@ -186,45 +186,27 @@ func (h *hubProcess) cpuSeconds() (float64, error) {
 	return (utime + stime) / 100, nil
 }
 
-// requests are the hub's API requests so far by HTTP method, from its
-// client-go metrics (rest_client_requests_total); watches are GETs.
-func (h *hubProcess) requests(ctx context.Context) (map[string]float64, error) {
-	families, err := promscrape.Scrape(ctx, http.DefaultClient.Do, "http://"+h.metrics+"/metrics")
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]float64{}
-	if f := families["rest_client_requests_total"]; f != nil {
-		for _, m := range f.GetMetric() {
-			method := ""
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "method" {
-					method = l.GetValue()
-				}
-			}
-			out[method] += m.GetCounter().GetValue()
-		}
-	}
-	return out, nil
+// hubCounters are a hub replica's counters so far, from one scrape of its
+// metrics.
+type hubCounters struct {
+	// requests are its API requests by HTTP method, from client-go's
+	// rest_client_requests_total; watches are GETs.
+	requests map[string]float64
+	// reconcileErrors are its failed reconciles by controller, from
+	// controller_runtime_reconcile_errors_total: a write the API server
+	// refuses shows there and in the hub's log only.
+	reconcileErrors map[string]float64
 }
 
-// reconcileErrors are the hub's failed reconciles so far by controller,
-// from controller-runtime's metrics (controller_runtime_reconcile_errors_total):
-// a write the API server refuses shows there and in the hub's log only.
-func (h *hubProcess) reconcileErrors(ctx context.Context) (map[string]float64, error) {
+func (h *hubProcess) counters(ctx context.Context) (hubCounters, error) {
 	families, err := promscrape.Scrape(ctx, http.DefaultClient.Do, "http://"+h.metrics+"/metrics")
 	if err != nil {
-		return nil, err
+		return hubCounters{}, err
 	}
-	out := map[string]float64{}
-	for _, m := range families["controller_runtime_reconcile_errors_total"].GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == "controller" {
-				out[l.GetValue()] += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return out, nil
+	return hubCounters{
+		requests:        promscrape.SumBy(families, "rest_client_requests_total", "method"),
+		reconcileErrors: promscrape.SumBy(families, "controller_runtime_reconcile_errors_total", "controller"),
+	}, nil
 }
 
 // leads reports whether the replica holds the hub's leader Lease, by its

@@ -1,6 +1,6 @@
 // Package promscrape reads a process's Prometheus text endpoint for the
-// benchmarks: the hub's request counters (scalebench), an operator's Go
-// runtime memory (fleetbench).
+// benchmarks: the hub's and the API server's counters (scalebench), an
+// operator's Go runtime memory (fleetbench).
 package promscrape
 
 import (
@@ -40,4 +40,24 @@ func Gauge(families map[string]*dto.MetricFamily, name string) (float64, error) 
 		return 0, fmt.Errorf("no single gauge %s among the %d metric families served", name, len(families))
 	}
 	return f.GetMetric()[0].GetGauge().GetValue(), nil
+}
+
+// Label is the value of m's label name, or "".
+func Label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// SumBy sums the counter name over its series by the value of one label;
+// a family the endpoint does not serve sums to an empty map.
+func SumBy(families map[string]*dto.MetricFamily, name, label string) map[string]float64 {
+	out := map[string]float64{}
+	for _, m := range families[name].GetMetric() {
+		out[Label(m, label)] += m.GetCounter().GetValue()
+	}
+	return out
 }
