@@ -110,6 +110,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.RulesValidity == 0 {
 		r.RulesValidity = route.FleetValidity
 	}
+	if r.StatusBytesPerSecond == 0 {
+		r.StatusBytesPerSecond = DefaultStatusBytesPerSecond
+	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		WithOptions(controller.Options{MaxConcurrentReconciles: Workers}).

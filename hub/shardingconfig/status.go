@@ -80,7 +80,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 	key := client.ObjectKeyFromObject(sc)
 	now := r.Clock.Now()
 	if !newsIn(&sc.Status, status) {
-		if wait := r.statusWrites.wait(key, now, r.statusBytesPerSecond()); wait > 0 {
+		if wait := r.statusWrites.wait(key, now, r.StatusBytesPerSecond); wait > 0 {
 			return wait, nil
 		}
 	}
@@ -114,13 +114,6 @@ func newsIn(before, next *ctrlmeshv1alpha1.ShardingConfigStatus) bool {
 		}
 	}
 	return false
-}
-
-func (r *Reconciler) statusBytesPerSecond() int {
-	if r.StatusBytesPerSecond > 0 {
-		return r.StatusBytesPerSecond
-	}
-	return DefaultStatusBytesPerSecond
 }
 
 // statusWrites remembers, per ShardingConfig, when the hub last wrote its
