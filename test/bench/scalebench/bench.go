@@ -442,7 +442,15 @@ func (b *bench) await(ctx context.Context, within time.Duration, what string, ch
 			return fmt.Errorf("%w after %s: %s: %s", errTimeout, within, what, progress)
 		}
 		if time.Since(lastLog) > 30*time.Second {
-			b.logf("waiting for %s: %s", what, progress)
+			// The leader's memory beside the progress: a replica that
+			// exits mid-step leaves its trajectory in the log, /proc no
+			// longer has it.
+			rss, peak, err := b.hubs[len(b.hubs)-1].memory()
+			memory := fmt.Sprintf("hub RSS %d MiB (peak %d MiB)", rss>>20, peak>>20)
+			if err != nil {
+				memory = fmt.Sprintf("hub RSS not read: %v", err)
+			}
+			b.logf("waiting for %s: %s; %s", what, progress, memory)
 			lastLog = time.Now()
 		}
 		select {
