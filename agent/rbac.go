@@ -134,7 +134,7 @@ func labelerRBACPolicy(namespace string, labels map[string]string) []client.Obje
 
 // MemberRBAC is the agent's RBAC in its member cluster, for the agent's
 // ServiceAccount in namespace: the ClusterRole MemberClusterRole and its
-// binding, the Role and RoleBinding LeaderElectionRole in namespace, and
+// binding, the Role, RoleBinding and FlowSchema LeaderElectionRole of its leader election (rbacutil.LeaderElection), and
 // the ValidatingAdmissionPolicy LabelerRBACPolicy and its binding.
 func MemberRBAC(namespace string) []client.Object {
 	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: ServiceAccount}}
@@ -148,7 +148,9 @@ func MemberRBAC(namespace string) []client.Object {
 
 // memberRBACHeader heads the rendering; %[1]s is the namespace.
 const memberRBACHeader = `# The member-cluster RBAC of the ctrlmesh agent, for its ServiceAccount
-# %[1]s/ctrlmesh-agent. Generated from agent.MemberRBAC("%[1]s") by
+# %[1]s/ctrlmesh-agent, with the FlowSchema that puts its leader election's
+# Lease requests at the leader-election priority level. Generated from
+# agent.MemberRBAC("%[1]s") by
 #   go test ./agent -run TestMemberRBACFile -update
 # (a test fails when this file and the function differ); do not edit.
 # Its hub credentials are in agent-hub.yaml.

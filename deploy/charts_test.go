@@ -220,7 +220,7 @@ func TestRBACMatchesCode(t *testing.T) {
 	}
 	// With target=host the release renders none of it.
 	for _, u := range render(t, hubChart, "ctrlmesh", []string{"target=host", "members[0].name=member1"}) {
-		if slices.Contains([]string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ValidatingAdmissionPolicy"}, u.GetKind()) {
+		if slices.Contains([]string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "FlowSchema", "ValidatingAdmissionPolicy"}, u.GetKind()) {
 			t.Errorf("target=host renders %s", describe(u))
 		}
 	}

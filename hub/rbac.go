@@ -62,7 +62,7 @@ func AutoAcceptRBACRules() []rbacv1.PolicyRule {
 
 // RBAC is the hub's RBAC for its ServiceAccount in namespace: the
 // ClusterRoles ClusterRole and, with autoAccept, AutoAcceptClusterRole, their
-// bindings, and the leader-election Role and binding in namespace.
+// bindings, and the leader election's Role, binding and FlowSchema (rbacutil.LeaderElection).
 func RBAC(namespace string, autoAccept bool) []client.Object {
 	return rbac(namespace, autoAccept, RBACRules())
 }
@@ -86,7 +86,9 @@ func rbac(namespace string, autoAccept bool, rules []rbacv1.PolicyRule) []client
 const rbacHeader = `# The RBAC of ctrlmesh-hub on the hub cluster, for its ServiceAccount
 # %[1]s/ctrlmesh-hub, with --auto-accept (ClusterRole
 # ctrlmesh-hub-auto-accept: drop it and its binding when an admin accepts
-# member clusters). Generated from hub.RBAC("%[1]s", true) by
+# member clusters), and the FlowSchema that puts its leader election's
+# Lease requests at the leader-election priority level. Generated from
+# hub.RBAC("%[1]s", true) by
 #   go test ./hub -run TestRBACFile -update
 # (a test fails when this file and the function differ); do not edit.
 `
