@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -59,6 +60,12 @@ deploy/rbac/agent-hub.yaml.`,
 		Args:         cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Log = zap.New(zap.UseFlagOptions(&zapOpts))
+			// The informers, the leader election and client-go log through
+			// controller-runtime's and klog's global loggers: unset, the
+			// first drops every message (a refused list or watch among them)
+			// and the second writes klog's own text beside the JSON.
+			ctrl.SetLogger(opts.Log)
+			klog.SetLogger(opts.Log)
 			var err error
 			if opts.Hub, opts.Member, err = membership.Configs(hubKubeconfig, memberKubeconfig); err != nil {
 				return err

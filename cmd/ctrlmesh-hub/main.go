@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -43,6 +44,12 @@ ShardingConfig.status (see "ctrlmeshctl status").`,
 		Args:         cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Log = zap.New(zap.UseFlagOptions(&zapOpts))
+			// The informers, the leader election and client-go log through
+			// controller-runtime's and klog's global loggers: unset, the
+			// first drops every message (a refused list or watch among them)
+			// and the second writes klog's own text beside the JSON.
+			ctrl.SetLogger(opts.Log)
+			klog.SetLogger(opts.Log)
 			// The Go runtime's soft memory limit, at 90% of the
 			// container's (its cgroup's), unless GOMEMLIMIT is set: the
 			// collector otherwise lets the heap grow to twice the live

@@ -3,13 +3,19 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/ctrlmesh/ctrlmesh/test/controlplane"
+	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
 // TestMemoryLimitFromCgroup: the hub started in a memory cgroup sets the
@@ -92,4 +98,76 @@ func memoryCgroup(t *testing.T, limit int64) string {
 		t.Fatalf("limiting the cgroup's memory: %v", err)
 	}
 	return filepath.Join(dir, "cgroup.procs")
+}
+
+// TestInformerErrorsLogged: the hub's informers' errors reach its log. Its
+// informers log through controller-runtime's global logger, which drops
+// every message while unset; the hub sets it to its own. Run against a real
+// API server with an identity that may read nothing, the hub must log its
+// informers' refused lists. Before it set the logger it logged none, and
+// after 30 s that the logger was never set.
+func TestInformerErrorsLogged(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "ctrlmesh-hub")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("building the hub: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	fleet, err := env.Start(ctx, env.Options{Clusters: []env.ClusterSpec{{Name: "hub"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := fleet.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	nobody, err := fleet.Cluster("hub").AddUser("nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := controlplane.WriteKubeconfig(nobody, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, bin, "--kubeconfig="+kubeconfig, "--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	found := make(chan string, 1)
+	var seen bytes.Buffer
+	go func() {
+		s := bufio.NewScanner(stderr)
+		s.Buffer(make([]byte, 1<<20), 1<<20)
+		for s.Scan() {
+			line := s.Text()
+			seen.WriteString(line + "\n")
+			if strings.Contains(line, "failed to list") && strings.Contains(line, `User \"nobody\" cannot list`) {
+				found <- line
+				return
+			}
+		}
+		close(found)
+	}()
+	select {
+	case line, ok := <-found:
+		if !ok {
+			t.Fatalf("the hub exited without logging a refused list; its output:\n%s", seen.String())
+		}
+		if !json.Valid([]byte(line)) {
+			t.Errorf("the refused list is not logged as the hub logs (JSON): %s", line)
+		}
+	case <-time.After(45 * time.Second):
+		_ = cmd.Process.Kill()
+		<-found
+		t.Fatalf("the hub logged no refused list within 45 s; its output:\n%s", seen.String())
+	}
 }

@@ -287,7 +287,7 @@ func (b *bench) startHubIdentity(ctx context.Context, c *controlplane.Cluster, d
 		return err
 	}
 	b.kubecf = filepath.Join(dir, "hub-serviceaccount.kubeconfig")
-	return writeKubeconfig(cfg, b.kubecf)
+	return controlplane.WriteKubeconfig(cfg, b.kubecf)
 }
 
 func (b *bench) startHub(logPath string) error {

@@ -18,9 +18,6 @@ import (
 	"time"
 
 	"github.com/google/pprof/profile"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/ctrlmesh/ctrlmesh/test/bench/internal/promscrape"
 )
@@ -48,16 +45,6 @@ func buildHub(ctx context.Context, root, dir string) (string, error) {
 		return "", fmt.Errorf("building ctrlmesh-hub: %w\n%s", err, out)
 	}
 	return bin, nil
-}
-
-// writeKubeconfig writes cfg (a client-certificate user) as a kubeconfig.
-func writeKubeconfig(cfg *rest.Config, path string) error {
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["hub"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["hub"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
-	kc.Contexts["hub"] = &clientcmdapi.Context{Cluster: "hub", AuthInfo: "hub"}
-	kc.CurrentContext = "hub"
-	return clientcmd.WriteToFile(*kc, path)
 }
 
 func freePort() (string, error) {
