@@ -11,8 +11,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/ctrlmesh/ctrlmesh/test/controlplane"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
@@ -107,12 +111,102 @@ func memoryCgroup(t *testing.T, limit int64) string {
 // informers' refused lists. Before it set the logger it logged none, and
 // after 30 s that the logger was never set.
 func TestInformerErrorsLogged(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	bin := buildHub(t)
+	c := startCluster(t, ctx)
+	nobody, err := c.AddUser("nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := startHub(t, ctx, bin, nobody, nil)
+	line, err := h.await(45*time.Second, func(line string) bool {
+		return strings.Contains(line, "failed to list") && strings.Contains(line, `User \"nobody\" cannot list`)
+	})
+	if err != nil {
+		t.Fatalf("the hub logged no refused list: %v; its output:\n%s", err, h.output())
+	}
+	if !json.Valid([]byte(line)) {
+		t.Errorf("the refused list is not logged as the hub logs (JSON): %s", line)
+	}
+}
+
+// TestInformersStreamLists: the hub's informers fill their caches from
+// streamed watches (client-go's WatchListClient), each object through the
+// cache's transform as it arrives, not from lists read whole, unless
+// KUBE_FEATURE_WatchListClient=false; the API server's own request
+// counters tell which.
+func TestInformersStreamLists(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	bin := buildHub(t)
+	c := startCluster(t, ctx)
+	for _, tc := range []struct {
+		name      string
+		env       []string
+		wantLists bool
+	}{
+		{name: "as shipped", wantLists: false},
+		{name: watchListEnv + "=false", env: []string{watchListEnv + "=false"}, wantLists: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := worksLists(t, ctx, c)
+			h := startHub(t, ctx, bin, c.Config, tc.env)
+			// controller-runtime starts a controller's workers once its
+			// caches are filled.
+			if _, err := h.await(60*time.Second, func(line string) bool {
+				return strings.Contains(line, `"Starting workers"`) && strings.Contains(line, `"controller":"shardingconfig"`)
+			}); err != nil {
+				t.Fatalf("the hub's caches did not fill: %v; its output:\n%s", err, h.output())
+			}
+			h.stop()
+			lists := worksLists(t, ctx, c) - before
+			if got := lists > 0; got != tc.wantLists {
+				t.Errorf("the hub listed Works %v times; want lists %v (watches streaming the objects instead: %v)", lists, tc.wantLists, !tc.wantLists)
+			}
+		})
+	}
+}
+
+// worksLists is how many LIST requests of Works the API server has
+// answered (apiserver_request_total).
+func worksLists(t *testing.T, ctx context.Context, c *controlplane.Cluster) float64 {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, line := range strings.Split(string(data), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `resource="works"`) || !strings.Contains(line, `verb="LIST"`) {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
+		if err != nil {
+			t.Fatalf("apiserver_request_total: %v", err)
+		}
+		total += v
+	}
+	return total
+}
+
+func buildHub(t *testing.T) string {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "ctrlmesh-hub")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("building the hub: %v\n%s", err, out)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	return bin
+}
+
+// startCluster starts a real API server with ctrlmesh's CRDs, stopped
+// when the test ends.
+func startCluster(t *testing.T, ctx context.Context) *controlplane.Cluster {
+	t.Helper()
 	fleet, err := env.Start(ctx, env.Options{Clusters: []env.ClusterSpec{{Name: "hub"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -122,52 +216,80 @@ func TestInformerErrorsLogged(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	nobody, err := fleet.Cluster("hub").AddUser("nobody")
-	if err != nil {
-		t.Fatal(err)
-	}
+	return fleet.Cluster("hub")
+}
+
+// hubProcess is the built hub running as a test's user, its log read line
+// by line.
+type hubProcess struct {
+	cmd   *exec.Cmd
+	lines chan string
+	mu    sync.Mutex
+	seen  bytes.Buffer
+}
+
+// startHub runs bin with identity's credentials, without leader election
+// or ports, env added to the environment; the test's end kills it.
+func startHub(t *testing.T, ctx context.Context, bin string, identity *rest.Config, env []string) *hubProcess {
+	t.Helper()
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := controlplane.WriteKubeconfig(nobody, kubeconfig); err != nil {
+	if err := controlplane.WriteKubeconfig(identity, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(ctx, bin, "--kubeconfig="+kubeconfig, "--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0")
-	stderr, err := cmd.StderrPipe()
+	h := &hubProcess{lines: make(chan string, 1024)}
+	h.cmd = exec.CommandContext(ctx, bin, "--kubeconfig="+kubeconfig, "--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0")
+	h.cmd.Env = append(os.Environ(), env...)
+	stderr, err := h.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	if err := h.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	}()
-	found := make(chan string, 1)
-	var seen bytes.Buffer
+	t.Cleanup(h.stop)
 	go func() {
+		defer close(h.lines)
 		s := bufio.NewScanner(stderr)
 		s.Buffer(make([]byte, 1<<20), 1<<20)
 		for s.Scan() {
-			line := s.Text()
-			seen.WriteString(line + "\n")
-			if strings.Contains(line, "failed to list") && strings.Contains(line, `User \"nobody\" cannot list`) {
-				found <- line
-				return
+			h.mu.Lock()
+			h.seen.WriteString(s.Text() + "\n")
+			h.mu.Unlock()
+			select {
+			case h.lines <- s.Text():
+			default: // a line nobody awaits
 			}
 		}
-		close(found)
 	}()
-	select {
-	case line, ok := <-found:
-		if !ok {
-			t.Fatalf("the hub exited without logging a refused list; its output:\n%s", seen.String())
+	return h
+}
+
+// await returns the first line of the hub's log that match accepts, within
+// timeout.
+func (h *hubProcess) await(timeout time.Duration, match func(string) bool) (string, error) {
+	deadline := time.After(timeout)
+	for {
+		select {
+		case line, ok := <-h.lines:
+			if !ok {
+				return "", fmt.Errorf("the hub exited")
+			}
+			if match(line) {
+				return line, nil
+			}
+		case <-deadline:
+			return "", fmt.Errorf("no such line within %s", timeout)
 		}
-		if !json.Valid([]byte(line)) {
-			t.Errorf("the refused list is not logged as the hub logs (JSON): %s", line)
-		}
-	case <-time.After(45 * time.Second):
-		_ = cmd.Process.Kill()
-		<-found
-		t.Fatalf("the hub logged no refused list within 45 s; its output:\n%s", seen.String())
 	}
+}
+
+func (h *hubProcess) output() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.seen.String()
+}
+
+func (h *hubProcess) stop() {
+	_ = h.cmd.Process.Kill()
+	_ = h.cmd.Wait()
 }

@@ -101,6 +101,9 @@ type result struct {
 	// ceiling is the API server's, measured before the hub started; nil
 	// when not measured.
 	ceiling *ceiling
+	// startup is a hub's start with many Works, lists read whole and
+	// streamed (-startup), or nil.
+	startup *startup
 }
 
 type options struct {
@@ -117,6 +120,9 @@ type options struct {
 	// ceilingWorks is how many Works the API server's ceiling is measured
 	// with; 0 measures none.
 	ceilingWorks int
+	// startupWorks is how many Works a hub's start is measured with
+	// (measureStartup); 0 measures none.
+	startupWorks int
 	// hubArgs are further flags of both hub replicas, hubMemoryLimit
 	// their GOMEMLIMIT.
 	hubArgs        []string
@@ -230,13 +236,19 @@ func run(ctx context.Context, opts options, s scale) (_ *result, err error) {
 	if err := b.startHubIdentity(ctx, hubCluster, dir); err != nil {
 		return nil, err
 	}
+	var start *startup
+	if opts.startupWorks > 0 {
+		if start, err = b.measureStartup(ctx, opts.startupWorks, dir); err != nil {
+			return nil, err
+		}
+	}
 	if err := b.startHub(filepath.Join(dir, "hub-0.log")); err != nil {
 		return nil, err
 	}
 	if err := b.startMembersSide(ctx, hubCluster.Config); err != nil {
 		return nil, err
 	}
-	r := &result{scale: s, pods: opts.pods, ceiling: ceil}
+	r := &result{scale: s, pods: opts.pods, ceiling: ceil, startup: start}
 	if err := b.joinAll(ctx, r); err != nil {
 		return r, err
 	}
@@ -291,7 +303,7 @@ func (b *bench) startHubIdentity(ctx context.Context, c *controlplane.Cluster, d
 }
 
 func (b *bench) startHub(logPath string) error {
-	h, err := startHub(b.hubBin, b.kubecf, hubNamespace, fmt.Sprintf("hub-%d", len(b.hubs)), logPath, b.opts.hubArgs, b.opts.hubMemoryLimit)
+	h, err := startHub(b.hubBin, b.kubecf, hubNamespace, fmt.Sprintf("hub-%d", len(b.hubs)), logPath, b.opts.hubArgs, memoryEnv(b.opts.hubMemoryLimit))
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/google/pprof/profile"
+	clientfeatures "k8s.io/client-go/features"
 
 	"github.com/ctrlmesh/ctrlmesh/test/bench/internal/promscrape"
 )
@@ -56,9 +57,9 @@ func freePort() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// startHub starts a replica; its log goes to logPath. A memoryLimit is
-// its GOMEMLIMIT.
-func startHub(bin, kubeconfig, namespace, name, logPath string, extra []string, memoryLimit string) (*hubProcess, error) {
+// startHub starts a replica with env added to this process's environment;
+// its log goes to logPath.
+func startHub(bin, kubeconfig, namespace, name, logPath string, extra, env []string) (*hubProcess, error) {
 	metrics, err := freePort()
 	if err != nil {
 		return nil, err
@@ -75,9 +76,7 @@ func startHub(bin, kubeconfig, namespace, name, logPath string, extra []string, 
 		"--metrics-bind-address=" + metrics, "--health-probe-bind-address=0", "--pprof-bind-address=" + pprof}, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if memoryLimit != "" {
-		cmd.Env = append(os.Environ(), "GOMEMLIMIT="+memoryLimit)
-	}
+	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
@@ -90,6 +89,19 @@ func startHub(bin, kubeconfig, namespace, name, logPath string, extra []string, 
 	}()
 	return h, nil
 }
+
+// memoryEnv is the environment that gives a replica the GOMEMLIMIT limit,
+// none for "".
+func memoryEnv(limit string) []string {
+	if limit == "" {
+		return nil
+	}
+	return []string{"GOMEMLIMIT=" + limit}
+}
+
+// watchListEnv is client-go's environment variable for WatchListClient,
+// which the hub turns on unless it is set.
+const watchListEnv = "KUBE_FEATURE_" + string(clientfeatures.WatchListClient)
 
 // stop ends the replica as Kubernetes does: SIGTERM (the hub releases its
 // leader Lease on the way out), SIGKILL after grace.

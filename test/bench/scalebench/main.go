@@ -93,6 +93,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	fs.StringVar(&c.save, "save", "", "save the results as JSON to this file")
 	loads := fs.String("load", "", "comma-separated JSON files of -save: report and plot their results, measured before, with this run's (-scales= measures nothing new)")
 	fs.IntVar(&c.ceilingWorks, "ceiling", 2000, "Works to measure the API server's write ceiling with at each scale, before the hub starts; 0 for none")
+	fs.IntVar(&c.startupWorks, "startup", 0, "Works to measure a hub's start with at each scale, before the hub starts: its peak RSS with lists read whole and streamed (client-go's WatchListClient, as the hub ships); 0 for none")
 	fs.StringVar(&c.workDir, "work-dir", "", "directory for the hub's logs and heap profiles (default: a temporary one, kept)")
 	fs.StringVar(&c.hubMemoryLimit, "hub-gomemlimit", "", "GOMEMLIMIT of both hub replicas: in a container the hub sets it to 90% of its memory limit (921MiB under the chart's 1Gi); empty leaves the Go runtime without one, as the hub outside a memory cgroup")
 	hubArgs := fs.String("hub-args", "", "further flags of both hub replicas, space-separated (for example --leader-elect-renew-deadline=40s on a loaded machine)")

@@ -35,7 +35,7 @@ func TestSmallFleet(t *testing.T) {
 	opts := options{
 		assets: assets, pods: 3, fleetSize: 3, steady: 10 * time.Second, proxyDelay: 100 * time.Millisecond,
 		lease: 10 * time.Second, renew: 2 * time.Second, readyWithin: 5 * time.Minute, stepWithin: 3 * time.Minute,
-		workDir: t.TempDir(), log: testWriter{t}, ceilingWorks: 40,
+		workDir: t.TempDir(), log: testWriter{t}, ceilingWorks: 40, startupWorks: 100,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
@@ -47,12 +47,15 @@ func TestSmallFleet(t *testing.T) {
 		t.Fatalf("not every ShardingConfig Ready within %s", r.ready)
 	}
 	if want := 4*3 + 3; r.works != want {
-		t.Errorf("%d Works, want one per member and PerCluster config plus one per Fleet member (the ceiling's deleted): %d", r.works, want)
+		t.Errorf("%d Works, want one per member and PerCluster config plus one per Fleet member (the ceiling's and the start's deleted): %d", r.works, want)
 	}
 	if c := r.ceiling; c == nil || c.works != 40 || c.creates <= 0 || c.updates <= 0 || c.statuses <= 0 || c.floor(r.works) <= 0 {
 		t.Errorf("the API server's ceiling was not measured with 40 Works: %+v", c)
 	} else if c.bytes < 2000 {
 		t.Errorf("the ceiling's Works have %d bytes: they are not like the run's (a route of 3 placed pods, the labeler's RBAC and a member's status)", c.bytes)
+	}
+	if st := r.startup; st == nil || st.works != 100 || st.listPeak <= 0 || st.streamPeak <= 0 || st.listHeap <= 0 || st.streamHeap <= 0 {
+		t.Errorf("a hub's start was not measured with 100 Works both ways: %+v", st)
 	}
 	// The API server's own counts: every Work created, each config's
 	// status written, and the watchers sent what was written.
