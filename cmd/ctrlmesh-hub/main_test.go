@@ -114,7 +114,7 @@ func TestInformerErrorsLogged(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	bin := buildHub(t)
-	c := startCluster(t, ctx)
+	c := env.StartCluster(t, ctx, "hub")
 	nobody, err := c.AddUser("nobody")
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +140,7 @@ func TestInformersStreamLists(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	bin := buildHub(t)
-	c := startCluster(t, ctx)
+	c := env.StartCluster(t, ctx, "hub")
 	for _, tc := range []struct {
 		name      string
 		env       []string
@@ -201,22 +201,6 @@ func buildHub(t *testing.T) string {
 		t.Fatalf("building the hub: %v\n%s", err, out)
 	}
 	return bin
-}
-
-// startCluster starts a real API server with ctrlmesh's CRDs, stopped
-// when the test ends.
-func startCluster(t *testing.T, ctx context.Context) *controlplane.Cluster {
-	t.Helper()
-	fleet, err := env.Start(ctx, env.Options{Clusters: []env.ClusterSpec{{Name: "hub"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := fleet.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	return fleet.Cluster("hub")
 }
 
 // hubProcess is the built hub running as a test's user, its log read line

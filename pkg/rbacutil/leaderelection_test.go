@@ -30,16 +30,7 @@ import (
 func TestLeaderElectionPriority(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	fleet, err := env.Start(ctx, env.Options{Clusters: []env.ClusterSpec{{Name: "c"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := fleet.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	c := fleet.Cluster("c")
+	c := env.StartCluster(t, ctx, "c")
 	const namespace, name, lease = "ctrlmesh", "component-leader-election", "component"
 	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: "component"}}
 	env.Create(t, ctx, c.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})

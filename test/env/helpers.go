@@ -70,3 +70,19 @@ func StartManager(t testing.TB, mgr Manager) (ctx context.Context, stop func()) 
 	t.Cleanup(stop)
 	return ctx, stop
 }
+
+// StartCluster starts one cluster named name (Start with default options)
+// for t, stopped when t ends, and fails t if it cannot.
+func StartCluster(t testing.TB, ctx context.Context, name string) *Cluster {
+	t.Helper()
+	fleet, err := Start(ctx, Options{Clusters: []ClusterSpec{{Name: name}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := fleet.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return fleet.Cluster(name)
+}
