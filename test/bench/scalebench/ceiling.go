@@ -72,7 +72,7 @@ func measureCeiling(ctx context.Context, cfg *rest.Config, scheme *runtime.Schem
 	if err := c.Create(ctx, config, client.DryRunAll); err != nil {
 		return nil, err
 	}
-	placed, err := templateRoute(config, pods, true)
+	placed, rbac, status, err := templateWork(config, pods)
 	if err != nil {
 		return nil, err
 	}
@@ -80,13 +80,6 @@ func measureCeiling(ctx context.Context, cfg *rest.Config, scheme *runtime.Schem
 	if err != nil {
 		return nil, err
 	}
-	rbac, _ := routework.NewLabelerRBAC(placed.Namespace, placed.Name, placed.Spec.Limits, "ctrlmesh-system")
-	placed.Status = memberStatus(&ctrlmeshv1alpha1.ShardRouteStatus{}, placed, pods, nil, placed.Spec.RulesHash)
-	status := workv1alpha1.WorkStatus{ManifestStatuses: []workv1alpha1.ManifestStatus{routework.ManifestStatus(placed)}}
-	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
-		Type: workv1alpha1.WorkApplied, Status: metav1.ConditionTrue, Reason: ctrlmeshv1alpha1.ReasonWorkAppliedSuccessful,
-		Message: "Manifest has been successfully applied",
-	})
 	name := func(i int) string { return fmt.Sprintf("ceiling-%06d", i) }
 	objs := make([]*workv1alpha1.Work, works)
 	result := &ceiling{works: works}
@@ -155,6 +148,25 @@ func writeAll(ctx context.Context, n int, write func(i int) error) (float64, err
 		return 0, err
 	}
 	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// templateWork is what a Work of config carries once its pods are placed
+// in a member of pods pods: the route (its status the member's report),
+// the labeler's RBAC, and the Work's status as the member's agent writes
+// it.
+func templateWork(config *ctrlmeshv1alpha1.ShardingConfig, pods int) (*ctrlmeshv1alpha1.ShardRoute, *routework.LabelerRBAC, workv1alpha1.WorkStatus, error) {
+	placed, err := templateRoute(config, pods, true)
+	if err != nil {
+		return nil, nil, workv1alpha1.WorkStatus{}, err
+	}
+	rbac, _ := routework.NewLabelerRBAC(placed.Namespace, placed.Name, placed.Spec.Limits, agentNamespace)
+	placed.Status = memberStatus(&ctrlmeshv1alpha1.ShardRouteStatus{}, placed, pods, nil, placed.Spec.RulesHash)
+	status := workv1alpha1.WorkStatus{ManifestStatuses: []workv1alpha1.ManifestStatus{routework.ManifestStatus(placed)}}
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+		Type: workv1alpha1.WorkApplied, Status: metav1.ConditionTrue, Reason: ctrlmeshv1alpha1.ReasonWorkAppliedSuccessful,
+		Message: "Manifest has been successfully applied",
+	})
+	return placed, rbac, status, nil
 }
 
 // templateRoute is the route the hub publishes for config, a PerCluster

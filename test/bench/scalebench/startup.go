@@ -8,7 +8,6 @@ import (
 
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -44,17 +43,10 @@ func (b *bench) measureStartup(ctx context.Context, works int, dir string) (*sta
 	if err := c.Create(ctx, config, client.DryRunAll); err != nil {
 		return nil, err
 	}
-	placed, err := templateRoute(config, b.opts.pods, true)
+	placed, rbac, status, err := templateWork(config, b.opts.pods)
 	if err != nil {
 		return nil, err
 	}
-	rbac, _ := routework.NewLabelerRBAC(placed.Namespace, placed.Name, placed.Spec.Limits, agentNamespace)
-	placed.Status = memberStatus(&ctrlmeshv1alpha1.ShardRouteStatus{}, placed, b.opts.pods, nil, placed.Spec.RulesHash)
-	status := workv1alpha1.WorkStatus{ManifestStatuses: []workv1alpha1.ManifestStatus{routework.ManifestStatus(placed)}}
-	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
-		Type: workv1alpha1.WorkApplied, Status: metav1.ConditionTrue, Reason: ctrlmeshv1alpha1.ReasonWorkAppliedSuccessful,
-		Message: "Manifest has been successfully applied",
-	})
 	if _, err := writeAll(ctx, works, func(i int) error {
 		w := routework.NewWork(client.ObjectKey{Namespace: startupNamespace, Name: fmt.Sprintf("startup-%06d", i)})
 		if err := routework.SetManifests(w, placed, rbac); err != nil {
