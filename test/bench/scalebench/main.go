@@ -31,7 +31,11 @@
 //     until it healed the failure, and the Works it wrote (goal: only the
 //     affected one; none rewritten with the rules it had);
 //   - a Fleet member lost: the time from its last heartbeat until its
-//     buckets are served by the other members' pods.
+//     buckets are served by the other members' pods;
+//   - with -startup, before the hub starts: a hub's start with that many
+//     Works on the API server, its informers' lists read whole and
+//     streamed (client-go's WatchListClient, as the hub ships): its peak
+//     RSS and live heap each way.
 //
 // With -plot it writes the curves over the scales as an SVG and prints the
 // table in Markdown for the README.
