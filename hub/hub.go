@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -35,6 +36,11 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/pkg/route"
 	ctrlmeshscheme "github.com/ctrlmesh/ctrlmesh/pkg/scheme"
 )
+
+// WatchListEnv is client-go's environment variable for its WatchListClient
+// feature: ctrlmesh-hub turns the feature on, its informers streaming their
+// lists, unless the variable is set.
+const WatchListEnv = "KUBE_FEATURE_" + string(clientfeatures.WatchListClient)
 
 // LeaderElectionID is the Lease the hub's replicas elect their leader with.
 const LeaderElectionID = "ctrlmesh-hub"

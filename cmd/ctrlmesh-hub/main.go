@@ -97,7 +97,7 @@ ShardingConfig.status (see "ctrlmeshctl status").`,
 }
 
 // streamLists turns on client-go's WatchListClient unless
-// KUBE_FEATURE_WatchListClient says otherwise: the informers then fill
+// hub.WatchListEnv says otherwise: the informers then fill
 // their cache from a watch that streams the objects (each through the
 // cache's transform as it arrives, so a Work loses its manifests at once)
 // rather than from a list read and decoded whole. A relist of 100,000 Works
@@ -107,7 +107,7 @@ ShardingConfig.status (see "ctrlmeshctl status").`,
 // server without the feature answers the watch with an error, and client-go
 // falls back to the list.
 func streamLists(log logr.Logger) {
-	if _, set := os.LookupEnv(watchListEnv); set {
+	if _, set := os.LookupEnv(hub.WatchListEnv); set {
 		return
 	}
 	gates, ok := clientfeatures.FeatureGates().(interface {
@@ -121,6 +121,3 @@ func streamLists(log logr.Logger) {
 		log.Error(err, "the informers read their lists whole", "feature", clientfeatures.WatchListClient)
 	}
 }
-
-// watchListEnv is client-go's environment variable for WatchListClient.
-const watchListEnv = "KUBE_FEATURE_" + string(clientfeatures.WatchListClient)

@@ -15,11 +15,12 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/ctrlmesh/ctrlmesh/hub"
 	"github.com/ctrlmesh/ctrlmesh/test/controlplane"
 	"github.com/ctrlmesh/ctrlmesh/test/env"
+	"github.com/ctrlmesh/ctrlmesh/test/promscrape"
 )
 
 // TestMemoryLimitFromCgroup: the hub started in a memory cgroup sets the
@@ -147,7 +148,7 @@ func TestInformersStreamLists(t *testing.T) {
 		wantLists bool
 	}{
 		{name: "as shipped", wantLists: false},
-		{name: watchListEnv + "=false", env: []string{watchListEnv + "=false"}, wantLists: true},
+		{name: hub.WatchListEnv + "=false", env: []string{hub.WatchListEnv + "=false"}, wantLists: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := worksLists(t, ctx, c)
@@ -172,24 +173,19 @@ func TestInformersStreamLists(t *testing.T) {
 // answered (apiserver_request_total).
 func worksLists(t *testing.T, ctx context.Context, c *controlplane.Cluster) float64 {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(c.Config)
+	hc, err := rest.HTTPClientFor(c.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	families, err := promscrape.Scrape(ctx, hc.Do, strings.TrimSuffix(c.Config.Host, "/")+"/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	total := 0.0
-	for _, line := range strings.Split(string(data), "\n") {
-		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `resource="works"`) || !strings.Contains(line, `verb="LIST"`) {
-			continue
+	for _, m := range families["apiserver_request_total"].GetMetric() {
+		if promscrape.Label(m, "resource") == "works" && promscrape.Label(m, "verb") == "LIST" {
+			total += m.GetCounter().GetValue()
 		}
-		v, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
-		if err != nil {
-			t.Fatalf("apiserver_request_total: %v", err)
-		}
-		total += v
 	}
 	return total
 }

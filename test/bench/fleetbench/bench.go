@@ -30,7 +30,7 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/test/controlplane"
 	"github.com/ctrlmesh/ctrlmesh/test/localfleet"
 
-	"github.com/ctrlmesh/ctrlmesh/test/bench/internal/promscrape"
+	"github.com/ctrlmesh/ctrlmesh/test/promscrape"
 )
 
 // The operator's pods run in opNamespace, sharded by the ShardingConfig

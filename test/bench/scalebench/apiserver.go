@@ -10,7 +10,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/ctrlmesh/ctrlmesh/test/bench/internal/promscrape"
+	"github.com/ctrlmesh/ctrlmesh/test/promscrape"
 )
 
 // apiTraffic is the API server's own count of what it served, by resource,

@@ -162,10 +162,7 @@ func templateWork(config *ctrlmeshv1alpha1.ShardingConfig, pods int) (*ctrlmeshv
 	rbac, _ := routework.NewLabelerRBAC(placed.Namespace, placed.Name, placed.Spec.Limits, agentNamespace)
 	placed.Status = memberStatus(&ctrlmeshv1alpha1.ShardRouteStatus{}, placed, pods, nil, placed.Spec.RulesHash)
 	status := workv1alpha1.WorkStatus{ManifestStatuses: []workv1alpha1.ManifestStatus{routework.ManifestStatus(placed)}}
-	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
-		Type: workv1alpha1.WorkApplied, Status: metav1.ConditionTrue, Reason: ctrlmeshv1alpha1.ReasonWorkAppliedSuccessful,
-		Message: "Manifest has been successfully applied",
-	})
+	meta.SetStatusCondition(&status.Conditions, workApplied(0))
 	return placed, rbac, status, nil
 }
 

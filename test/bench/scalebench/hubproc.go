@@ -18,9 +18,8 @@ import (
 	"time"
 
 	"github.com/google/pprof/profile"
-	clientfeatures "k8s.io/client-go/features"
 
-	"github.com/ctrlmesh/ctrlmesh/test/bench/internal/promscrape"
+	"github.com/ctrlmesh/ctrlmesh/test/promscrape"
 )
 
 // hubProcess is one ctrlmesh-hub replica: the shipped binary, run with the
@@ -98,10 +97,6 @@ func memoryEnv(limit string) []string {
 	}
 	return []string{"GOMEMLIMIT=" + limit}
 }
-
-// watchListEnv is client-go's environment variable for WatchListClient,
-// which the hub turns on unless it is set.
-const watchListEnv = "KUBE_FEATURE_" + string(clientfeatures.WatchListClient)
 
 // stop ends the replica as Kubernetes does: SIGTERM (the hub releases its
 // leader Lease on the way out), SIGKILL after grace.

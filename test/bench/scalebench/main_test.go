@@ -54,7 +54,7 @@ func TestSmallFleet(t *testing.T) {
 	} else if c.bytes < 2000 {
 		t.Errorf("the ceiling's Works have %d bytes: they are not like the run's (a route of 3 placed pods, the labeler's RBAC and a member's status)", c.bytes)
 	}
-	if st := r.startup; st == nil || st.works != 100 || st.listPeak <= 0 || st.streamPeak <= 0 || st.listHeap <= 0 || st.streamHeap <= 0 {
+	if st := r.startup; st == nil || st.works != 100 || st.list.peak <= 0 || st.stream.peak <= 0 || st.list.heap <= 0 || st.stream.heap <= 0 {
 		t.Errorf("a hub's start was not measured with 100 Works both ways: %+v", st)
 	}
 	// The API server's own counts: every Work created, each config's

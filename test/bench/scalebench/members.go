@@ -242,15 +242,21 @@ func (a *loadAgent) report(key types.NamespacedName, work *workv1alpha1.Work) (*
 	manifest := routework.ManifestStatus(route)
 
 	want := work.Status.DeepCopy()
-	meta.SetStatusCondition(&want.Conditions, metav1.Condition{
-		Type: workv1alpha1.WorkApplied, Status: metav1.ConditionTrue, Reason: ctrlmeshv1alpha1.ReasonWorkAppliedSuccessful,
-		Message: "Manifest has been successfully applied", ObservedGeneration: work.Generation,
-	})
+	meta.SetStatusCondition(&want.Conditions, workApplied(work.Generation))
 	want.ManifestStatuses = []workv1alpha1.ManifestStatus{manifest}
 	if sameReport(work, want) {
 		return nil, requeue, nil
 	}
 	return want, requeue, nil
+}
+
+// workApplied is the Applied condition a member's agent gives a Work it
+// applied at generation, as Karmada's execution controller words it.
+func workApplied(generation int64) metav1.Condition {
+	return metav1.Condition{
+		Type: workv1alpha1.WorkApplied, Status: metav1.ConditionTrue, Reason: ctrlmeshv1alpha1.ReasonWorkAppliedSuccessful,
+		Message: "Manifest has been successfully applied", ObservedGeneration: generation,
+	}
 }
 
 // sameReport reports whether the Work's status already says what want

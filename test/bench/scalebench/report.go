@@ -88,8 +88,8 @@ func report(out io.Writer, results []*result, opts options) {
 	for _, r := range results {
 		if st := r.startup; st != nil {
 			fmt.Fprintf(out, "%s: a hub's start with %d Works, its informers' lists read whole / streamed: peak RSS %d / %d MiB (%.2fx), live heap %.1f / %.1f MB, settled after %s / %s\n",
-				r.scale, st.works, st.listPeak>>20, st.streamPeak>>20, float64(st.streamPeak)/float64(max(st.listPeak, 1)),
-				float64(st.listHeap)/1e6, float64(st.streamHeap)/1e6, secs(st.listSettle), secs(st.streamSettle))
+				r.scale, st.works, st.list.peak>>20, st.stream.peak>>20, float64(st.stream.peak)/float64(max(st.list.peak, 1)),
+				float64(st.list.heap)/1e6, float64(st.stream.heap)/1e6, secs(st.list.settle), secs(st.stream.settle))
 		}
 	}
 	for _, r := range results {

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/hub"
 	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
 )
 
@@ -23,10 +24,15 @@ const startupNamespace = "scalebench-startup"
 // does by default) and from a streamed watch (WatchListClient, as the hub
 // ships): the peak RSS until the cache settled and the live heap then.
 type startup struct {
-	works                    int
-	listPeak, streamPeak     int64
-	listHeap, streamHeap     int64
-	listSettle, streamSettle time.Duration
+	works        int
+	list, stream startCost
+}
+
+// startCost is one start's peak RSS, live heap once settled, and the time
+// until it settled.
+type startCost struct {
+	peak, heap int64
+	settle     time.Duration
 }
 
 // measureStartup creates works Works as the hub writes them once placed
@@ -61,42 +67,48 @@ func (b *bench) measureStartup(ctx context.Context, works int, dir string) (*sta
 		return nil, fmt.Errorf("creating the Works a start is measured with: %w", err)
 	}
 	out := &startup{works: works}
-	for _, way := range []struct {
-		name       string
-		env        string
-		peak, heap *int64
-		settle     *time.Duration
-	}{
-		{"list", watchListEnv + "=false", &out.listPeak, &out.listHeap, &out.listSettle},
-		{"stream", watchListEnv + "=true", &out.streamPeak, &out.streamHeap, &out.streamSettle},
-	} {
-		h, err := startHub(b.hubBin, b.kubecf, hubNamespace, "startup-"+way.name, filepath.Join(dir, "startup-"+way.name+".log"),
-			b.opts.hubArgs, append(memoryEnv(b.opts.hubMemoryLimit), way.env))
-		if err != nil {
-			return nil, err
-		}
-		start := time.Now()
-		err = awaitSettled(ctx, h)
-		*way.settle = time.Since(start)
-		if err == nil {
-			_, *way.peak, err = h.memory()
-		}
-		if err == nil {
-			*way.heap, err = h.heapProfile(ctx, filepath.Join(dir, "startup-"+way.name+".heap"))
-		}
-		if stopErr := h.stop(30 * time.Second); err == nil {
-			err = stopErr
-		}
-		if err != nil {
-			return nil, fmt.Errorf("the hub's start, lists read %s: %w", way.name, err)
-		}
-		b.logf("hub start with %d Works, lists read %s: peak RSS %d MiB, live heap %.1f MB, settled after %s",
-			works, way.name, *way.peak>>20, float64(*way.heap)/1e6, way.settle.Round(time.Second))
+	if out.list, err = b.measureStart(ctx, works, "list", hub.WatchListEnv+"=false", dir); err != nil {
+		return nil, err
+	}
+	if out.stream, err = b.measureStart(ctx, works, "stream", hub.WatchListEnv+"=true", dir); err != nil {
+		return nil, err
 	}
 	if err := c.DeleteAllOf(ctx, &workv1alpha1.Work{}, client.InNamespace(startupNamespace)); err != nil {
 		return nil, fmt.Errorf("deleting the Works a start was measured with: %w", err)
 	}
 	return out, nil
+}
+
+// measureStart starts a replica named for way with env added, waits until
+// it settled, reads its peak RSS and live heap, and stops it.
+func (b *bench) measureStart(ctx context.Context, works int, way, env, dir string) (cost startCost, err error) {
+	h, err := startHub(b.hubBin, b.kubecf, hubNamespace, "startup-"+way, filepath.Join(dir, "startup-"+way+".log"),
+		b.opts.hubArgs, append(memoryEnv(b.opts.hubMemoryLimit), env))
+	if err != nil {
+		return cost, err
+	}
+	defer func() {
+		if stopErr := h.stop(30 * time.Second); err == nil {
+			err = stopErr
+		}
+		if err != nil {
+			err = fmt.Errorf("the hub's start, lists read %s: %w", way, err)
+		}
+	}()
+	start := time.Now()
+	if err := awaitSettled(ctx, h); err != nil {
+		return cost, err
+	}
+	cost.settle = time.Since(start)
+	if _, cost.peak, err = h.memory(); err != nil {
+		return cost, err
+	}
+	if cost.heap, err = h.heapProfile(ctx, filepath.Join(dir, "startup-"+way+".heap")); err != nil {
+		return cost, err
+	}
+	b.logf("hub start with %d Works, lists read %s: peak RSS %d MiB, live heap %.1f MB, settled after %s",
+		works, way, cost.peak>>20, float64(cost.heap)/1e6, cost.settle.Round(time.Second))
+	return cost, nil
 }
 
 // awaitSettled waits until the replica's peak RSS has not grown for 15 s

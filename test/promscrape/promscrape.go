@@ -1,6 +1,7 @@
 // Package promscrape reads a process's Prometheus text endpoint for the
-// benchmarks: the hub's and the API server's counters (scalebench), an
-// operator's Go runtime memory (fleetbench).
+// benchmarks and tests: the hub's and the API server's counters
+// (scalebench, the hub binary's tests), an operator's Go runtime memory
+// (fleetbench).
 package promscrape
 
 import (
