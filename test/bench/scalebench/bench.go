@@ -127,7 +127,10 @@ type options struct {
 	// their GOMEMLIMIT.
 	hubArgs        []string
 	hubMemoryLimit string
-	log            io.Writer
+	// apiServerMemoryLimit is the GOMEMLIMIT of the hub cluster's
+	// kube-apiserver and etcd; empty for none.
+	apiServerMemoryLimit string
+	log                  io.Writer
 }
 
 // bench is one run's hub cluster, hub replicas and simulated members.
@@ -190,6 +193,29 @@ func configName(i int) string  { return fmt.Sprintf("op%04d", i) }
 // fleetSize members.
 var fleetConfig = types.NamespacedName{Namespace: "fleet-op", Name: "fleet-op"}
 
+// startHubCluster starts the hub cluster's kube-apiserver and etcd with
+// GOMEMLIMIT set to memoryLimit, unless empty. They inherit the
+// benchmark's environment (envtest sets none of its own), so the variable
+// is set only while they start. kube-apiserver holds every Work decoded
+// (about 150 KB a Work of a few KB): at 100,000 Works the collector's
+// default headroom of twice the live heap outgrew the machine's memory.
+func startHubCluster(ctx context.Context, opts controlplane.Options, memoryLimit string) (*controlplane.Group, error) {
+	if memoryLimit != "" {
+		before, had := os.LookupEnv("GOMEMLIMIT")
+		if err := os.Setenv("GOMEMLIMIT", memoryLimit); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if had {
+				_ = os.Setenv("GOMEMLIMIT", before)
+			} else {
+				_ = os.Unsetenv("GOMEMLIMIT")
+			}
+		}()
+	}
+	return controlplane.Start(ctx, opts)
+}
+
 // run measures one scale from a fresh hub cluster.
 func run(ctx context.Context, opts options, s scale) (_ *result, err error) {
 	b := &bench{opts: opts, scale: s, kick: make(chan event.GenericEvent, 1024), writes: &workWrites{}}
@@ -207,10 +233,10 @@ func run(ctx context.Context, opts options, s scale) (_ *result, err error) {
 	if b.hubBin, err = buildHub(ctx, root, dir); err != nil {
 		return nil, err
 	}
-	b.group, err = controlplane.Start(ctx, controlplane.Options{
+	b.group, err = startHubCluster(ctx, controlplane.Options{
 		Clusters:  []controlplane.Spec{{Name: "hub"}},
 		AssetsDir: opts.assets, CRDDirs: controlplane.CRDDirs(root), WorkDir: dir,
-	})
+	}, opts.apiServerMemoryLimit)
 	if err != nil {
 		return nil, err
 	}

@@ -99,3 +99,28 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 var _ io.Writer = testWriter{}
+
+// TestParseMemoryLimits checks that a GOMEMLIMIT the Go runtime would
+// refuse is refused by the benchmark, before it starts processes that
+// would not start.
+func TestParseMemoryLimits(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		ok   bool
+	}{
+		{args: nil, ok: true},
+		{args: []string{"-hub-gomemlimit=921MiB", "-apiserver-gomemlimit=13GiB"}, ok: true},
+		{args: []string{"-apiserver-gomemlimit=1073741824"}, ok: true},
+		{args: []string{"-apiserver-gomemlimit=14GB"}},
+		{args: []string{"-hub-gomemlimit=1Gi"}},
+		{args: []string{"-hub-gomemlimit=-1MiB"}},
+	} {
+		c, err := parseFlags(append([]string{"-scales="}, tc.args...), io.Discard)
+		if tc.ok != (err == nil) {
+			t.Errorf("%v: error %v, want ok %v", tc.args, err, tc.ok)
+		}
+		if tc.ok && c == nil {
+			t.Errorf("%v: no config", tc.args)
+		}
+	}
+}

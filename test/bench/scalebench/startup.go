@@ -8,6 +8,7 @@ import (
 
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -73,10 +74,26 @@ func (b *bench) measureStartup(ctx context.Context, works int, dir string) (*sta
 	if out.stream, err = b.measureStart(ctx, works, "stream", hub.WatchListEnv+"=true", dir); err != nil {
 		return nil, err
 	}
-	if err := c.DeleteAllOf(ctx, &workv1alpha1.Work{}, client.InNamespace(startupNamespace)); err != nil {
+	if err := deleteStartupWorks(ctx, c); err != nil {
 		return nil, fmt.Errorf("deleting the Works a start was measured with: %w", err)
 	}
 	return out, nil
+}
+
+// deleteStartupWorks deletes the Works a start was measured with. At
+// 100,000 Works the API server takes longer than its request timeout (60
+// s) to delete them all: it goes on after answering 504, and the deletion
+// is asked again until it completes.
+func deleteStartupWorks(ctx context.Context, c client.Client) error {
+	for {
+		err := c.DeleteAllOf(ctx, &workv1alpha1.Work{}, client.InNamespace(startupNamespace))
+		if !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+	}
 }
 
 // measureStart starts a replica named for way with env added, waits until
