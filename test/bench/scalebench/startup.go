@@ -2,13 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"time"
 
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -82,17 +83,31 @@ func (b *bench) measureStartup(ctx context.Context, works int, dir string) (*sta
 
 // deleteStartupWorks deletes the Works a start was measured with. At
 // 100,000 Works the API server takes longer than its request timeout (60
-// s) to delete them all: it goes on after answering 504, and the deletion
-// is asked again until it completes.
+// s) to delete them all: it answers 504, or resets the stream, and goes on
+// deleting. The deletion is asked again for as long as each attempt leaves
+// fewer Works than the one before.
 func deleteStartupWorks(ctx context.Context, c client.Client) error {
+	left := int64(math.MaxInt64)
 	for {
 		err := c.DeleteAllOf(ctx, &workv1alpha1.Work{}, client.InNamespace(startupNamespace))
-		if !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) {
-			return err
+		if err == nil {
+			return nil
 		}
-		if ctx.Err() != nil {
-			return err
+		var works workv1alpha1.WorkList
+		if listErr := c.List(ctx, &works, client.InNamespace(startupNamespace), client.Limit(1)); listErr != nil {
+			return errors.Join(err, listErr)
 		}
+		now := int64(len(works.Items))
+		if works.RemainingItemCount != nil {
+			now += *works.RemainingItemCount
+		}
+		if now == 0 {
+			return nil
+		}
+		if now >= left {
+			return fmt.Errorf("%d Works left, no fewer than after the attempt before: %w", now, err)
+		}
+		left = now
 	}
 }
 
