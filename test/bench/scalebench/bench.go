@@ -201,15 +201,15 @@ var fleetConfig = types.NamespacedName{Namespace: "fleet-op", Name: "fleet-op"}
 // default headroom of twice the live heap outgrew the machine's memory.
 func startHubCluster(ctx context.Context, opts controlplane.Options, memoryLimit string) (*controlplane.Group, error) {
 	if memoryLimit != "" {
-		before, had := os.LookupEnv("GOMEMLIMIT")
-		if err := os.Setenv("GOMEMLIMIT", memoryLimit); err != nil {
+		before, had := os.LookupEnv(memoryLimitEnv)
+		if err := os.Setenv(memoryLimitEnv, memoryLimit); err != nil {
 			return nil, err
 		}
 		defer func() {
 			if had {
-				_ = os.Setenv("GOMEMLIMIT", before)
+				_ = os.Setenv(memoryLimitEnv, before)
 			} else {
-				_ = os.Unsetenv("GOMEMLIMIT")
+				_ = os.Unsetenv(memoryLimitEnv)
 			}
 		}()
 	}

@@ -95,8 +95,13 @@ func memoryEnv(limit string) []string {
 	if limit == "" {
 		return nil
 	}
-	return []string{"GOMEMLIMIT=" + limit}
+	return []string{memoryLimitEnv + "=" + limit}
 }
+
+// memoryLimitEnv is the Go runtime's soft memory limit, which the hub
+// replicas and the hub cluster's API server are given (memoryEnv,
+// startHubCluster).
+const memoryLimitEnv = "GOMEMLIMIT"
 
 // stop ends the replica as Kubernetes does: SIGTERM (the hub releases its
 // leader Lease on the way out), SIGKILL after grace.
