@@ -95,6 +95,10 @@ type Reconciler struct {
 
 	unproxied    unproxiedPods
 	overlapsTold overlapEvents
+	// peerChanges carries the configs whose view changed to the others of
+	// their namespace (tellPeers); peersTold is the view last told.
+	peerChanges  chan event.GenericEvent
+	peersTold    peerViews
 	statusWrites statusWrites
 	Metrics      *Metrics
 }
@@ -117,37 +121,33 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named(ControllerName).
 		WithOptions(controller.Options{MaxConcurrentReconciles: Workers}).
 		For(&ctrlmeshv1alpha1.ShardingConfig{}).
-		Watches(&workv1alpha1.Work{}, handler.EnqueueRequestsFromMapFunc(r.configsOfWork)).
+		Watches(&workv1alpha1.Work{}, handler.EnqueueRequestsFromMapFunc(configOfWork)).
 		Watches(&ctrlmeshv1alpha1.CircuitBreaker{}, handler.EnqueueRequestsFromMapFunc(r.configsOfPolicy)).
 		Watches(&ctrlmeshv1alpha1.FaultInjection{}, handler.EnqueueRequestsFromMapFunc(r.configsOfPolicy))
 	if r.ClusterChanges != nil {
 		b = b.WatchesRawSource(source.Channel(r.ClusterChanges, handler.EnqueueRequestsFromMapFunc(r.allConfigs)))
 	}
+	r.peerChanges = make(chan event.GenericEvent, peerChangesBuffer)
+	b = b.WatchesRawSource(source.Channel(r.peerChanges, handler.EnqueueRequestsFromMapFunc(r.peersOf)))
 	return b.Complete(r)
 }
 
-// configsOfWork maps a Work to the ShardingConfig it carries rules of, and
-// to the other ShardingConfigs of its namespace: the pods its status
-// reports may overlap theirs (see overlap).
-func (r *Reconciler) configsOfWork(ctx context.Context, obj client.Object) []reconcile.Request {
+// configOfWork maps a Work to the ShardingConfig it carries rules of. The
+// other configs of its namespace, whose overlaps read the pods its status
+// reports, learn of them through the model once that config read them
+// back (tellPeers).
+func configOfWork(_ context.Context, obj client.Object) []reconcile.Request {
 	l := obj.GetLabels()
 	ns, name := l[ctrlmeshv1alpha1.WorkConfigNamespaceLabel], l[ctrlmeshv1alpha1.WorkConfigNameLabel]
 	if ns == "" || name == "" {
 		return nil
 	}
-	out := []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
-	var list ctrlmeshv1alpha1.ShardingConfigList
-	if err := r.Client.List(ctx, &list, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
-		logr.FromContextOrDiscard(ctx).Error(err, "Listing the ShardingConfigs of a Work's namespace failed", "namespace", ns)
-		return out
-	}
-	for _, sc := range list.Items {
-		if sc.Name != name {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&sc)})
-		}
-	}
-	return out
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
 }
+
+// peerChangesBuffer is how many configs' changed views wait for the
+// controller's queue before their reconciles block on telling.
+const peerChangesBuffer = 1024
 
 // allConfigs maps a cluster change to every ShardingConfig: which select the
 // cluster is theirs to tell, and they are few. Their statuses are not:
@@ -182,8 +182,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, fmt.Errorf("forgetting the deleted ShardingConfig: %w", err)
 		}
 		r.statusWrites.forget(req.NamespacedName)
+		r.tellPeers(ctx, req.NamespacedName, nil)
 		return reconcile.Result{}, nil
 	}
+	// Whatever the reconcile did to the config's rows, even when it failed
+	// halfway, the other configs of its namespace are told.
+	defer r.tellPeers(ctx, req.NamespacedName, &sc)
 	if !sc.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, r.finalize(ctx, &sc)
 	}
@@ -497,7 +501,7 @@ func (r *Reconciler) place(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingCon
 		log.V(1).Info("Forgot the rules and reports of clusters no longer selected", "clusters", removed)
 	}
 
-	if out.overlaps, err = r.overlaps(ctx, sc, snap.AcceptedClusters(), out.members); err != nil {
+	if out.overlaps, err = r.overlaps(ctx, sc, snap, snap.AcceptedClusters(), out.members); err != nil {
 		return nil, err
 	}
 	excluded := excludedPods(out.overlaps)

@@ -7,15 +7,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
-// AllConfigs and ConfigsOfWork are the event mappers, for the package's
-// external tests.
+// AllConfigs, PeersOf and ConfigOfWork are the event mappers, for the
+// package's external tests.
 func (r *Reconciler) AllConfigs(ctx context.Context, obj client.Object) []reconcile.Request {
 	return r.allConfigs(ctx, obj)
 }
 
-func (r *Reconciler) ConfigsOfWork(ctx context.Context, obj client.Object) []reconcile.Request {
-	return r.configsOfWork(ctx, obj)
+func (r *Reconciler) PeersOf(ctx context.Context, obj client.Object) []reconcile.Request {
+	return r.peersOf(ctx, obj)
 }
+
+var ConfigOfWork = configOfWork
 
 // NewsIn is newsIn, for the package's external tests.
 var NewsIn = newsIn

@@ -9,6 +9,7 @@ import (
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -18,10 +19,11 @@ import (
 	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
-// TestMappersCopyNoStatus maps a cluster change and a Work change to their
-// ShardingConfigs, read from a cache as the hub reads them, while a config's status
-// lists placementRows shards. The mappers run on every heartbeat and every
-// Work status report, and need only names: a deep copy of each config's
+// TestMappersCopyNoStatus maps a cluster change and another config's
+// change to their ShardingConfigs, read from a cache as the hub reads them,
+// while a config's status lists placementRows shards. The mappers run on
+// every heartbeat and every change of what a config's members report, and
+// need only names: a deep copy of each config's
 // status (660 KB a config at 1000 member clusters, measured by
 // bench-scale's heap profile: 137 MB in flight at 1000 x 20) would cost
 // allocations in proportion to the placement. They must cost far fewer.
@@ -64,14 +66,13 @@ func TestMappersCopyNoStatus(t *testing.T) {
 
 	r := &shardingconfig.Reconciler{Client: cl}
 	want := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(sc)}
-	work := &workv1alpha1.Work{ObjectMeta: metav1.ObjectMeta{Namespace: "karmada-es-m1", Name: "w", Labels: map[string]string{
-		ctrlmeshv1alpha1.WorkConfigNamespaceLabel: ns, ctrlmeshv1alpha1.WorkConfigNameLabel: "other"}}}
+	other := &ctrlmeshv1alpha1.ShardingConfig{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other"}}
 	for _, tc := range []struct {
 		name string
 		maps func() []reconcile.Request
 	}{
 		{"a cluster change", func() []reconcile.Request { return r.AllConfigs(ctx, nil) }},
-		{"a Work change", func() []reconcile.Request { return r.ConfigsOfWork(ctx, work) }},
+		{"another config's change", func() []reconcile.Request { return r.PeersOf(ctx, other) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.maps(); !slices.Contains(got, want) {
@@ -79,6 +80,32 @@ func TestMappersCopyNoStatus(t *testing.T) {
 			}
 			if allocs := testing.AllocsPerRun(10, func() { tc.maps() }); allocs >= placementRows/4 {
 				t.Errorf("%.0f allocations to map %s with a config of %d placement rows: the configs' statuses are copied", allocs, tc.name, placementRows)
+			}
+		})
+	}
+}
+
+// TestWorkMapsToItsConfig: a Work's change reconciles the ShardingConfig
+// whose rules it carries, and no other config of the namespace. Mapping
+// it to every config of the namespace (as each config's overlaps read
+// the others' reports) reconciled 100 configs at each member's report at
+// 1000 members × 100 configs (make bench-scale); the others now learn of
+// the reports through the model (TestOverlappingSelectorsReported).
+func TestWorkMapsToItsConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		want   []reconcile.Request
+	}{
+		{"a Work of a config", map[string]string{ctrlmeshv1alpha1.WorkConfigNamespaceLabel: "ops", ctrlmeshv1alpha1.WorkConfigNameLabel: "a"},
+			[]reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: "ops", Name: "a"}}}},
+		{"a Work without the config's name", map[string]string{ctrlmeshv1alpha1.WorkConfigNamespaceLabel: "ops"}, nil},
+		{"a Work of no config", nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			work := &workv1alpha1.Work{ObjectMeta: metav1.ObjectMeta{Namespace: "karmada-es-m1", Name: "w", Labels: tc.labels}}
+			if got := shardingconfig.ConfigOfWork(t.Context(), work); !slices.Equal(got, tc.want) {
+				t.Errorf("mapped to %v, want %v", got, tc.want)
 			}
 		})
 	}

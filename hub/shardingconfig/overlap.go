@@ -3,13 +3,20 @@ package shardingconfig
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
+	"io"
+	"iter"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
 
+	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
@@ -46,8 +53,14 @@ type overlap struct {
 }
 
 // overlaps finds the configs of sc's namespace that overlap sc in the
-// clusters of members, sorted by name.
-func (r *Reconciler) overlaps(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, accepted []state.Cluster, members map[string]*member) ([]overlap, error) {
+// clusters of members, sorted by name. The pods another config's members
+// report are read from the working model, where that config's own
+// reconciles keep them; a config the model holds nothing of yet (none of
+// its reconciles since the hub started got as far as its Works) is read
+// from its Works. Decoding every other config's Works at every reconcile
+// cost each reconcile a status decode per member of every other config of
+// the namespace: 99,000 at 1000 members × 100 configs in one namespace.
+func (r *Reconciler) overlaps(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, snap state.Snapshot, accepted []state.Cluster, members map[string]*member) ([]overlap, error) {
 	var configs ctrlmeshv1alpha1.ShardingConfigList
 	if err := r.Client.List(ctx, &configs, client.InNamespace(sc.Namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing the ShardingConfigs of namespace %s: %w", sc.Namespace, err)
@@ -63,19 +76,24 @@ func (r *Reconciler) overlaps(ctx context.Context, sc *ctrlmeshv1alpha1.Sharding
 		if err != nil {
 			continue // its own status says so; it places nothing
 		}
-		var common []string
+		common := map[string]bool{}
 		for _, c := range selected {
 			if _, ok := members[c.Name]; ok {
-				common = append(common, c.Name)
+				common[c.Name] = true
 			}
 		}
 		if len(common) == 0 {
 			continue
 		}
-		o := overlap{other: other.Name, earlier: createdBefore(other, sc), clusters: common, implied: selectorsImply(&sc.Spec.Selector, &other.Spec.Selector)}
-		if o.pods, err = r.sharedPods(ctx, other, common, members); err != nil {
-			return nil, err
+		o := overlap{other: other.Name, earlier: createdBefore(other, sc), clusters: slices.Sorted(maps.Keys(common)), implied: selectorsImply(&sc.Spec.Selector, &other.Spec.Selector)}
+		key := client.ObjectKeyFromObject(other)
+		reported := snap.ReportedPods(key)
+		if !snap.HoldsConfig(key) {
+			if reported, err = r.podsOfWorks(ctx, other); err != nil {
+				return nil, err
+			}
 		}
+		o.pods = sharedPods(reported, common, members)
 		if o.implied || len(o.pods) > 0 {
 			out = append(out, o)
 		}
@@ -84,31 +102,46 @@ func (r *Reconciler) overlaps(ctx context.Context, sc *ctrlmeshv1alpha1.Sharding
 	return out, nil
 }
 
-// sharedPods are the pods of the clusters that other's Works report and
-// that the members report for this config too.
-func (r *Reconciler) sharedPods(ctx context.Context, other *ctrlmeshv1alpha1.ShardingConfig, clusters []string, members map[string]*member) ([]route.PodID, error) {
+// sharedPods are the pods of reported, by cluster, in the clusters of
+// common that the members report for this config too, sorted.
+func sharedPods(reported iter.Seq2[string, string], common map[string]bool, members map[string]*member) []route.PodID {
+	var shared []route.PodID
+	for cluster, pod := range reported {
+		if !common[cluster] {
+			continue
+		}
+		if _, ok := members[cluster].pod(pod); ok {
+			shared = append(shared, route.PodID{Cluster: cluster, Name: pod})
+		}
+	}
+	slices.SortFunc(shared, route.ComparePodIDs)
+	return slices.Compact(shared)
+}
+
+// podsOfWorks yields the pods other's Works report, by cluster: what the
+// model holds of a config once its Works were read back.
+func (r *Reconciler) podsOfWorks(ctx context.Context, other *ctrlmeshv1alpha1.ShardingConfig) (iter.Seq2[string, string], error) {
 	works, err := r.Writer.List(ctx, other)
 	if err != nil {
 		return nil, err
 	}
-	var shared []route.PodID
-	for i := range works {
-		cluster, err := routework.ClusterOf(&works[i])
-		if err != nil || !slices.Contains(clusters, cluster) {
-			continue
-		}
-		report, err := reportOf(&works[i])
-		if err != nil || report == nil {
-			continue // unread: nothing known to be shared yet
-		}
-		for _, p := range report.Pods {
-			if _, ok := members[cluster].pod(p.Name); ok {
-				shared = append(shared, route.PodID{Cluster: cluster, Name: p.Name})
+	return func(yield func(cluster, pod string) bool) {
+		for i := range works {
+			cluster, err := routework.ClusterOf(&works[i])
+			if err != nil {
+				continue
+			}
+			report, err := reportOf(&works[i])
+			if err != nil || report == nil {
+				continue // unread: nothing known to be shared yet
+			}
+			for _, p := range report.Pods {
+				if !yield(cluster, p.Name) {
+					return
+				}
 			}
 		}
-	}
-	slices.SortFunc(shared, route.ComparePodIDs)
-	return slices.Compact(shared), nil
+	}, nil
 }
 
 // createdBefore reports whether a was created before b: by creation time,
@@ -225,4 +258,88 @@ func (e *overlapEvents) forget(config types.NamespacedName) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.told, config)
+}
+
+// peerView is what the other ShardingConfigs of config's namespace read of
+// it in overlaps: its spec (through its generation), whether it is being
+// deleted, whether the model holds it, and the pods its members report as
+// the model holds them; sc is nil for a config that is gone. Each config
+// tells the others of its namespace when its view changed (tellPeers),
+// rather than every Work's change reconciling every config of the
+// namespace: with 100 configs in one namespace, each member's report
+// reconciled all 100, each reading the 99 others' reports.
+func peerView(config types.NamespacedName, sc *ctrlmeshv1alpha1.ShardingConfig, snap state.Snapshot) uint64 {
+	h := fnv.New64a()
+	if sc != nil {
+		fmt.Fprintf(h, "%d %t %t\x00", sc.Generation, sc.DeletionTimestamp.IsZero(), snap.HoldsConfig(config))
+	}
+	for cluster, pod := range snap.ReportedPods(config) {
+		_, _ = io.WriteString(h, cluster+"\x00"+pod+"\x00")
+	}
+	return h.Sum64()
+}
+
+// peerViews remembers, per ShardingConfig, the view last told to the other
+// configs of its namespace. Memory only: a restarted hub tells each
+// config's view once more, in case another config read its Works before
+// the model held it.
+type peerViews struct {
+	mu   sync.Mutex
+	told map[types.NamespacedName]uint64
+}
+
+// changed reports whether view is news for config, and remembers it.
+func (p *peerViews) changed(config types.NamespacedName, view uint64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if last, ok := p.told[config]; ok && last == view {
+		return false
+	}
+	if p.told == nil {
+		p.told = map[types.NamespacedName]uint64{}
+	}
+	p.told[config] = view
+	return true
+}
+
+// forget drops the view of a config that is gone.
+func (p *peerViews) forget(config types.NamespacedName) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.told, config)
+}
+
+// tellPeers reconciles the other ShardingConfigs of config's namespace when
+// config's view changed; sc is nil for a config that is gone.
+func (r *Reconciler) tellPeers(ctx context.Context, config types.NamespacedName, sc *ctrlmeshv1alpha1.ShardingConfig) {
+	if r.peerChanges == nil {
+		return // not set up with a manager: no other config is reconciled
+	}
+	if sc == nil {
+		r.peersTold.forget(config)
+	} else if !r.peersTold.changed(config, peerView(config, sc, r.Store.Snapshot())) {
+		return
+	}
+	select {
+	case r.peerChanges <- event.GenericEvent{Object: &ctrlmeshv1alpha1.ShardingConfig{ObjectMeta: metav1.ObjectMeta{Namespace: config.Namespace, Name: config.Name}}}:
+	case <-ctx.Done():
+	}
+}
+
+// peersOf maps a ShardingConfig whose view changed to the other configs of
+// its namespace.
+func (r *Reconciler) peersOf(ctx context.Context, obj client.Object) []reconcile.Request {
+	var list ctrlmeshv1alpha1.ShardingConfigList
+	if err := r.Client.List(ctx, &list, client.InNamespace(obj.GetNamespace()), client.UnsafeDisableDeepCopy); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "Listing the ShardingConfigs of a namespace failed: its configs learn of the change at their next reconcile",
+			"namespace", obj.GetNamespace())
+		return nil
+	}
+	var out []reconcile.Request
+	for _, sc := range list.Items {
+		if sc.Name != obj.GetName() {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&sc)})
+		}
+	}
+	return out
 }

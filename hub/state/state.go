@@ -42,6 +42,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
 	"slices"
 	"time"
@@ -650,6 +651,35 @@ func (v Snapshot) ReportsOf(config types.NamespacedName) []Report {
 		out = append(out, raw.(*reportRow).Report.clone())
 	}
 	return out
+}
+
+// HoldsConfig reports whether the model holds rules published for config:
+// whether the config's Works were read back, or its rules published, since
+// the hub started. Until then its reports are unknown, not absent.
+func (v Snapshot) HoldsConfig(config types.NamespacedName) bool {
+	raw, err := v.txn.First(publishedTable, configPrefix, config.String(), "")
+	mustNot(err)
+	return raw != nil
+}
+
+// ReportedPods yields the pods the members' agents reported for config,
+// by cluster, sorted by cluster and pod, without copying the reports: the
+// other configs of a namespace read every config's pods at each reconcile
+// (overlaps), where cloning each report would cost allocations in
+// proportion to the fleet.
+func (v Snapshot) ReportedPods(config types.NamespacedName) iter.Seq2[string, string] {
+	return func(yield func(cluster, pod string) bool) {
+		it, err := v.txn.Get(reportsTable, configPrefix, config.String(), "")
+		mustNot(err)
+		for raw := it.Next(); raw != nil; raw = it.Next() {
+			row := raw.(*reportRow)
+			for _, p := range row.Report.Pods {
+				if !yield(row.Cluster, p.Name) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // mustNot panics on a read error: reads fail only for a table or index

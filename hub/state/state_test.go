@@ -309,7 +309,54 @@ func TestReports(t *testing.T) {
 			if got := podsByCluster(v.ReportsOf(cfgB)); !reflect.DeepEqual(got, tc.wantPodsB) && len(got)+len(tc.wantPodsB) > 0 {
 				t.Errorf("ReportsOf(b) = %+v, want %+v", got, tc.wantPodsB)
 			}
+			// ReportedPods yields the pods ReportsOf returns, in order.
+			for _, config := range []types.NamespacedName{cfgA, cfgB} {
+				var want, got []string
+				for _, r := range v.ReportsOf(config) {
+					for _, p := range r.Pods {
+						want = append(want, r.Cluster+"/"+p.Name)
+					}
+				}
+				for cluster, pod := range v.ReportedPods(config) {
+					got = append(got, cluster+"/"+pod)
+				}
+				if !slices.Equal(got, want) {
+					t.Errorf("ReportedPods(%s) = %v, want %v", config, got, want)
+				}
+			}
 		})
+	}
+}
+
+// TestHoldsConfig: the model holds a config once its rules are published
+// or its Works read back, until its rows go; a config whose name another's
+// prefixes is not held with it.
+func TestHoldsConfig(t *testing.T) {
+	s := newStore(t)
+	ab := types.NamespacedName{Namespace: "ops", Name: "ab"}
+	if _, err := s.ReadBack(ab, "c1", route(1, "h1"), &state.Report{Pods: []state.Pod{{Name: "x"}, {Name: "y"}}}, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if v := s.Snapshot(); v.HoldsConfig(cfgA) || !v.HoldsConfig(ab) {
+		t.Errorf("after a read-back of %s: holds a %t, ab %t; want false, true", ab, v.HoldsConfig(cfgA), v.HoldsConfig(ab))
+	}
+	if err := s.RecordPublish(cfgA, "c1", route(1, "h1"), time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	published := s.Snapshot()
+	if !published.HoldsConfig(cfgA) {
+		t.Error("after a publish: a not held")
+	}
+	if err := s.DeleteConfig(cfgA); err != nil {
+		t.Fatal(err)
+	}
+	if s.Snapshot().HoldsConfig(cfgA) || !published.HoldsConfig(cfgA) {
+		t.Error("after the config's deletion: still held, or an earlier snapshot changed")
+	}
+	// A reader that stops early stops the iteration (Go panics
+	// otherwise).
+	for range s.Snapshot().ReportedPods(ab) {
+		break
 	}
 }
 

@@ -107,9 +107,12 @@ type result struct {
 }
 
 type options struct {
-	assets      string
-	pods        int
-	fleetSize   int
+	assets    string
+	pods      int
+	fleetSize int
+	// namespace holds every PerCluster ShardingConfig; empty puts each
+	// in a namespace of its own (configKey).
+	namespace   string
 	steady      time.Duration
 	proxyDelay  time.Duration
 	lease       time.Duration
@@ -188,6 +191,15 @@ func (w *workWrites) since(t time.Time) (written, unchanged []string) {
 
 func clusterName(i int) string { return fmt.Sprintf("m%04d", i) }
 func configName(i int) string  { return fmt.Sprintf("op%04d", i) }
+
+// configKey is the namespace and name of PerCluster ShardingConfig i: in
+// the namespace of the options, or in one of its own.
+func (o options) configKey(i int) types.NamespacedName {
+	if o.namespace != "" {
+		return types.NamespacedName{Namespace: o.namespace, Name: configName(i)}
+	}
+	return types.NamespacedName{Namespace: configName(i), Name: configName(i)}
+}
 
 // fleetConfig is the one Fleet-scope ShardingConfig, over the first
 // fleetSize members.
@@ -515,12 +527,13 @@ func newConfig(ns, name string, scope ctrlmeshv1alpha1.ShardingScope, clusterLab
 	}
 }
 
-// configs are every ShardingConfig of the run: one per operator namespace
-// in PerCluster scope, and the Fleet one.
+// configs are every ShardingConfig of the run: the PerCluster ones, each
+// in a namespace of its own or all in one (-namespace), and the Fleet one.
 func (b *bench) configs() []*ctrlmeshv1alpha1.ShardingConfig {
 	var out []*ctrlmeshv1alpha1.ShardingConfig
 	for i := range b.scale.configs {
-		out = append(out, newConfig(configName(i), configName(i), ctrlmeshv1alpha1.ScopePerCluster, memberLabel))
+		key := b.opts.configKey(i)
+		out = append(out, newConfig(key.Namespace, key.Name, ctrlmeshv1alpha1.ScopePerCluster, memberLabel))
 	}
 	if b.opts.fleetSize > 0 {
 		out = append(out, newConfig(fleetConfig.Namespace, fleetConfig.Name, ctrlmeshv1alpha1.ScopeFleet, fleetLabel))
@@ -678,7 +691,7 @@ func (b *bench) steadyState(ctx context.Context, r *result) error {
 
 // failPod fails pod 0 of config ci in cluster mi and tells the load agent.
 func (b *bench) failPod(ci, mi int) (config types.NamespacedName, cluster, pod string) {
-	config = types.NamespacedName{Namespace: configName(ci), Name: configName(ci)}
+	config = b.opts.configKey(ci)
 	cluster, pod = clusterName(mi), podName(config.Name, 0)
 	b.agent.fail(cluster, config.Namespace, pod)
 	work := &workv1alpha1.Work{}

@@ -12,7 +12,8 @@
 //
 // For each scale (-scales, clusters x PerCluster ShardingConfigs, each
 // config selecting every member with -pods pods in each, in a namespace of
-// its own; plus one Fleet-scope config over the first -fleet members) it
+// its own or all in the one -namespace names; plus one Fleet-scope config
+// over the first -fleet members) it
 // reports, from one run:
 //
 //   - joining: every ManagedCluster Available;
@@ -87,6 +88,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	scales := fs.String("scales", "10x10,100x100,1000x100", "scales to measure, each CLUSTERSxCONFIGS, in this order")
 	fs.IntVar(&c.pods, "pods", 4, "pods of each ShardingConfig in each member")
 	fs.IntVar(&c.fleetSize, "fleet", 8, "members the Fleet-scope ShardingConfig selects (at most the clusters); 0 for none")
+	fs.StringVar(&c.namespace, "namespace", "", "namespace of every PerCluster ShardingConfig, as operators sharing one; empty for a namespace of its own each")
 	fs.DurationVar(&c.steady, "steady", 30*time.Second, "time at rest over which the hub's requests are counted")
 	fs.DurationVar(&c.proxyDelay, "proxy-delay", 200*time.Millisecond, "time a simulated proxy takes to apply new rules")
 	fs.DurationVar(&c.lease, "lease", membership.DefaultLeaseDuration, "members' heartbeat lease duration")

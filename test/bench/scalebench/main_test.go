@@ -19,7 +19,10 @@ import (
 // write the affected member's Work and nothing else, no Work is rewritten
 // with the rules it had, the hub at rest makes no more requests than its
 // leader election and the members' heartbeats call for, and a lost Fleet
-// member's buckets go to the others.
+// member's buckets go to the others. Its PerCluster configs share one
+// namespace, as operators' do, so that the configs also tell each other
+// what their members report (a restart's hub tells every config's
+// peers), and still rewrite nothing.
 func TestSmallFleet(t *testing.T) {
 	assets := os.Getenv(env.AssetsEnv)
 	if assets == "" {
@@ -33,7 +36,7 @@ func TestSmallFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := options{
-		assets: assets, pods: 3, fleetSize: 3, steady: 10 * time.Second, proxyDelay: 100 * time.Millisecond,
+		assets: assets, pods: 3, fleetSize: 3, namespace: "operators", steady: 10 * time.Second, proxyDelay: 100 * time.Millisecond,
 		lease: 10 * time.Second, renew: 2 * time.Second, readyWithin: 5 * time.Minute, stepWithin: 3 * time.Minute,
 		workDir: t.TempDir(), log: testWriter{t}, ceilingWorks: 40, startupWorks: 100,
 	}
@@ -66,10 +69,10 @@ func TestSmallFleet(t *testing.T) {
 	if len(r.reconcileErrors) > 0 {
 		t.Errorf("the hub's reconciles failed during apply: %v (see its log)", r.reconcileErrors)
 	}
-	if want := []string{workKeyOf(cfgKey(0), clusterName(0)).String()}; !slices.Equal(r.podFailureWrites, want) {
+	if want := []string{workKeyOf(opts.configKey(0), clusterName(0)).String()}; !slices.Equal(r.podFailureWrites, want) {
 		t.Errorf("a pod failure wrote Works %v, want only the affected member's %v", r.podFailureWrites, want)
 	}
-	if want := []string{workKeyOf(cfgKey(1), clusterName(1)).String()}; !slices.Equal(r.restartWrites, want) {
+	if want := []string{workKeyOf(opts.configKey(1), clusterName(1)).String()}; !slices.Equal(r.restartWrites, want) {
 		t.Errorf("the new leader wrote Works %v, want only the one of the pod that failed %v", r.restartWrites, want)
 	}
 	if len(r.restartUnchanged) > 0 {
@@ -84,11 +87,6 @@ func TestSmallFleet(t *testing.T) {
 		t.Errorf("the hub made %.2f requests/s at rest besides %d Event writes (%v), more than its leader election and the heartbeats (%.2f/s)", perSec, r.steadyEvents, r.steady, bound)
 	}
 	t.Logf("apply to Ready %s, pod failure %s, restart %s, Fleet member lost %s", r.ready, r.podFailure, r.restartHealed, r.fleetLoss)
-}
-
-func cfgKey(i int) (k struct{ Namespace, Name string }) {
-	k.Namespace, k.Name = configName(i), configName(i)
-	return k
 }
 
 type testWriter struct{ t *testing.T }
