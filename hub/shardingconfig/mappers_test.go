@@ -83,6 +83,13 @@ func TestMappersCopyNoStatus(t *testing.T) {
 			}
 		})
 	}
+	// A change of the other config's Work reconciles the other config
+	// alone, not this one (TestWorkMapsToItsConfig).
+	work := &workv1alpha1.Work{ObjectMeta: metav1.ObjectMeta{Namespace: "karmada-es-m1", Name: "w", Labels: map[string]string{
+		ctrlmeshv1alpha1.WorkConfigNamespaceLabel: ns, ctrlmeshv1alpha1.WorkConfigNameLabel: other.Name}}}
+	if got := shardingconfig.ConfigOfWork(ctx, work); slices.Contains(got, want) {
+		t.Errorf("a Work of %s mapped to %v, which holds %v", other.Name, got, want)
+	}
 }
 
 // TestWorkMapsToItsConfig: a Work's change reconciles the ShardingConfig

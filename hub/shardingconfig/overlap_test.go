@@ -188,3 +188,76 @@ func TestImpliedSelectorsReportedBeforePods(t *testing.T) {
 		return nil
 	})
 }
+
+// TestOverlapToldToTheOtherConfig: a config at rest, Ready, whose own
+// Works do not change, learns of an overlap from the other config's
+// report: the other tells the configs of its namespace when the pods its
+// members report change, since a Work's change reconciles its own config
+// alone (TestWorkMapsToItsConfig).
+func TestOverlapToldToTheOtherConfig(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	startHub(t)
+	cluster := unique("told")
+	joinCluster(t, ctx, cluster)
+	namespace := unique("told-ops")
+	env.Create(t, ctx, hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})
+	first := overlapConfig(namespace, "a-first", cluster, map[string]string{"app": "op"})
+	env.Create(t, ctx, hub.Client, first)
+	second := overlapConfig(namespace, "b-second", cluster, map[string]string{"tier": "control"})
+	env.Create(t, ctx, hub.Client, second)
+
+	// The first config's pods enforce its rules until it is Ready.
+	env.Eventually(t, time.Minute, first.Name+" Ready, its proxies enforcing its rules", func() error {
+		work, err := workOf(t, ctx, first, cluster)
+		if err != nil {
+			return err
+		}
+		route, err := routework.Decode(work)
+		if err != nil {
+			return err
+		}
+		status, err := routework.ReadStatus(work)
+		if err != nil {
+			return err
+		}
+		if len(status.Route.Pods) != 2 || status.Route.Pods[0].AppliedRulesHash != route.Spec.RulesHash {
+			if err := writeReport(ctx, work, "op-0", "op-a"); err != nil {
+				return err
+			}
+		}
+		var got ctrlmeshv1alpha1.ShardingConfig
+		if err := hub.Client.Get(ctx, client.ObjectKeyFromObject(first), &got); err != nil {
+			return err
+		}
+		if !meta.IsStatusConditionTrue(got.Status.Conditions, ctrlmeshv1alpha1.ConditionReady) || got.Status.ObservedGeneration != got.Generation {
+			return fmt.Errorf("%s not Ready: %+v", first.Name, got.Status.Conditions)
+		}
+		return nil
+	})
+	if cond, err := degradedOf(ctx, first); err != nil || cond.Reason == ctrlmeshv1alpha1.ReasonSelectorOverlap {
+		t.Fatalf("%s before the other's report: Degraded %+v (%v)", first.Name, cond, err)
+	}
+
+	// Only the second config's Work changes now.
+	env.Eventually(t, 30*time.Second, "the Work of "+second.Name, func() error {
+		_, err := workOf(t, ctx, second, cluster)
+		return err
+	})
+	work, err := workOf(t, ctx, second, cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reportPods(t, ctx, work, "op-0", "op-b")
+	shared := cluster + "/op-0"
+	env.Eventually(t, 20*time.Second, first.Name+" degraded by the overlap it was told of", func() error {
+		cond, err := degradedOf(ctx, first)
+		if err != nil {
+			return err
+		}
+		if cond.Reason != ctrlmeshv1alpha1.ReasonSelectorOverlap || !strings.Contains(cond.Message, "ShardingConfig "+second.Name) || !strings.Contains(cond.Message, shared) {
+			return fmt.Errorf("Degraded %s %s %q; want %s naming %s and %s", cond.Status, cond.Reason, cond.Message, ctrlmeshv1alpha1.ReasonSelectorOverlap, second.Name, shared)
+		}
+		return nil
+	})
+}
