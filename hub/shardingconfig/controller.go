@@ -93,12 +93,13 @@ type Reconciler struct {
 	// DefaultStatusBytesPerSecond.
 	StatusBytesPerSecond int
 
-	unproxied    unproxiedPods
-	overlapsTold overlapEvents
+	unproxied unproxiedPods
+	// overlapsTold is the overlap last told in an Event, by config.
+	overlapsTold lastTold[string]
 	// peerChanges carries the configs whose view changed to the others of
 	// their namespace (tellPeers); peersTold is the view last told.
 	peerChanges  chan event.GenericEvent
-	peersTold    peerViews
+	peersTold    lastTold[uint64]
 	statusWrites statusWrites
 	Metrics      *Metrics
 }
@@ -210,7 +211,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if message := overlapMessage(outcome.overlaps); r.overlapsTold.tell(req.NamespacedName, message) {
+	if message := overlapMessage(outcome.overlaps); r.overlapsTold.news(req.NamespacedName, message) && message != "" {
 		r.Recorder.Event(&sc, corev1.EventTypeWarning, ctrlmeshv1alpha1.ReasonSelectorOverlap, message)
 	}
 	overdue, untold, next := r.unproxied.observe(req.NamespacedName, readyWithoutProxy(outcome.members), start)

@@ -227,37 +227,35 @@ func overlapMessage(overlaps []overlap) string {
 	return strings.Join(parts, "; ") + ". The proxy injector refuses pods two ShardRoutes select: make the ShardingConfigs' selectors disjoint"
 }
 
-// overlapEvents remembers, per ShardingConfig, the overlap last told in an
-// Event, so that each new finding is told once. Memory only: a restarted
-// hub tells again.
-type overlapEvents struct {
+// lastTold remembers, per ShardingConfig, the value last told of it —
+// the overlap in an Event, the view to the other configs of its namespace
+// — so that each new one is told once. Memory only: a restarted hub tells
+// again.
+type lastTold[V comparable] struct {
 	mu   sync.Mutex
-	told map[types.NamespacedName]string
+	told map[types.NamespacedName]V
 }
 
-// tell reports whether message is news for config, and remembers it.
-func (e *overlapEvents) tell(config types.NamespacedName, message string) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.told == nil {
-		e.told = map[types.NamespacedName]string{}
-	}
-	if e.told[config] == message {
+// news reports whether v is news for config: none was told yet, or another
+// value. It remembers v.
+func (l *lastTold[V]) news(config types.NamespacedName, v V) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if last, ok := l.told[config]; ok && last == v {
 		return false
 	}
-	if message == "" {
-		delete(e.told, config)
-	} else {
-		e.told[config] = message
+	if l.told == nil {
+		l.told = map[types.NamespacedName]V{}
 	}
-	return message != ""
+	l.told[config] = v
+	return true
 }
 
-// forget drops what was told of a deleted config.
-func (e *overlapEvents) forget(config types.NamespacedName) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	delete(e.told, config)
+// forget drops what was told of a config that is being deleted or gone.
+func (l *lastTold[V]) forget(config types.NamespacedName) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.told, config)
 }
 
 // peerView is what the other ShardingConfigs of config's namespace read of
@@ -279,36 +277,6 @@ func peerView(config types.NamespacedName, sc *ctrlmeshv1alpha1.ShardingConfig, 
 	return h.Sum64()
 }
 
-// peerViews remembers, per ShardingConfig, the view last told to the other
-// configs of its namespace. Memory only: a restarted hub tells each
-// config's view once more, in case another config read its Works before
-// the model held it.
-type peerViews struct {
-	mu   sync.Mutex
-	told map[types.NamespacedName]uint64
-}
-
-// changed reports whether view is news for config, and remembers it.
-func (p *peerViews) changed(config types.NamespacedName, view uint64) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if last, ok := p.told[config]; ok && last == view {
-		return false
-	}
-	if p.told == nil {
-		p.told = map[types.NamespacedName]uint64{}
-	}
-	p.told[config] = view
-	return true
-}
-
-// forget drops the view of a config that is gone.
-func (p *peerViews) forget(config types.NamespacedName) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.told, config)
-}
-
 // tellPeers reconciles the other ShardingConfigs of config's namespace when
 // config's view changed; sc is nil for a config that is gone.
 func (r *Reconciler) tellPeers(ctx context.Context, config types.NamespacedName, sc *ctrlmeshv1alpha1.ShardingConfig) {
@@ -317,7 +285,7 @@ func (r *Reconciler) tellPeers(ctx context.Context, config types.NamespacedName,
 	}
 	if sc == nil {
 		r.peersTold.forget(config)
-	} else if !r.peersTold.changed(config, peerView(config, sc, r.Store.Snapshot())) {
+	} else if !r.peersTold.news(config, peerView(config, sc, r.Store.Snapshot())) {
 		return
 	}
 	select {
