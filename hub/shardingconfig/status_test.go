@@ -593,7 +593,19 @@ func TestStatusWritesWait(t *testing.T) {
 	if got := s.wait(key, at, 1000); got != 0 {
 		t.Errorf("never written: wait %s, want none", got)
 	}
-	s.wrote(key, at, 3000)
+	written := &ctrlmeshv1alpha1.ShardingConfigStatus{ObservedGeneration: 1, Placement: []ctrlmeshv1alpha1.ShardPlacement{{Shard: "0"}}}
+	if !s.newsSinceLast(key, written) {
+		t.Error("never written: a status is no news")
+	}
+	s.wrote(key, at, 3000, written)
+	// What was written is no news, whatever an older cache holds; a
+	// new generation is.
+	if s.newsSinceLast(key, written) {
+		t.Error("the status written is news again")
+	}
+	if !s.newsSinceLast(key, &ctrlmeshv1alpha1.ShardingConfigStatus{ObservedGeneration: 2}) {
+		t.Error("a new generation is no news")
+	}
 	for _, tc := range []struct {
 		after, want time.Duration
 	}{{0, 3 * time.Second}, {time.Second, 2 * time.Second}, {3 * time.Second, 0}, {time.Minute, 0}} {
