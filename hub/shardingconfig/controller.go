@@ -129,7 +129,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		b = b.WatchesRawSource(source.Channel(r.ClusterChanges, handler.EnqueueRequestsFromMapFunc(r.allConfigs)))
 	}
 	r.peerChanges = make(chan event.GenericEvent, peerChangesBuffer)
-	b = b.WatchesRawSource(source.Channel(r.peerChanges, handler.EnqueueRequestsFromMapFunc(r.peersOf)))
+	b = b.WatchesRawSource(source.Channel(r.peerChanges, r.peers()))
 	return b.Complete(r)
 }
 

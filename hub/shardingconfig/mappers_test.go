@@ -1,6 +1,8 @@
 package shardingconfig_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -10,8 +12,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
@@ -66,13 +70,19 @@ func TestMappersCopyNoStatus(t *testing.T) {
 
 	r := &shardingconfig.Reconciler{Client: cl}
 	want := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(sc)}
-	other := &ctrlmeshv1alpha1.ShardingConfig{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other"}}
+	other := types.NamespacedName{Namespace: ns, Name: "other"}
 	for _, tc := range []struct {
 		name string
 		maps func() []reconcile.Request
 	}{
 		{"a cluster change", func() []reconcile.Request { return r.AllConfigs(ctx, nil) }},
-		{"another config's change", func() []reconcile.Request { return r.PeersOf(ctx, other) }},
+		{"another config's change", func() []reconcile.Request {
+			peers, err := r.PeersOf(ctx, other)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return peers
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.maps(); !slices.Contains(got, want) {
@@ -89,6 +99,71 @@ func TestMappersCopyNoStatus(t *testing.T) {
 		ctrlmeshv1alpha1.WorkConfigNamespaceLabel: ns, ctrlmeshv1alpha1.WorkConfigNameLabel: other.Name}}}
 	if got := shardingconfig.ConfigOfWork(ctx, work); slices.Contains(got, want) {
 		t.Errorf("a Work of %s mapped to %v, which holds %v", other.Name, got, want)
+	}
+}
+
+// TestPeersToldAgainAfterAFailedList: a config whose view changed tells
+// the other configs of its namespace; where their list fails, it fails
+// closed. It forgets the view told, so that the view is news again, and
+// reconciles the changed config itself after a delay, which tells again.
+// Before, the failure was logged and dropped: the view stayed recorded as
+// told, and the peers could go on placing a pod they now share.
+func TestPeersToldAgainAfterAFailedList(t *testing.T) {
+	ctx := t.Context()
+	ns := unique("peers")
+	env.Create(t, ctx, hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	peer := configOver(ns, ctrlmeshv1alpha1.ScopePerCluster, "m1")
+	env.Create(t, ctx, hub.Client, peer)
+	changed := types.NamespacedName{Namespace: ns, Name: "changed"}
+
+	direct, err := client.NewWithWatch(hub.Config, client.Options{Scheme: fleet.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing := true
+	cl := interceptor.NewClient(direct, interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*ctrlmeshv1alpha1.ShardingConfigList); ok && failing {
+				return errors.New("the cache is not serving")
+			}
+			return c.List(ctx, list, opts...)
+		},
+	})
+	r := &shardingconfig.Reconciler{Client: cl}
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	const view = 7
+	if !r.ViewNews(changed, view) {
+		t.Fatal("a first view is not news")
+	}
+
+	start := time.Now()
+	r.TellPeers(ctx, changed, q)
+	if q.Len() != 0 {
+		t.Fatalf("%d requests queued at once after a failed list, want none before the retry's delay", q.Len())
+	}
+	env.Eventually(t, 5*time.Second, "a request queued after the failed list", func() error {
+		if q.Len() == 0 {
+			return errors.New("none queued")
+		}
+		return nil
+	})
+	got, _ := q.Get()
+	q.Done(got)
+	if got.NamespacedName != changed {
+		t.Fatalf("queued %v after a failed list, want the changed config %v itself", got, changed)
+	}
+	if waited := time.Since(start); waited < 500*time.Millisecond {
+		t.Errorf("the changed config was queued again after %v: a failing list would spin", waited)
+	}
+	if !r.ViewNews(changed, view) {
+		t.Error("the view is still recorded as told after a failed list: its next reconcile would not tell the peers")
+	}
+
+	failing = false
+	r.TellPeers(ctx, changed, q)
+	if got, _ := q.Get(); got.NamespacedName != client.ObjectKeyFromObject(peer) {
+		t.Errorf("queued %v once the list works, want the peer %v", got, client.ObjectKeyFromObject(peer))
 	}
 }
 

@@ -10,12 +10,15 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
@@ -294,20 +297,46 @@ func (r *Reconciler) tellPeers(ctx context.Context, config types.NamespacedName,
 	}
 }
 
-// peersOf maps a ShardingConfig whose view changed to the other configs of
-// its namespace.
-func (r *Reconciler) peersOf(ctx context.Context, obj client.Object) []reconcile.Request {
+// peerRetry is how long a config whose peers could not be listed waits
+// before it tells them again (peers).
+const peerRetry = time.Second
+
+// peers is the handler of changed views: it reconciles the other configs
+// of the changed config's namespace. Where it cannot list them, it fails
+// closed: it forgets the view told, so that it is news again, and
+// reconciles the changed config itself after peerRetry, which tells again.
+// Its peers may otherwise go on placing a pod that they now share, until
+// some other change reaches them.
+func (r *Reconciler) peers() handler.TypedEventHandler[client.Object, reconcile.Request] {
+	return handler.Funcs{
+		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			changed := client.ObjectKeyFromObject(e.Object)
+			peers, err := r.peersOf(ctx, changed)
+			if err != nil {
+				logr.FromContextOrDiscard(ctx).Error(err, "Telling the other ShardingConfigs of a namespace failed: telling again",
+					"shardingConfig", changed, "after", peerRetry)
+				r.peersTold.forget(changed)
+				q.AddAfter(reconcile.Request{NamespacedName: changed}, peerRetry)
+				return
+			}
+			for _, peer := range peers {
+				q.Add(peer)
+			}
+		},
+	}
+}
+
+// peersOf lists the other ShardingConfigs of config's namespace.
+func (r *Reconciler) peersOf(ctx context.Context, config types.NamespacedName) ([]reconcile.Request, error) {
 	var list ctrlmeshv1alpha1.ShardingConfigList
-	if err := r.Client.List(ctx, &list, client.InNamespace(obj.GetNamespace()), client.UnsafeDisableDeepCopy); err != nil {
-		logr.FromContextOrDiscard(ctx).Error(err, "Listing the ShardingConfigs of a namespace failed: its configs learn of the change at their next reconcile",
-			"namespace", obj.GetNamespace())
-		return nil
+	if err := r.Client.List(ctx, &list, client.InNamespace(config.Namespace), client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing the ShardingConfigs of namespace %s: %w", config.Namespace, err)
 	}
 	var out []reconcile.Request
 	for _, sc := range list.Items {
-		if sc.Name != obj.GetName() {
+		if sc.Name != config.Name {
 			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&sc)})
 		}
 	}
-	return out
+	return out, nil
 }
