@@ -88,9 +88,9 @@ type Reconciler struct {
 	// by the same (clusters.Options.RulesValidity).
 	RulesValidity time.Duration
 
-	// StatusBytesPerSecond is how many bytes of one ShardingConfig's
-	// status are written per second at most; default
-	// DefaultStatusBytesPerSecond.
+	// StatusBytesPerSecond is how many bytes of ShardingConfig status are
+	// written per second at most, all configs together, but for news;
+	// default DefaultStatusBytesPerSecond.
 	StatusBytesPerSecond int
 
 	unproxied unproxiedPods
