@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -142,8 +143,12 @@ func Run(ctx context.Context, opts Options) error {
 		// Works' manifests and status are tracked field by field). An
 		// update from the cache omits them, and the API server then keeps
 		// its own (TestWriterThroughLeanCache). Works without their
-		// manifests either (propagation.CacheTransform).
-		Cache:          cache.Options{DefaultTransform: propagation.CacheTransform},
+		// manifests either, and both Works and ShardingConfigs with one
+		// copy of the strings they repeat (propagation.CacheTransform,
+		// shardingconfig.CacheTransform).
+		Cache: cache.Options{DefaultTransform: propagation.CacheTransform, ByObject: map[client.Object]cache.ByObject{
+			&ctrlmeshv1alpha1.ShardingConfig{}: {Transform: shardingconfig.CacheTransform},
+		}},
 		LeaderElection: opts.LeaderElection, LeaderElectionID: LeaderElectionID, LeaderElectionNamespace: opts.Namespace,
 		// Renewals wait on neither the controllers' limit nor their
 		// connection: at 100 configs over 100 members the hub lost its

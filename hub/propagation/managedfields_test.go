@@ -8,6 +8,7 @@ import (
 	"time"
 
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -54,7 +55,14 @@ func TestWriterThroughLeanCache(t *testing.T) {
 	const agentManager = "member-agent"
 	work := getWork(t, ctx, config, cluster)
 	meta.SetStatusCondition(&work.Status.Conditions, metav1.Condition{Type: workv1alpha1.WorkApplied, Status: metav1.ConditionTrue, Reason: "AppliedSuccessful"})
+	reported := manifest(t, work)
+	reported.Status = ctrlmeshv1alpha1.ShardRouteStatus{ObservedGeneration: 1, Pods: []ctrlmeshv1alpha1.PodRouteStatus{{Name: "op-0", Address: "10.0.0.1", Ready: true, AppliedRulesHash: reported.Spec.RulesHash}}}
+	work.Status.ManifestStatuses = []workv1alpha1.ManifestStatus{routework.ManifestStatus(reported)}
 	if err := hub.Client.Status().Update(ctx, work, client.FieldOwner(agentManager)); err != nil {
+		t.Fatal(err)
+	}
+	wantReport, err := routework.ReadStatus(work)
+	if err != nil {
 		t.Fatal(err)
 	}
 	key := routework.WorkKey(cluster, config.Namespace, config.Name)
@@ -72,6 +80,12 @@ func TestWriterThroughLeanCache(t *testing.T) {
 		if len(seen.Spec.Workload.Manifests) != 0 {
 			t.Fatalf("the cached Work has %d manifests: the cache does not strip them", len(seen.Spec.Workload.Manifests))
 		}
+		if st := seen.Status.ManifestStatuses[0].Status; st.Raw != nil || st.Object == nil {
+			t.Fatalf("the cached Work's route status is raw (%d bytes): the cache does not decode it", len(st.Raw))
+		}
+		if got, err := routework.ReadStatus(&seen); err != nil || !equality.Semantic.DeepEqual(got, wantReport) {
+			t.Fatalf("the cached Work reads %+v, %v; want %+v, as from the API server", got, err, wantReport)
+		}
 		return nil
 	})
 
@@ -84,6 +98,9 @@ func TestWriterThroughLeanCache(t *testing.T) {
 	}
 	if !meta.IsStatusConditionTrue(updated.Status.Conditions, workv1alpha1.WorkApplied) {
 		t.Errorf("the rewrite lost the agent's report: %+v", updated.Status.Conditions)
+	}
+	if got, err := routework.ReadStatus(updated); err != nil || !equality.Semantic.DeepEqual(got.Route, wantReport.Route) {
+		t.Errorf("after the rewrite from the cache, the Work's route status reads %+v, %v; want %+v", got.Route, err, wantReport.Route)
 	}
 	managers := func(w *workv1alpha1.Work) []string {
 		var out []string

@@ -20,6 +20,7 @@ import (
 	"sync"
 
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
+	workv1alpha2 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha2"
 	"github.com/karmada-io/karmada/pkg/util"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/hub/intern"
 	"github.com/ctrlmesh/ctrlmesh/pkg/membership"
 	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
 )
@@ -367,8 +369,57 @@ func CacheTransform(obj any) (any, error) {
 	}
 	if work, ok := obj.(*workv1alpha1.Work); ok {
 		work.Spec.Workload.Manifests = nil
+		internWork(work)
 	}
 	return obj, nil
+}
+
+// internWork keeps one copy of the strings Works repeat (intern): a
+// config's Works share its name, a member's their namespace, and all of
+// them the label and annotation keys, the conditions and the manifests'
+// identities. The permanent ID and the rules hash are each Work's own.
+func internWork(work *workv1alpha1.Work) {
+	intern.Strings(&work.Namespace, &work.Name)
+	work.Labels = intern.Map(work.Labels, workv1alpha2.WorkPermanentIDLabel)
+	work.Annotations = intern.Map(work.Annotations, ctrlmeshv1alpha1.WorkRulesHashAnnotation)
+	intern.Slice(work.Finalizers)
+	internConditions(work.Status.Conditions)
+	for i := range work.Status.ManifestStatuses {
+		ms := &work.Status.ManifestStatuses[i]
+		id := &ms.Identifier
+		intern.Strings(&id.Group, &id.Version, &id.Kind, &id.Resource, &id.Namespace, &id.Name)
+		ms.Health = workv1alpha1.ResourceHealth(intern.String(string(ms.Health)))
+	}
+	status := routework.DecodeStatus(work)
+	if status == nil {
+		return
+	}
+	for i := range status.Pods {
+		p := &status.Pods[i]
+		intern.Strings(&p.Name, &p.Address, &p.Shard, &p.Subset, &p.AppliedRulesHash)
+		for j := range p.Breakers {
+			b := &p.Breakers[j]
+			intern.Strings(&b.Policy, &b.Name)
+			b.State = ctrlmeshv1alpha1.BreakerState(intern.String(string(b.State)))
+		}
+	}
+	for i := range status.Leaders {
+		intern.Strings(&status.Leaders[i].Shard, &status.Leaders[i].Pod)
+	}
+	for i := range status.Subsets {
+		intern.Strings(&status.Subsets[i].Name)
+		intern.Slice(status.Subsets[i].Namespaces)
+	}
+	internConditions(status.Conditions)
+}
+
+// internConditions keeps one copy of the strings conditions repeat.
+func internConditions(conditions []metav1.Condition) {
+	for i := range conditions {
+		c := &conditions[i]
+		intern.Strings(&c.Type, &c.Reason, &c.Message)
+		c.Status = metav1.ConditionStatus(intern.String(string(c.Status)))
+	}
 }
 
 // ConfigIndex is the cache index of Works by the ShardingConfig whose

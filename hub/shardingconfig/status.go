@@ -15,9 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/hub/intern"
 	"github.com/ctrlmesh/ctrlmesh/hub/placement"
 )
 
@@ -102,6 +104,31 @@ func (r *Reconciler) writeStatus(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 	}
 	r.statusWrites.wrote(key, now, len(data), r.StatusBytesPerSecond, status)
 	return 0, nil
+}
+
+// CacheTransform is the hub's cache transform of ShardingConfigs: without
+// their managedFields, and with one copy of each string their placement
+// repeats (intern). A config's placement lists every shard of every
+// member, about 4,000 rows at 1000 members, which repeat its pods' names,
+// bucket ranges, states and health in every member.
+func CacheTransform(obj any) (any, error) {
+	obj, err := cache.TransformStripManagedFields()(obj)
+	if err != nil {
+		return obj, err
+	}
+	sc, ok := obj.(*ctrlmeshv1alpha1.ShardingConfig)
+	if !ok {
+		return obj, nil
+	}
+	for i := range sc.Status.Placement {
+		p := &sc.Status.Placement[i]
+		intern.Strings(&p.Shard, &p.Cluster, &p.Leader, &p.Buckets, &p.Subset)
+		intern.Slice(p.Pods)
+		intern.Slice(p.Namespaces)
+		p.State = ctrlmeshv1alpha1.ShardState(intern.String(string(p.State)))
+		p.Health = ctrlmeshv1alpha1.ShardHealth(intern.String(string(p.Health)))
+	}
+	return sc, nil
 }
 
 // newsIn reports whether next says something the status before did not

@@ -1,13 +1,16 @@
 package shardingconfig
 
 import (
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -663,6 +666,59 @@ func TestStatusWritesShareTheRate(t *testing.T) {
 		}
 		if got := s.wait(step.config, at(step.at), rate); got != step.want {
 			t.Errorf("%s: %s waits %s at %.1f s, want %s", step.name, step.config.Name, got, step.at, step.want)
+		}
+	}
+}
+
+// TestCacheTransformSharesPlacementStrings: ShardingConfigs decoded apart,
+// as the informer decodes them, hold one copy of the strings their
+// placement repeats in every member once through the transform, and no
+// managedFields.
+func TestCacheTransformSharesPlacementStrings(t *testing.T) {
+	var configs []*ctrlmeshv1alpha1.ShardingConfig
+	for _, name := range []string{"a", "b"} {
+		sc := &ctrlmeshv1alpha1.ShardingConfig{ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: name,
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "ctrlmesh-hub", Operation: metav1.ManagedFieldsOperationUpdate}}}}
+		for _, cluster := range []string{"m1", "m2"} {
+			sc.Status.Placement = append(sc.Status.Placement, ctrlmeshv1alpha1.ShardPlacement{Shard: "0", Cluster: cluster, Pods: []string{"op-0"}, Leader: "op-0",
+				Buckets: "0-7", Namespaces: []string{"team-a"}, State: ctrlmeshv1alpha1.ShardServing, Health: ctrlmeshv1alpha1.ShardHealthy})
+		}
+		raw, err := json.Marshal(sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		decoded := &ctrlmeshv1alpha1.ShardingConfig{}
+		if err := json.Unmarshal(raw, decoded); err != nil {
+			t.Fatal(err)
+		}
+		want := decoded.Status.DeepCopy()
+		kept, err := CacheTransform(decoded)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := kept.(*ctrlmeshv1alpha1.ShardingConfig)
+		if got.ManagedFields != nil || !equality.Semantic.DeepEqual(&got.Status, want) {
+			t.Fatalf("%s through the transform: managedFields %v, status %+v; want none and %+v", name, got.ManagedFields, got.Status, want)
+		}
+		configs = append(configs, got)
+	}
+	same := func(x, y string) bool { return x == y && unsafe.StringData(x) == unsafe.StringData(y) }
+	a, b := configs[0].Status.Placement, configs[1].Status.Placement
+	for _, tc := range []struct {
+		what string
+		x, y string
+	}{
+		{"a pod in two members", a[0].Pods[0], a[1].Pods[0]},
+		{"a pod of two configs", a[0].Pods[0], b[0].Pods[0]},
+		{"a leader", a[0].Leader, b[1].Leader},
+		{"buckets", a[0].Buckets, b[1].Buckets},
+		{"a namespace", a[0].Namespaces[0], b[1].Namespaces[0]},
+		{"a cluster", a[1].Cluster, b[1].Cluster},
+		{"a state", string(a[0].State), string(b[1].State)},
+		{"a health", string(a[0].Health), string(b[1].Health)},
+	} {
+		if !same(tc.x, tc.y) {
+			t.Errorf("%s: %q and %q are two copies", tc.what, tc.x, tc.y)
 		}
 	}
 }

@@ -52,6 +52,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/hub/intern"
 )
 
 // Cluster is what the hub knows of one member cluster.
@@ -458,6 +459,9 @@ func recordRoute(txn *memdb.Txn, config types.NamespacedName, cluster string, ro
 			}
 		}
 	}
+	config = internName(config)
+	key, cluster = intern.String(key), intern.String(cluster)
+	next.RulesHash = intern.String(next.RulesHash)
 	row := &publishedRow{Config: key, Cluster: cluster, Published: Published{
 		Config: config, Cluster: cluster, Revision: next, History: append([]Revision{next}, history...),
 	}, routing: newRouting(route)}
@@ -489,8 +493,24 @@ type routing struct {
 
 // newRouting is the routing of r, sharing nothing with it.
 func newRouting(r *ctrlmeshv1alpha1.ShardRoute) routing {
-	return routing{typeMeta: r.TypeMeta, namespace: r.Namespace, name: r.Name, cluster: r.Spec.Cluster, scope: r.Spec.Scope,
-		buckets: r.Spec.Buckets, shards: copyShards(r.Spec.Shards), policies: r.Spec.Policies.DeepCopy()}
+	shards := copyShards(r.Spec.Shards)
+	for i := range shards {
+		s := &shards[i]
+		intern.Strings(&s.ID, &s.Buckets, &s.PendingBuckets, &s.Subset)
+		intern.Slice(s.Namespaces)
+		intern.Slice(s.PendingNamespaces)
+		for j := range s.Pods {
+			intern.Strings(&s.Pods[j].Name, &s.Pods[j].Address)
+		}
+	}
+	return routing{typeMeta: r.TypeMeta, namespace: intern.String(r.Namespace), name: intern.String(r.Name), cluster: intern.String(r.Spec.Cluster),
+		scope: r.Spec.Scope, buckets: r.Spec.Buckets, shards: shards, policies: r.Spec.Policies.DeepCopy()}
+}
+
+// internName is name with canonical strings (intern): every row of a
+// config names it.
+func internName(name types.NamespacedName) types.NamespacedName {
+	return types.NamespacedName{Namespace: intern.String(name.Namespace), Name: intern.String(name.Name)}
 }
 
 // route is the routing as a ShardRoute of revision rev, sharing nothing
@@ -522,7 +542,6 @@ func newReportRow(config types.NamespacedName, cluster string, reported *Report)
 		return nil, fmt.Errorf("state: report of config %q from cluster %q: both must be named", config, cluster)
 	}
 	report := reported.clone()
-	report.Config, report.Cluster = config, cluster
 	slices.SortFunc(report.Pods, func(a, b Pod) int { return cmp.Compare(a.Name, b.Name) })
 	for i, p := range report.Pods {
 		if p.Name == "" {
@@ -535,7 +554,17 @@ func newReportRow(config types.NamespacedName, cluster string, reported *Report)
 		}
 	}
 	slices.SortStableFunc(report.Leaders, func(a, b Leader) int { return cmp.Compare(a.Shard, b.Shard) })
-	return &reportRow{Config: config.String(), Cluster: cluster, Report: report}, nil
+	// One copy of each string many rows repeat: pods' names and addresses
+	// in every member, the rules hash every pod of a member acknowledges.
+	report.Config, report.Cluster = internName(config), intern.String(cluster)
+	for i := range report.Pods {
+		p := &report.Pods[i]
+		intern.Strings(&p.Name, &p.Address, &p.Subset, &p.AppliedRulesHash)
+	}
+	for i := range report.Leaders {
+		intern.Strings(&report.Leaders[i].Shard, &report.Leaders[i].Pod)
+	}
+	return &reportRow{Config: intern.String(config.String()), Cluster: report.Cluster, Report: report}, nil
 }
 
 // RetainClusters removes config's rows of every cluster not in keep: the

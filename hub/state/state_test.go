@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -224,6 +225,44 @@ func podsByCluster(reports []state.Report) map[string][]state.Pod {
 		out[r.Cluster] = r.Pods
 	}
 	return out
+}
+
+// TestRowsShareStrings: the model keeps one copy of the strings its rows
+// repeat, whatever copies the reports and routes came in: pods' names and
+// addresses in every member and config, the rules hash every pod of a
+// member acknowledges and the history holds.
+func TestRowsShareStrings(t *testing.T) {
+	s := newStore(t)
+	fresh := strings.Clone
+	for _, cluster := range []string{"c1", "c2"} {
+		report := &state.Report{Pods: []state.Pod{
+			{Name: fresh("op-0"), Address: fresh("10.0.0.1:9443"), AppliedRulesHash: fresh("h1")},
+			{Name: fresh("op-1"), Address: fresh("10.0.0.1:9443"), AppliedRulesHash: fresh("h1")},
+		}}
+		if _, err := s.ReadBack(cfgA, cluster, route(1, fresh("h1")), report, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reports, published := s.Snapshot().ReportsOf(cfgA), s.Snapshot().PublishedOf(cfgA)
+	if len(reports) != 2 || len(published) != 2 {
+		t.Fatalf("%d reports, %d published; want 2 of each", len(reports), len(published))
+	}
+	same := func(x, y string) bool { return x == y && unsafe.StringData(x) == unsafe.StringData(y) }
+	c1, c2 := reports[0].Pods, reports[1].Pods
+	for _, tc := range []struct {
+		what string
+		x, y string
+	}{
+		{"a pod's name in two members", c1[0].Name, c2[0].Name},
+		{"an address of two pods", c1[0].Address, c1[1].Address},
+		{"the hash two pods acknowledge", c1[0].AppliedRulesHash, c1[1].AppliedRulesHash},
+		{"the hash acknowledged and published", c1[0].AppliedRulesHash, published[0].RulesHash},
+		{"the hash published and in the history", published[0].RulesHash, published[0].History[0].RulesHash},
+	} {
+		if !same(tc.x, tc.y) {
+			t.Errorf("%s: %q and %q are two copies", tc.what, tc.x, tc.y)
+		}
+	}
 }
 
 func TestReports(t *testing.T) {

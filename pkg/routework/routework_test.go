@@ -101,6 +101,29 @@ func TestManifestStatusReadsBack(t *testing.T) {
 			if report.Cluster != "m1" || report.Health != tc.health || !equality.Semantic.DeepEqual(report.Route, tc.status) {
 				t.Errorf("report %+v, want cluster m1, health %s and status %+v", report, tc.health, tc.status)
 			}
+
+			// Decoded in place, as the hub's cache holds it: read the
+			// same, encoded the same, and copied whole.
+			raw, err := json.Marshal(work.Status)
+			if err != nil {
+				t.Fatal(err)
+			}
+			decoded := work.DeepCopy()
+			if got := DecodeStatus(decoded); (got == nil) != (ms.Status == nil) {
+				t.Fatalf("DecodeStatus = %+v for raw status %v", got, ms.Status)
+			}
+			if ms.Status != nil && (decoded.Status.ManifestStatuses[0].Status.Raw != nil || decoded.Status.ManifestStatuses[0].Status.Object == nil) {
+				t.Errorf("decoded in place: %+v, want no raw status and the decoded one", decoded.Status.ManifestStatuses[0].Status)
+			}
+			for name, w := range map[string]*workv1alpha1.Work{"decoded": decoded, "its copy": decoded.DeepCopy()} {
+				again, err := ReadStatus(w)
+				if err != nil || !equality.Semantic.DeepEqual(again, report) {
+					t.Errorf("%s: ReadStatus = %+v, %v; want %+v as from the raw status", name, again, err, report)
+				}
+				if encoded, err := json.Marshal(w.Status); err != nil || string(encoded) != string(raw) {
+					t.Errorf("%s: encoded %s, %v; want %s", name, encoded, err, raw)
+				}
+			}
 		})
 	}
 }
@@ -201,6 +224,11 @@ func TestReadStatusRefusesMalformed(t *testing.T) {
 	}, {
 		name: "a status of the wrong shape", statuses: status(workv1alpha1.ResourceHealthy, `{"pods":"op-0"}`),
 		want: "is not a ShardRoute status",
+	}, {
+		name: "a decoded status of another type", statuses: status(workv1alpha1.ResourceHealthy, "", func(ms *workv1alpha1.ManifestStatus) {
+			ms.Status = &runtime.RawExtension{Object: &ctrlmeshv1alpha1.ShardRoute{}}
+		}),
+		want: "holds a *v1alpha1.ShardRoute, not a decoded ShardRoute status",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			work := &workv1alpha1.Work{ObjectMeta: metav1.ObjectMeta{Namespace: names.GenerateExecutionSpaceName("m1"), Name: "w"}}
@@ -210,6 +238,12 @@ func TestReadStatusRefusesMalformed(t *testing.T) {
 			work.Status.ManifestStatuses = tc.statuses
 			if r, err := ReadStatus(work); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("ReadStatus = %+v, %v; want an error containing %q", r, err, tc.want)
+			}
+			// A status the hub's cache cannot decode stays raw, and reads
+			// as malformed all the same.
+			DecodeStatus(work)
+			if r, err := ReadStatus(work); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("after DecodeStatus, ReadStatus = %+v, %v; want an error containing %q", r, err, tc.want)
 			}
 		})
 	}

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 )
@@ -101,7 +102,7 @@ func ReadStatus(work *workv1alpha1.Work) (Report, error) {
 	for i := range work.Status.ManifestStatuses {
 		ms := &work.Status.ManifestStatuses[i]
 		switch id := ms.Identifier; {
-		case id.Ordinal == 0 && id.Group == shardRouteGVK.Group && id.Kind == shardRouteGVK.Kind && route == nil:
+		case isRoute(id) && route == nil:
 			route = ms
 		case id.Ordinal == 1 && id.Group == clusterRoleGVK.Group && id.Kind == clusterRoleGVK.Kind,
 			id.Ordinal == 2 && id.Group == clusterRoleBindingGVK.Group && id.Kind == clusterRoleBindingGVK.Kind:
@@ -123,11 +124,61 @@ func ReadStatus(work *workv1alpha1.Work) (Report, error) {
 		return Report{}, fmt.Errorf("the status of Work %s/%s reports health %q, not one of %s, %s, %s", work.Namespace, work.Name, ms.Health,
 			workv1alpha1.ResourceHealthy, workv1alpha1.ResourceUnhealthy, workv1alpha1.ResourceUnknown)
 	}
-	if ms.Status != nil && len(ms.Status.Raw) > 0 {
+	switch {
+	case ms.Status == nil:
+	case len(ms.Status.Raw) > 0:
 		if err := json.Unmarshal(ms.Status.Raw, &report.Route); err != nil {
 			return Report{}, fmt.Errorf("the status of Work %s/%s: the reflected status of ShardRoute %s/%s is not a ShardRoute status: %w",
 				work.Namespace, work.Name, id.Namespace, id.Name, err)
 		}
+	case ms.Status.Object != nil:
+		decoded, ok := ms.Status.Object.(*DecodedRouteStatus)
+		if !ok {
+			return Report{}, fmt.Errorf("the status of Work %s/%s: the reflected status of ShardRoute %s/%s holds a %T, not a decoded ShardRoute status",
+				work.Namespace, work.Name, id.Namespace, id.Name, ms.Status.Object)
+		}
+		report.Route = *(*ctrlmeshv1alpha1.ShardRouteStatus)(decoded).DeepCopy()
 	}
 	return report, nil
+}
+
+// DecodedRouteStatus is a member ShardRoute's status as a Work's manifest
+// status reflects it, decoded: what a cache of Works may hold in place of
+// the raw status (DecodeStatus). It encodes as the raw status did.
+type DecodedRouteStatus ctrlmeshv1alpha1.ShardRouteStatus
+
+// GetObjectKind is empty: the status is no object of its own.
+func (*DecodedRouteStatus) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject copies the status whole.
+func (d *DecodedRouteStatus) DeepCopyObject() runtime.Object {
+	return (*DecodedRouteStatus)((*ctrlmeshv1alpha1.ShardRouteStatus)(d).DeepCopy())
+}
+
+// DecodeStatus decodes the ShardRoute status work's status reflects in
+// place (DecodedRouteStatus), and returns it; nil when there is none. The
+// raw status is dropped: ReadStatus reads either. A status that does not
+// decode is left raw, for ReadStatus to report.
+func DecodeStatus(work *workv1alpha1.Work) *DecodedRouteStatus {
+	for i := range work.Status.ManifestStatuses {
+		ms := &work.Status.ManifestStatuses[i]
+		if !isRoute(ms.Identifier) {
+			continue
+		}
+		if ms.Status == nil || len(ms.Status.Raw) == 0 {
+			return nil
+		}
+		decoded := &DecodedRouteStatus{}
+		if json.Unmarshal(ms.Status.Raw, (*ctrlmeshv1alpha1.ShardRouteStatus)(decoded)) != nil {
+			return nil
+		}
+		ms.Status = &runtime.RawExtension{Object: decoded}
+		return decoded
+	}
+	return nil
+}
+
+// isRoute reports whether id names a Work's ShardRoute: its manifest 0.
+func isRoute(id workv1alpha1.ResourceIdentifier) bool {
+	return id.Ordinal == 0 && id.Group == shardRouteGVK.Group && id.Kind == shardRouteGVK.Kind
 }

@@ -1,0 +1,186 @@
+package propagation
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+	"unsafe"
+
+	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
+
+	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
+	"github.com/ctrlmesh/ctrlmesh/pkg/scheme"
+)
+
+// servedWork is the JSON of a Work as the hub's informer receives it: as
+// the Writer writes it for config and cluster (labels, annotations,
+// manifests), with the metadata the API server adds (managedFields of the
+// hub and of the member) and the status a member reports for 4 pods, as
+// make bench-scale's load agents report it.
+func servedWork(b testing.TB, config types.NamespacedName, cluster string) []byte {
+	b.Helper()
+	hash := func(s string) string {
+		sum := sha256.Sum256([]byte(s))
+		return hex.EncodeToString(sum[:])
+	}
+	rulesHash := hash(config.String() + cluster)
+	route := &ctrlmeshv1alpha1.ShardRoute{
+		ObjectMeta: metav1.ObjectMeta{Namespace: config.Namespace, Name: config.Name, Generation: 1},
+		Spec: ctrlmeshv1alpha1.ShardRouteSpec{Cluster: cluster, RoutingGeneration: 3, Scope: ctrlmeshv1alpha1.ScopePerCluster, Buckets: 32, RulesHash: rulesHash},
+	}
+	for i := range 4 {
+		route.Spec.Shards = append(route.Spec.Shards, ctrlmeshv1alpha1.RouteShard{ID: fmt.Sprint(i), Buckets: fmt.Sprintf("%d-%d", 8*i, 8*i+7),
+			Pods: []ctrlmeshv1alpha1.RoutePod{{Name: fmt.Sprintf("%s-%d", config.Name, i), Address: fmt.Sprintf("10.0.0.%d", i+1)}}})
+	}
+	work := routework.NewWork(routework.WorkKey(cluster, config.Namespace, config.Name))
+	work.UID = uuid.NewUUID()
+	work.ResourceVersion = "123456789"
+	work.Generation = 1
+	work.CreationTimestamp = metav1.NewTime(time.Unix(1800000000, 0))
+	work.Labels[ctrlmeshv1alpha1.WorkConfigNamespaceLabel] = config.Namespace
+	work.Labels[ctrlmeshv1alpha1.WorkConfigNameLabel] = config.Name
+	work.Annotations = map[string]string{ctrlmeshv1alpha1.WorkRulesHashAnnotation: rulesHash, ctrlmeshv1alpha1.WorkAgentNamespaceAnnotation: "ctrlmesh-system"}
+	rbac, _ := routework.NewLabelerRBAC(config.Namespace, config.Name, nil, "ctrlmesh-system")
+	if err := routework.SetManifests(work, route, rbac); err != nil {
+		b.Fatal(err)
+	}
+	fields := metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{".":{},"f:ctrlmesh.io/rules-hash":{}},"f:labels":{".":{}}},"f:spec":{"f:workload":{".":{},"f:manifests":{}}}}`)}
+	work.ManagedFields = []metav1.ManagedFieldsEntry{
+		{Manager: "ctrlmesh-hub", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "work.karmada.io/v1alpha1", Time: &work.CreationTimestamp, FieldsType: "FieldsV1", FieldsV1: &fields},
+		{Manager: "ctrlmesh-agent", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "work.karmada.io/v1alpha1", Time: &work.CreationTimestamp, FieldsType: "FieldsV1", FieldsV1: &fields, Subresource: "status"},
+	}
+	route.Status.ObservedGeneration, route.Status.ObservedRoutingGeneration = 1, 3
+	for i, shard := range route.Spec.Shards {
+		pod := shard.Pods[0]
+		route.Status.Pods = append(route.Status.Pods, ctrlmeshv1alpha1.PodRouteStatus{Name: pod.Name, Address: pod.Address, Ready: true, Shard: fmt.Sprint(i), AppliedRulesHash: rulesHash})
+		route.Status.Leaders = append(route.Status.Leaders, ctrlmeshv1alpha1.ShardLeader{Shard: shard.ID, Pod: pod.Name})
+	}
+	at := metav1.NewTime(time.Unix(1800000060, 0))
+	meta.SetStatusCondition(&route.Status.Conditions, metav1.Condition{Type: ctrlmeshv1alpha1.ConditionRulesApplied, Status: metav1.ConditionTrue,
+		Reason: ctrlmeshv1alpha1.ReasonRulesValid, Message: "the proxies can enforce the rules", ObservedGeneration: 1, LastTransitionTime: at})
+	meta.SetStatusCondition(&route.Status.Conditions, metav1.Condition{Type: ctrlmeshv1alpha1.ConditionProxiesReady, Status: metav1.ConditionTrue,
+		Reason: ctrlmeshv1alpha1.ReasonProxiesApplied, Message: "all 4 candidate pods report rules " + rulesHash, ObservedGeneration: 1, LastTransitionTime: at})
+	work.Status.Conditions = []metav1.Condition{{Type: workv1alpha1.WorkApplied, Status: metav1.ConditionTrue, Reason: ctrlmeshv1alpha1.ReasonWorkAppliedSuccessful,
+		Message: "Manifest has been successfully applied", ObservedGeneration: 1, LastTransitionTime: at}}
+	work.Status.ManifestStatuses = []workv1alpha1.ManifestStatus{routework.ManifestStatus(route)}
+	work.APIVersion, work.Kind = workv1alpha1.SchemeGroupVersion.String(), "Work"
+	raw, err := json.Marshal(work)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return raw
+}
+
+// TestCacheTransformSharesStrings: Works decoded apart, as the informer
+// decodes them, hold one copy of what they repeat once through the
+// transform (the config's labels, the conditions, the pods the members
+// report, the rules hash each pod of a member acknowledges), and read as
+// they read raw.
+func TestCacheTransformSharesStrings(t *testing.T) {
+	s, err := scheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	decoder := serializer.NewCodecFactory(s).UniversalDeserializer()
+	config := types.NamespacedName{Namespace: "operators", Name: "op"}
+	var works [2]*workv1alpha1.Work
+	for i, cluster := range []string{"m1", "m2"} {
+		obj, _, err := decoder.Decode(servedWork(t, config, cluster), nil, &workv1alpha1.Work{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw := obj.(*workv1alpha1.Work).DeepCopy()
+		want, err := routework.ReadStatus(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept, err := CacheTransform(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		works[i] = kept.(*workv1alpha1.Work)
+		if got, err := routework.ReadStatus(works[i]); err != nil || !equality.Semantic.DeepEqual(got, want) {
+			t.Errorf("%s: the cached Work reads %+v, %v; want %+v", cluster, got, err, want)
+		}
+		if works[i].Spec.Workload.Manifests != nil || works[i].ManagedFields != nil {
+			t.Errorf("%s: the cached Work keeps its manifests or managedFields", cluster)
+		}
+	}
+	a, b := works[0], works[1]
+	pods := func(w *workv1alpha1.Work) []ctrlmeshv1alpha1.PodRouteStatus {
+		return w.Status.ManifestStatuses[0].Status.Object.(*routework.DecodedRouteStatus).Pods
+	}
+	same := func(x, y string) bool { return unsafe.StringData(x) == unsafe.StringData(y) }
+	for _, tc := range []struct {
+		what string
+		x, y string
+	}{
+		{"the Works' name", a.Name, b.Name},
+		{"the config's label", a.Labels[ctrlmeshv1alpha1.WorkConfigNameLabel], b.Labels[ctrlmeshv1alpha1.WorkConfigNameLabel]},
+		{"the agent's namespace", a.Annotations[ctrlmeshv1alpha1.WorkAgentNamespaceAnnotation], b.Annotations[ctrlmeshv1alpha1.WorkAgentNamespaceAnnotation]},
+		{"the Applied condition's message", a.Status.Conditions[0].Message, b.Status.Conditions[0].Message},
+		{"a reported pod's name", pods(a)[0].Name, pods(b)[0].Name},
+		{"the rules hash two pods of a member acknowledge", pods(a)[0].AppliedRulesHash, pods(a)[1].AppliedRulesHash},
+	} {
+		if tc.x != tc.y || !same(tc.x, tc.y) {
+			t.Errorf("%s: %q and %q are two copies", tc.what, tc.x, tc.y)
+		}
+	}
+}
+
+// BenchmarkCachedWorkBytes reports the live heap one Work holds in the
+// hub's cache: decoded as the informer decodes it, through CacheTransform.
+// At 1000 members x 100 configs the hub caches 100,000 Works; this is
+// their share of its memory.
+func BenchmarkCachedWorkBytes(b *testing.B) {
+	const configs, clusters = 10, 200
+	s, err := scheme.New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	decoder := serializer.NewCodecFactory(s).UniversalDeserializer()
+	served := make([][]byte, 0, configs*clusters)
+	for c := range configs {
+		config := types.NamespacedName{Namespace: fmt.Sprintf("operators-%d", c), Name: fmt.Sprintf("operator-%d", c)}
+		for m := range clusters {
+			served = append(served, servedWork(b, config, fmt.Sprintf("member-%04d", m)))
+		}
+	}
+	for b.Loop() {
+		before := liveHeap()
+		cached := make([]any, 0, len(served))
+		for _, raw := range served {
+			obj, _, err := decoder.Decode(raw, nil, &workv1alpha1.Work{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			kept, err := CacheTransform(obj)
+			if err != nil {
+				b.Fatal(err)
+			}
+			cached = append(cached, kept)
+		}
+		after := liveHeap()
+		b.ReportMetric(float64(after-before)/float64(len(served)), "B/work")
+		runtime.KeepAlive(cached)
+	}
+}
+
+// liveHeap is the heap in use after a collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
