@@ -37,7 +37,7 @@ func servedWork(b testing.TB, config types.NamespacedName, cluster string) []byt
 	rulesHash := hash(config.String() + cluster)
 	route := &ctrlmeshv1alpha1.ShardRoute{
 		ObjectMeta: metav1.ObjectMeta{Namespace: config.Namespace, Name: config.Name, Generation: 1},
-		Spec: ctrlmeshv1alpha1.ShardRouteSpec{Cluster: cluster, RoutingGeneration: 3, Scope: ctrlmeshv1alpha1.ScopePerCluster, Buckets: 32, RulesHash: rulesHash},
+		Spec:       ctrlmeshv1alpha1.ShardRouteSpec{Cluster: cluster, RoutingGeneration: 3, Scope: ctrlmeshv1alpha1.ScopePerCluster, Buckets: 32, RulesHash: rulesHash},
 	}
 	for i := range 4 {
 		route.Spec.Shards = append(route.Spec.Shards, ctrlmeshv1alpha1.RouteShard{ID: fmt.Sprint(i), Buckets: fmt.Sprintf("%d-%d", 8*i, 8*i+7),
