@@ -85,8 +85,8 @@ func servedWork(b testing.TB, config types.NamespacedName, cluster string) []byt
 // TestCacheTransformSharesStrings: Works decoded apart, as the informer
 // decodes them, hold one copy of what they repeat once through the
 // transform (the config's labels, the conditions, the pods the members
-// report, the rules hash each pod of a member acknowledges), and read as
-// they read raw.
+// report, the rules hash a Work carries and each pod of its member
+// acknowledges), and read as they read raw.
 func TestCacheTransformSharesStrings(t *testing.T) {
 	s, err := scheme.New()
 	if err != nil {
@@ -132,6 +132,7 @@ func TestCacheTransformSharesStrings(t *testing.T) {
 		{"the Applied condition's message", a.Status.Conditions[0].Message, b.Status.Conditions[0].Message},
 		{"a reported pod's name", pods(a)[0].Name, pods(b)[0].Name},
 		{"the rules hash two pods of a member acknowledge", pods(a)[0].AppliedRulesHash, pods(a)[1].AppliedRulesHash},
+		{"the rules hash of a Work and that its pods acknowledge", a.Annotations[ctrlmeshv1alpha1.WorkRulesHashAnnotation], pods(a)[0].AppliedRulesHash},
 	} {
 		if tc.x != tc.y || !same(tc.x, tc.y) {
 			t.Errorf("%s: %q and %q are two copies", tc.what, tc.x, tc.y)

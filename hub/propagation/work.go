@@ -124,8 +124,11 @@ func (w *Writer) remember(key client.ObjectKey, work *workv1alpha1.Work) {
 	if last, ok := w.known[key]; ok && last.uid == work.UID && last.generation > work.Generation {
 		return // read before a write the Writer made since
 	}
+	// The names and the hash as the cache and the model hold them too.
+	key = client.ObjectKey{Namespace: intern.String(key.Namespace), Name: intern.String(key.Name)}
 	w.known[key] = knownWork{uid: work.UID, generation: work.Generation,
-		rulesHash: work.Annotations[ctrlmeshv1alpha1.WorkRulesHashAnnotation], agentNamespace: work.Annotations[ctrlmeshv1alpha1.WorkAgentNamespaceAnnotation]}
+		rulesHash:      intern.String(work.Annotations[ctrlmeshv1alpha1.WorkRulesHashAnnotation]),
+		agentNamespace: intern.String(work.Annotations[ctrlmeshv1alpha1.WorkAgentNamespaceAnnotation])}
 }
 
 // knows reports whether the Writer knows the Work.
@@ -377,11 +380,13 @@ func CacheTransform(obj any) (any, error) {
 // internWork keeps one copy of the strings Works repeat (intern): a
 // config's Works share its name, a member's their namespace, and all of
 // them the label and annotation keys, the conditions and the manifests'
-// identities. The permanent ID and the rules hash are each Work's own.
+// identities. The rules hash is one Work's, but the Writer and the model
+// hold it too, and each pod of the member acknowledges it. The permanent
+// ID is the Work's own.
 func internWork(work *workv1alpha1.Work) {
 	intern.Strings(&work.Namespace, &work.Name)
 	work.Labels = intern.Map(work.Labels, workv1alpha2.WorkPermanentIDLabel)
-	work.Annotations = intern.Map(work.Annotations, ctrlmeshv1alpha1.WorkRulesHashAnnotation)
+	work.Annotations = intern.Map(work.Annotations)
 	intern.Slice(work.Finalizers)
 	internConditions(work.Status.Conditions)
 	for i := range work.Status.ManifestStatuses {
