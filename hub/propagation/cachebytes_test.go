@@ -21,6 +21,7 @@ import (
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
 	"github.com/ctrlmesh/ctrlmesh/pkg/scheme"
+	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
 // servedWork is the JSON of a Work as the hub's informer receives it: as
@@ -159,7 +160,7 @@ func BenchmarkCachedWorkBytes(b *testing.B) {
 		}
 	}
 	for b.Loop() {
-		before := liveHeap()
+		before := env.LiveHeap()
 		cached := make([]any, 0, len(served))
 		for _, raw := range served {
 			obj, _, err := decoder.Decode(raw, nil, &workv1alpha1.Work{})
@@ -172,16 +173,8 @@ func BenchmarkCachedWorkBytes(b *testing.B) {
 			}
 			cached = append(cached, kept)
 		}
-		after := liveHeap()
+		after := env.LiveHeap()
 		b.ReportMetric(float64(after-before)/float64(len(served)), "B/work")
 		runtime.KeepAlive(cached)
 	}
-}
-
-// liveHeap is the heap in use after a collection.
-func liveHeap() uint64 {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
 }

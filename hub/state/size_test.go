@@ -13,6 +13,7 @@ import (
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/hub/state"
+	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
 // BenchmarkModelBytes reports the live heap the working model holds per
@@ -27,7 +28,7 @@ func BenchmarkModelBytes(b *testing.B) {
 		return hex.EncodeToString(sum[:])
 	}
 	for b.Loop() {
-		before := liveHeap()
+		before := env.LiveHeap()
 		s, err := state.New()
 		if err != nil {
 			b.Fatal(err)
@@ -68,16 +69,8 @@ func BenchmarkModelBytes(b *testing.B) {
 				}
 			}
 		}
-		after := liveHeap()
+		after := env.LiveHeap()
 		b.ReportMetric(float64(after-before)/(configs*clusters), "B/work")
 		runtime.KeepAlive(s)
 	}
-}
-
-// liveHeap is the heap in use after a collection.
-func liveHeap() uint64 {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
 }

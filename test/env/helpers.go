@@ -2,6 +2,7 @@ package env
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -85,4 +86,13 @@ func StartCluster(t testing.TB, ctx context.Context, name string) *Cluster {
 		}
 	})
 	return fleet.Cluster(name)
+}
+
+// LiveHeap is the heap in use after a collection: what the benchmarks of
+// the hub's memory per Work measure before and after filling a structure.
+func LiveHeap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }
