@@ -276,6 +276,7 @@ bench-fleet-heavy: tools build ## The fleet benchmark's memory phase on the heav
 	CTRLMESH_TEST_ASSETS=$(BIN) $(GO) run ./test/bench/fleetbench -phases=memory -objects=50000 -payload=1024 -namespaces=512 $(BENCH_ARGS)
 
 .PHONY: bench-scale
-bench-scale: tools ## The hub at fleet scale (10, 100, 1000 simulated members): apply -> Ready, hub RSS/CPU/requests, pod failure, restart, lost Fleet member; curves into docs/scale.svg; a hub's start with 20,000 Works, lists read whole and streamed; the working model's bytes per Work.
+bench-scale: tools ## The hub at fleet scale (10, 100, 1000 simulated members): apply -> Ready, hub RSS/CPU/requests, pod failure, restart, lost Fleet member; curves into docs/scale.svg; a hub's start with 20,000 Works, lists read whole and streamed; the working model's and the cache's bytes per Work.
 	CTRLMESH_TEST_ASSETS=$(BIN) $(GO) run ./test/bench/scalebench -plot docs/scale.svg -startup=20000 $(BENCH_ARGS)
 	$(GO) test -run '^$$' -bench BenchmarkModelBytes -benchtime 3x ./hub/state
+	CTRLMESH_TEST_ASSETS=$(BIN) $(GO) test -run '^$$' -bench BenchmarkCachedWorkBytes -benchtime 3x ./hub/propagation
