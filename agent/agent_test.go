@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -99,7 +98,7 @@ func (f *testFleet) startAgent(t *testing.T, ctx context.Context, applyWorks boo
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
+	port := env.FreePort(t)
 	agentCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
@@ -420,14 +419,4 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return data
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

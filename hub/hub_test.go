@@ -144,7 +144,7 @@ func (f *testFleet) startAgent(t *testing.T, ctx context.Context, name string) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
+	port := env.FreePort(t)
 	return run(t, ctx, "agent "+name, func(ctx context.Context) error {
 		return agent.Run(ctx, agent.Options{
 			Member: f.agentMember[name], Hub: f.agentHub[name], ClusterName: name, Identity: "agent-0",
@@ -683,16 +683,6 @@ func checkRevokedBeforeGranted(t *testing.T, versions []routeVersion, pod string
 		}
 	}
 	t.Errorf("no rule version had %s pending for %s before granting them (%d versions)", granted, pod, len(versions))
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // TestRecreateAndReselect: deleting a ShardingConfig and creating it again

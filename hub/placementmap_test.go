@@ -37,7 +37,7 @@ func TestPlacementMapServedByHub(t *testing.T) {
 		f.startAgent(t, ctx, m)
 	}
 	env.Create(t, ctx, f.hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ops"}})
-	address := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	address := fmt.Sprintf("127.0.0.1:%d", env.FreePort(t))
 	run(t, ctx, "hub", func(ctx context.Context) error {
 		return hub.Run(ctx, hub.Options{Config: f.hubIdentity, AutoAccept: true, RulesValidity: testRulesValidity,
 			MetricsAddress: address, HealthAddress: "0", PlacementMap: true, Log: logr.Discard()})

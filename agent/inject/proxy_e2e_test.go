@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -24,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ctrlmesh/ctrlmesh/agent/inject"
+	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
 // TestInjectedProxyServesTheOperator runs the ctrlmesh-proxy binary exactly
@@ -55,10 +55,10 @@ func TestInjectedProxyServesTheOperator(t *testing.T) {
 	}
 
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	healthAddress := "127.0.0.1:" + freePort(t)
-	forwardAddress := "127.0.0.1:" + freePort(t)
+	healthAddress := fmt.Sprintf("127.0.0.1:%d", env.FreePort(t))
+	forwardAddress := fmt.Sprintf("127.0.0.1:%d", env.FreePort(t))
 	args := rewriteArgs(t, proxy.Args, map[string]string{
-		"--listen-address":        "127.0.0.1:" + freePort(t),
+		"--listen-address":        fmt.Sprintf("127.0.0.1:%d", env.FreePort(t)),
 		"--health-address":        healthAddress,
 		"--operator-kubeconfig":   kubeconfig,
 		"--forward-proxy-address": forwardAddress,
@@ -189,21 +189,6 @@ func resolveEnv(t *testing.T, env []corev1.EnvVar, pod *corev1.Pod) []string {
 		out = append(out, e.Name+"="+value)
 	}
 	return out
-}
-
-// freePort returns a port nothing listens on just now.
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	_, port, err := net.SplitHostPort(l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return port
 }
 
 // waitFor polls check until it succeeds or ctx ends.

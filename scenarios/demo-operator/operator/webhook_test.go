@@ -32,7 +32,7 @@ func TestWebhooks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	port, healthPort := freePort(t), freePort(t)
+	port, healthPort := env.FreePort(t), env.FreePort(t)
 	op := startOperator(t, c, operator.Options{
 		PodName:                 pod,
 		LeaderElectionNamespace: ns,

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/ctrlmesh/ctrlmesh/test/env"
 	"github.com/ctrlmesh/ctrlmesh/test/promscrape"
 )
 
@@ -47,23 +47,14 @@ func buildHub(ctx context.Context, root, dir string) (string, error) {
 	return bin, nil
 }
 
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
-// startHub starts a replica with env added to this process's environment;
+// startHub starts a replica with environ added to this process's environment;
 // its log goes to logPath.
-func startHub(bin, kubeconfig, namespace, name, logPath string, extra, env []string) (*hubProcess, error) {
-	metrics, err := freePort()
+func startHub(bin, kubeconfig, namespace, name, logPath string, extra, environ []string) (*hubProcess, error) {
+	metrics, err := env.FreeAddress()
 	if err != nil {
 		return nil, err
 	}
-	pprof, err := freePort()
+	pprof, err := env.FreeAddress()
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +66,7 @@ func startHub(bin, kubeconfig, namespace, name, logPath string, extra, env []str
 		"--metrics-bind-address=" + metrics, "--health-probe-bind-address=0", "--pprof-bind-address=" + pprof}, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(os.Environ(), environ...)
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
