@@ -107,14 +107,17 @@ func (r *Reconciler) overlaps(ctx context.Context, sc *ctrlmeshv1alpha1.Sharding
 
 // sharedPods are the pods of reported, by cluster, in the clusters of
 // common that the members report for this config too, sorted.
-func sharedPods(reported iter.Seq2[string, string], common map[string]bool, members map[string]*member) []route.PodID {
+func sharedPods(reported iter.Seq2[string, []state.Pod], common map[string]bool, members map[string]*member) []route.PodID {
 	var shared []route.PodID
-	for cluster, pod := range reported {
+	for cluster, pods := range reported {
 		if !common[cluster] {
 			continue
 		}
-		if _, ok := members[cluster].pod(pod); ok {
-			shared = append(shared, route.PodID{Cluster: cluster, Name: pod})
+		m := members[cluster]
+		for _, p := range pods {
+			if _, ok := m.pod(p.Name); ok {
+				shared = append(shared, route.PodID{Cluster: cluster, Name: p.Name})
+			}
 		}
 	}
 	slices.SortFunc(shared, route.ComparePodIDs)
@@ -123,12 +126,12 @@ func sharedPods(reported iter.Seq2[string, string], common map[string]bool, memb
 
 // podsOfWorks yields the pods other's Works report, by cluster: what the
 // model holds of a config once its Works were read back.
-func (r *Reconciler) podsOfWorks(ctx context.Context, other *ctrlmeshv1alpha1.ShardingConfig) (iter.Seq2[string, string], error) {
+func (r *Reconciler) podsOfWorks(ctx context.Context, other *ctrlmeshv1alpha1.ShardingConfig) (iter.Seq2[string, []state.Pod], error) {
 	works, err := r.Writer.List(ctx, other)
 	if err != nil {
 		return nil, err
 	}
-	return func(yield func(cluster, pod string) bool) {
+	return func(yield func(cluster string, pods []state.Pod) bool) {
 		for i := range works {
 			cluster, err := routework.ClusterOf(&works[i])
 			if err != nil {
@@ -138,10 +141,8 @@ func (r *Reconciler) podsOfWorks(ctx context.Context, other *ctrlmeshv1alpha1.Sh
 			if err != nil || report == nil {
 				continue // unread: nothing known to be shared yet
 			}
-			for _, p := range report.Pods {
-				if !yield(cluster, p.Name) {
-					return
-				}
+			if !yield(cluster, report.Pods) {
+				return
 			}
 		}
 	}, nil
@@ -274,8 +275,10 @@ func peerView(config types.NamespacedName, sc *ctrlmeshv1alpha1.ShardingConfig, 
 	if sc != nil {
 		fmt.Fprintf(h, "%d %t %t\x00", sc.Generation, sc.DeletionTimestamp.IsZero(), snap.HoldsConfig(config))
 	}
-	for cluster, pod := range snap.ReportedPods(config) {
-		_, _ = io.WriteString(h, cluster+"\x00"+pod+"\x00")
+	for cluster, pods := range snap.ReportedPods(config) {
+		for _, p := range pods {
+			_, _ = io.WriteString(h, cluster+"\x00"+p.Name+"\x00")
+		}
 	}
 	return h.Sum64()
 }

@@ -356,8 +356,10 @@ func TestReports(t *testing.T) {
 						want = append(want, r.Cluster+"/"+p.Name)
 					}
 				}
-				for cluster, pod := range v.ReportedPods(config) {
-					got = append(got, cluster+"/"+pod)
+				for cluster, pods := range v.ReportedPods(config) {
+					for _, p := range pods {
+						got = append(got, cluster+"/"+p.Name)
+					}
 				}
 				if !slices.Equal(got, want) {
 					t.Errorf("ReportedPods(%s) = %v, want %v", config, got, want)
