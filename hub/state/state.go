@@ -487,24 +487,72 @@ type routing struct {
 	namespace, name, cluster string
 	scope                    ctrlmeshv1alpha1.ShardingScope
 	buckets                  int32
-	shards                   []ctrlmeshv1alpha1.RouteShard
+	shards                   []shard
 	policies                 *ctrlmeshv1alpha1.RoutePolicies
 }
 
-// newRouting is the routing of r, sharing nothing with it.
+// shard is what routing keeps of a RouteShard: its ID, buckets and pods,
+// and the fields most shards leave empty (rare) behind a pointer, nil when
+// all are. A RouteShard is 144 bytes before its strings' and slices'
+// contents, four of them 576 bytes a Work; a shard is 64 (BenchmarkModelBytes).
+type shard struct {
+	id, buckets string
+	// pods share one array per routing, each shard's slice capped at its
+	// own; nil when the RouteShard's were.
+	pods []ctrlmeshv1alpha1.RoutePod
+	rare *rareShardFields
+}
+
+// rareShardFields are the fields of a RouteShard set only while buckets or
+// namespaces move, or for canaries and subsets.
+type rareShardFields struct {
+	pendingBuckets, subset        string
+	namespaces, pendingNamespaces []string
+	canary                        bool
+}
+
+// noPods stands for a RouteShard's empty, not nil, pods: a routing keeps
+// what it was given, which route gives back equal.
+var noPods = []ctrlmeshv1alpha1.RoutePod{}
+
+// newRouting is the routing of r, sharing nothing with it, its strings
+// canonical (intern).
 func newRouting(r *ctrlmeshv1alpha1.ShardRoute) routing {
-	shards := copyShards(r.Spec.Shards)
-	for i := range shards {
-		s := &shards[i]
-		intern.Strings(&s.ID, &s.Buckets, &s.PendingBuckets, &s.Subset)
-		intern.Slice(s.Namespaces)
-		intern.Slice(s.PendingNamespaces)
-		for j := range s.Pods {
-			intern.Strings(&s.Pods[j].Name, &s.Pods[j].Address)
+	out := routing{typeMeta: r.TypeMeta, namespace: intern.String(r.Namespace), name: intern.String(r.Name), cluster: intern.String(r.Spec.Cluster),
+		scope: r.Spec.Scope, buckets: r.Spec.Buckets, policies: r.Spec.Policies.DeepCopy()}
+	intern.Strings(&out.typeMeta.APIVersion, &out.typeMeta.Kind)
+	if r.Spec.Shards == nil {
+		return out
+	}
+	count := 0
+	for i := range r.Spec.Shards {
+		count += len(r.Spec.Shards[i].Pods)
+	}
+	pods := make([]ctrlmeshv1alpha1.RoutePod, 0, count)
+	out.shards = make([]shard, len(r.Spec.Shards))
+	for i := range r.Spec.Shards {
+		in := &r.Spec.Shards[i]
+		s := &out.shards[i]
+		s.id, s.buckets = intern.String(in.ID), intern.String(in.Buckets)
+		switch {
+		case in.Pods == nil:
+		case len(in.Pods) == 0:
+			s.pods = noPods
+		default:
+			from := len(pods)
+			for _, p := range in.Pods {
+				pods = append(pods, ctrlmeshv1alpha1.RoutePod{Name: intern.String(p.Name), Address: intern.String(p.Address)})
+			}
+			s.pods = pods[from:len(pods):len(pods)]
+		}
+		if in.PendingBuckets != "" || in.Subset != "" || in.Namespaces != nil || in.PendingNamespaces != nil || in.Canary {
+			s.rare = &rareShardFields{pendingBuckets: intern.String(in.PendingBuckets), subset: intern.String(in.Subset),
+				namespaces: slices.Clone(in.Namespaces), pendingNamespaces: slices.Clone(in.PendingNamespaces), canary: in.Canary}
+			intern.Slice(s.rare.namespaces)
+			intern.Slice(s.rare.pendingNamespaces)
 		}
 	}
-	return routing{typeMeta: r.TypeMeta, namespace: intern.String(r.Namespace), name: intern.String(r.Name), cluster: intern.String(r.Spec.Cluster),
-		scope: r.Spec.Scope, buckets: r.Spec.Buckets, shards: shards, policies: r.Spec.Policies.DeepCopy()}
+	return out
 }
 
 // internName is name with canonical strings (intern): every row of a
@@ -516,18 +564,21 @@ func internName(name types.NamespacedName) types.NamespacedName {
 // route is the routing as a ShardRoute of revision rev, sharing nothing
 // with the record.
 func (r routing) route(rev Revision) *ctrlmeshv1alpha1.ShardRoute {
-	return &ctrlmeshv1alpha1.ShardRoute{TypeMeta: r.typeMeta, ObjectMeta: metav1.ObjectMeta{Namespace: r.namespace, Name: r.name},
+	out := &ctrlmeshv1alpha1.ShardRoute{TypeMeta: r.typeMeta, ObjectMeta: metav1.ObjectMeta{Namespace: r.namespace, Name: r.name},
 		Spec: ctrlmeshv1alpha1.ShardRouteSpec{Cluster: r.cluster, RoutingGeneration: rev.Generation, RulesHash: rev.RulesHash,
-			Scope: r.scope, Buckets: r.buckets, Shards: copyShards(r.shards), Policies: r.policies.DeepCopy()}}
-}
-
-func copyShards(in []ctrlmeshv1alpha1.RouteShard) []ctrlmeshv1alpha1.RouteShard {
-	if in == nil {
-		return nil
+			Scope: r.scope, Buckets: r.buckets, Policies: r.policies.DeepCopy()}}
+	if r.shards == nil {
+		return out
 	}
-	out := make([]ctrlmeshv1alpha1.RouteShard, len(in))
-	for i := range in {
-		in[i].DeepCopyInto(&out[i])
+	out.Spec.Shards = make([]ctrlmeshv1alpha1.RouteShard, len(r.shards))
+	for i, s := range r.shards {
+		rs := &out.Spec.Shards[i]
+		rs.ID, rs.Buckets = s.id, s.buckets
+		rs.Pods = slices.Clone(s.pods) // nil for nil, empty for empty
+		if s.rare != nil {
+			rs.PendingBuckets, rs.Subset, rs.Canary = s.rare.pendingBuckets, s.rare.subset, s.rare.canary
+			rs.Namespaces, rs.PendingNamespaces = slices.Clone(s.rare.namespaces), slices.Clone(s.rare.pendingNamespaces)
+		}
 	}
 	return out
 }

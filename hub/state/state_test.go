@@ -849,34 +849,75 @@ func TestReadBackReport(t *testing.T) {
 }
 
 // TestPublishedKeepsRouting: the Store keeps of a published route what
-// placement and the policy status read — identity, bucket count, shards,
-// policies — and none of what the ShardingConfig gives every route.
+// placement and the policy status read — identity, bucket count, shards
+// with every field, nil and empty slices as given, policies — and none of
+// what the ShardingConfig gives every route; and shares nothing with the
+// route it was given or the one it gives back.
 func TestPublishedKeepsRouting(t *testing.T) {
-	in := &ctrlmeshv1alpha1.ShardRoute{
-		TypeMeta: metav1.TypeMeta{APIVersion: ctrlmeshv1alpha1.GroupVersion.String(), Kind: "ShardRoute"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: "a", Labels: map[string]string{"karmada.io/managed": "true"},
-			Annotations: map[string]string{"work.karmada.io/name": "a-1"}},
-		Spec: ctrlmeshv1alpha1.ShardRouteSpec{Cluster: "c1", RoutingGeneration: 3, RulesHash: "h3", Scope: ctrlmeshv1alpha1.ScopePerCluster, Buckets: 32,
-			Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "op"}},
-			Limits:   ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{APIGroups: []string{""}, Resources: []string{"configmaps"}}}}},
-			Shards:   []ctrlmeshv1alpha1.RouteShard{{ID: "0", Buckets: "0-31", Pods: []ctrlmeshv1alpha1.RoutePod{{Name: "op-0", Address: "10.0.0.1"}}}},
-			Policies: &ctrlmeshv1alpha1.RoutePolicies{CircuitBreakers: []ctrlmeshv1alpha1.RouteCircuitBreaker{{Name: "cb", Generation: 2}}},
-		},
+	pod := func(name, address string) ctrlmeshv1alpha1.RoutePod {
+		return ctrlmeshv1alpha1.RoutePod{Name: name, Address: address}
 	}
-	want := &ctrlmeshv1alpha1.ShardRoute{TypeMeta: in.TypeMeta, ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: "a"},
-		Spec: ctrlmeshv1alpha1.ShardRouteSpec{Cluster: "c1", RoutingGeneration: 3, RulesHash: "h3", Scope: ctrlmeshv1alpha1.ScopePerCluster, Buckets: 32,
-			Shards: in.Spec.Shards, Policies: in.Spec.Policies}}
-	s := newStore(t)
-	if _, err := s.ReadBack(cfgA, "c1", in, nil, time.Time{}); err != nil {
-		t.Fatal(err)
-	}
-	published := s.Snapshot().PublishedOf(cfgA)
-	if len(published) != 1 || !reflect.DeepEqual(published[0].Route, want) {
-		t.Fatalf("published %+v, want the route %+v", published, want)
-	}
-	in.Spec.Shards[0].Pods[0].Name = "changed"
-	in.Spec.Policies.CircuitBreakers[0].Generation = 9
-	if got := s.Snapshot().PublishedOf(cfgA)[0].Route; got.Spec.Shards[0].Pods[0].Name != "op-0" || got.Spec.Policies.CircuitBreakers[0].Generation != 2 {
-		t.Errorf("the Store's record changed with the route it was given: %+v", got.Spec)
+	for _, tc := range []struct {
+		name   string
+		shards []ctrlmeshv1alpha1.RouteShard
+	}{
+		{name: "one shard, one pod", shards: []ctrlmeshv1alpha1.RouteShard{{ID: "0", Buckets: "0-31", Pods: []ctrlmeshv1alpha1.RoutePod{pod("op-0", "10.0.0.1")}}}},
+		{name: "no shards"},
+		{name: "empty shards", shards: []ctrlmeshv1alpha1.RouteShard{}},
+		{name: "every field, pods in several shards", shards: []ctrlmeshv1alpha1.RouteShard{
+			{ID: "0", Buckets: "0-7", PendingBuckets: "8-9", Namespaces: []string{"a", "b"}, PendingNamespaces: []string{"c"}, Canary: true, Subset: "v2",
+				Pods: []ctrlmeshv1alpha1.RoutePod{pod("op-0", "10.0.0.1"), pod("op-1", "")}},
+			{ID: "1", Buckets: "10-31", Pods: []ctrlmeshv1alpha1.RoutePod{pod("op-2", "10.0.0.3")}},
+			{ID: "2"},
+			{ID: "3", Pods: []ctrlmeshv1alpha1.RoutePod{pod("op-3", "10.0.0.4"), pod("op-4", "10.0.0.5"), pod("op-5", "10.0.0.6")}},
+		}},
+		{name: "empty, not nil, pods and namespaces", shards: []ctrlmeshv1alpha1.RouteShard{
+			{ID: "0", Buckets: "0-31", Pods: []ctrlmeshv1alpha1.RoutePod{}, Namespaces: []string{}, PendingNamespaces: []string{}},
+			{ID: "1", Pods: nil},
+		}},
+		{name: "only a rare field", shards: []ctrlmeshv1alpha1.RouteShard{{ID: "0", Subset: "v1"}, {ID: "1", Canary: true}, {ID: "2", PendingBuckets: "3"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := &ctrlmeshv1alpha1.ShardRoute{
+				TypeMeta: metav1.TypeMeta{APIVersion: ctrlmeshv1alpha1.GroupVersion.String(), Kind: "ShardRoute"},
+				ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: "a", Labels: map[string]string{"karmada.io/managed": "true"},
+					Annotations: map[string]string{"work.karmada.io/name": "a-1"}},
+				Spec: ctrlmeshv1alpha1.ShardRouteSpec{Cluster: "c1", RoutingGeneration: 3, RulesHash: "h3", Scope: ctrlmeshv1alpha1.ScopePerCluster, Buckets: 32,
+					Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "op"}},
+					Limits:   ctrlmeshv1alpha1.Limits{{RelateResources: []ctrlmeshv1alpha1.ResourceGroup{{APIGroups: []string{""}, Resources: []string{"configmaps"}}}}},
+					Shards:   tc.shards,
+					Policies: &ctrlmeshv1alpha1.RoutePolicies{CircuitBreakers: []ctrlmeshv1alpha1.RouteCircuitBreaker{{Name: "cb", Generation: 2}}},
+				},
+			}
+			want := &ctrlmeshv1alpha1.ShardRoute{TypeMeta: in.TypeMeta, ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: "a"},
+				Spec: ctrlmeshv1alpha1.ShardRouteSpec{Cluster: "c1", RoutingGeneration: 3, RulesHash: "h3", Scope: ctrlmeshv1alpha1.ScopePerCluster, Buckets: 32,
+					Shards: in.DeepCopy().Spec.Shards, Policies: in.Spec.Policies.DeepCopy()}}
+			s := newStore(t)
+			if _, err := s.ReadBack(cfgA, "c1", in, nil, time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+			published := s.Snapshot().PublishedOf(cfgA)
+			if len(published) != 1 || !reflect.DeepEqual(published[0].Route, want) {
+				t.Fatalf("published %+v, want the route %+v", published[0].Route.Spec, want.Spec)
+			}
+			// Neither the route given nor the one read back is the record.
+			in.Spec.Policies.CircuitBreakers[0].Generation = 9
+			got := published[0].Route
+			for i := range in.Spec.Shards {
+				for _, sh := range []*ctrlmeshv1alpha1.RouteShard{&in.Spec.Shards[i], &got.Spec.Shards[i]} {
+					sh.ID = "changed"
+					for j := range sh.Pods {
+						sh.Pods[j].Name = "changed"
+					}
+					for j := range sh.Namespaces {
+						sh.Namespaces[j] = "changed"
+					}
+					sh.Pods = append(sh.Pods, pod("appended", ""))
+				}
+			}
+			if again := s.Snapshot().PublishedOf(cfgA)[0].Route; !reflect.DeepEqual(again, want) {
+				t.Errorf("the Store's record changed with a route given or read: %+v, want %+v", again.Spec, want.Spec)
+			}
+		})
 	}
 }
