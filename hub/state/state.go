@@ -209,13 +209,12 @@ func (r Report) clone() Report {
 
 // Table and index names.
 const (
-	clustersTable  = "clusters"
-	publishedTable = "published"
-	reportsTable   = "reports"
+	clustersTable = "clusters"
+	membersTable  = "members"
 
 	idIndex       = "id" // memdb's required primary index
 	acceptedIndex = "accepted"
-	// configPrefix reads a per-config table's rows of one config: the
+	// configPrefix reads the members table's rows of one config: the
 	// prefix of its primary index (config, cluster) with args (config, "").
 	// A second index on the config alone cost radix leaves and nodes per
 	// row: 0.87 of 4.9 KB a Work (BenchmarkModelBytes), 87 MB at 100,000
@@ -223,28 +222,30 @@ const (
 	configPrefix = idIndex + "_prefix"
 )
 
-// publishedRow and reportRow are the rows of their tables: the record plus
-// the fields indexed. Config is types.NamespacedName.String().
-type publishedRow struct {
+// memberRow is the row of the members table, one per ShardingConfig and
+// member cluster: what the hub published to the member and what the
+// member's agent reported back, plus the fields indexed. Config is
+// types.NamespacedName.String(). One row rather than one in each of two
+// tables: memdb keeps a radix leaf, node and two channels per row and
+// index: 2.7 KB a Work in two tables, 2.2 in one (BenchmarkModelBytes).
+type memberRow struct {
 	Config  string
 	Cluster string
 	// Published without its Route, which routing holds.
 	Published Published
 	routing   routing
+	// report is the agent's latest report, nil when none is known. A
+	// member has a row once rules were published to it or read back from
+	// its Work: a report comes only with them.
+	report *Report
 }
 
 // published is the row's record, sharing nothing with it.
-func (r *publishedRow) published() Published {
+func (r *memberRow) published() Published {
 	p := r.Published
 	p.History = slices.Clone(p.History)
 	p.Route = r.routing.route(p.Revision)
 	return p
-}
-
-type reportRow struct {
-	Config  string
-	Cluster string
-	Report  Report
 }
 
 var schema = &memdb.DBSchema{Tables: map[string]*memdb.TableSchema{
@@ -255,25 +256,16 @@ var schema = &memdb.DBSchema{Tables: map[string]*memdb.TableSchema{
 			acceptedIndex: {Name: acceptedIndex, Indexer: &memdb.BoolFieldIndex{Field: "Accepted"}},
 		},
 	},
-	publishedTable: perConfigTable(publishedTable),
-	reportsTable:   perConfigTable(reportsTable),
-}}
-
-// perConfigTable is a table of rows keyed by ShardingConfig and cluster,
-// read per ShardingConfig.
-func perConfigTable(name string) *memdb.TableSchema {
-	return &memdb.TableSchema{
-		Name: name,
+	// Rows keyed by ShardingConfig and cluster, read per ShardingConfig.
+	membersTable: {
+		Name: membersTable,
 		Indexes: map[string]*memdb.IndexSchema{
 			idIndex: {Name: idIndex, Unique: true, Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
 				&memdb.StringFieldIndex{Field: "Config"}, &memdb.StringFieldIndex{Field: "Cluster"},
 			}}},
 		},
-	}
-}
-
-// perConfigTables are the tables whose rows follow a ShardingConfig's Works.
-var perConfigTables = []string{publishedTable, reportsTable}
+	},
+}}
 
 // Store is the hub's working model. It is safe for concurrent use: writes
 // are serialized, reads never block.
@@ -326,7 +318,7 @@ func (s *Store) UpsertCluster(c Cluster) (changed bool, err error) {
 }
 
 // DeleteCluster removes the cluster's record and reports whether there was
-// one. Its rows in the per-config tables stay until the ShardingConfig
+// one. Its rows in the members table stay until the ShardingConfig
 // controller, which owns them, deletes the cluster's Works: the cluster is
 // then no longer selected (RetainClusters).
 func (s *Store) DeleteCluster(name string) (existed bool, err error) {
@@ -364,7 +356,7 @@ func (s *Store) RecordPublish(config types.NamespacedName, cluster string, route
 // reports the Work as behind; a route of the recorded generation with
 // another hash (someone else wrote the Work) replaces the record.
 func (s *Store) ReadBack(config types.NamespacedName, cluster string, route *ctrlmeshv1alpha1.ShardRoute, report *Report, at time.Time) (behind bool, err error) {
-	row, err := newReportRow(config, cluster, report)
+	kept, err := newReport(config, cluster, report)
 	if err != nil {
 		return false, err
 	}
@@ -372,7 +364,7 @@ func (s *Store) ReadBack(config types.NamespacedName, cluster string, route *ctr
 		if behind, err = recordRoute(txn, config, cluster, route, true, at); err != nil {
 			return err
 		}
-		return recordReport(txn, config, cluster, row)
+		return recordReport(txn, config, cluster, kept)
 	})
 	return behind, err
 }
@@ -385,19 +377,19 @@ func (s *Store) ReadBack(config types.NamespacedName, cluster string, route *ctr
 // returns ErrNotLatest: the caller then reads the Work's rules back with
 // ReadBack.
 func (s *Store) ReadBackReport(config types.NamespacedName, cluster, rulesHash string, report *Report) error {
-	row, err := newReportRow(config, cluster, report)
+	kept, err := newReport(config, cluster, report)
 	if err != nil {
 		return err
 	}
 	return s.write(func(txn *memdb.Txn) error {
-		raw, err := txn.First(publishedTable, idIndex, config.String(), cluster)
+		raw, err := txn.First(membersTable, idIndex, config.String(), cluster)
 		if err != nil {
 			return fmt.Errorf("state: reading the rules of %s published to cluster %q: %w", config, cluster, err)
 		}
-		if raw == nil || raw.(*publishedRow).Published.RulesHash != rulesHash {
+		if raw == nil || raw.(*memberRow).Published.RulesHash != rulesHash {
 			return fmt.Errorf("state: the report of cluster %q for %s: rules of hash %q: %w", cluster, config, rulesHash, ErrNotLatest)
 		}
-		return recordReport(txn, config, cluster, row)
+		return recordReport(txn, config, cluster, kept)
 	})
 }
 
@@ -405,16 +397,23 @@ func (s *Store) ReadBackReport(config types.NamespacedName, cluster, rulesHash s
 // the latest the Store holds as published.
 var ErrNotLatest = errors.New("not the latest rules published to the cluster")
 
-// recordReport stores row as the latest report of cluster for config; nil
-// removes the report.
-func recordReport(txn *memdb.Txn, config types.NamespacedName, cluster string, row *reportRow) error {
-	if row == nil {
-		if _, err := txn.DeleteAll(reportsTable, idIndex, config.String(), cluster); err != nil {
-			return fmt.Errorf("state: deleting the report of cluster %q for %s: %w", cluster, config, err)
-		}
+// recordReport stores report as the latest of cluster for config, in the
+// row its rules made; nil removes the report.
+func recordReport(txn *memdb.Txn, config types.NamespacedName, cluster string, report *Report) error {
+	raw, err := txn.First(membersTable, idIndex, config.String(), cluster)
+	if err != nil {
+		return fmt.Errorf("state: reading the row of cluster %q for %s: %w", cluster, config, err)
+	}
+	if raw == nil {
+		return fmt.Errorf("state: a report of cluster %q for %s, which holds no rules of it: this is a bug in the hub (please report it)", cluster, config)
+	}
+	cur := raw.(*memberRow)
+	if report == nil && cur.report == nil {
 		return nil
 	}
-	if err := txn.Insert(reportsTable, row); err != nil {
+	row := *cur
+	row.report = report
+	if err := txn.Insert(membersTable, &row); err != nil {
 		return fmt.Errorf("state: storing the report of cluster %q for %s: %w", cluster, config, err)
 	}
 	return nil
@@ -434,13 +433,15 @@ func recordRoute(txn *memdb.Txn, config types.NamespacedName, cluster string, ro
 			config, cluster, next.Generation, next.RulesHash)
 	}
 	key := config.String()
-	raw, err := txn.First(publishedTable, idIndex, key, cluster)
+	raw, err := txn.First(membersTable, idIndex, key, cluster)
 	if err != nil {
 		return false, fmt.Errorf("state: reading the rules of %s published to cluster %q: %w", config, cluster, err)
 	}
 	var history []Revision
+	var report *Report
 	if raw != nil {
-		cur := raw.(*publishedRow).Published
+		report = raw.(*memberRow).report
+		cur := raw.(*memberRow).Published
 		switch {
 		case cur.same(next):
 			return false, nil
@@ -462,10 +463,10 @@ func recordRoute(txn *memdb.Txn, config types.NamespacedName, cluster string, ro
 	config = internName(config)
 	key, cluster = intern.String(key), intern.String(cluster)
 	next.RulesHash = intern.String(next.RulesHash)
-	row := &publishedRow{Config: key, Cluster: cluster, Published: Published{
+	row := &memberRow{Config: key, Cluster: cluster, Published: Published{
 		Config: config, Cluster: cluster, Revision: next, History: append([]Revision{next}, history...),
-	}, routing: newRouting(route)}
-	if err := txn.Insert(publishedTable, row); err != nil {
+	}, routing: newRouting(route), report: report}
+	if err := txn.Insert(membersTable, row); err != nil {
 		return false, fmt.Errorf("state: storing the rules of %s published to cluster %q: %w", config, cluster, err)
 	}
 	return false, nil
@@ -583,9 +584,9 @@ func (r routing) route(rev Revision) *ctrlmeshv1alpha1.ShardRoute {
 	return out
 }
 
-// newReportRow checks a report and makes its row, with pods and leaders
-// sorted; nil for no report.
-func newReportRow(config types.NamespacedName, cluster string, reported *Report) (*reportRow, error) {
+// newReport checks a report and makes the copy the Store keeps, with pods
+// and leaders sorted; nil for no report.
+func newReport(config types.NamespacedName, cluster string, reported *Report) (*Report, error) {
 	if reported == nil {
 		return nil, nil
 	}
@@ -615,7 +616,7 @@ func newReportRow(config types.NamespacedName, cluster string, reported *Report)
 	for i := range report.Leaders {
 		intern.Strings(&report.Leaders[i].Shard, &report.Leaders[i].Pod)
 	}
-	return &reportRow{Config: intern.String(config.String()), Cluster: report.Cluster, Report: report}, nil
+	return &report, nil
 }
 
 // RetainClusters removes config's rows of every cluster not in keep: the
@@ -623,53 +624,38 @@ func newReportRow(config types.NamespacedName, cluster string, reported *Report)
 // reports the clusters whose rows it removed, sorted.
 func (s *Store) RetainClusters(config types.NamespacedName, keep []string) (removed []string, err error) {
 	err = s.write(func(txn *memdb.Txn) error {
-		gone := map[string]bool{}
-		for _, table := range perConfigTables {
-			it, err := txn.Get(table, configPrefix, config.String(), "")
-			if err != nil {
-				return fmt.Errorf("state: reading the %s rows of %s: %w", table, config, err)
-			}
-			// Collected first: deleting while iterating would skip rows.
-			var drop []string
-			for raw := it.Next(); raw != nil; raw = it.Next() {
-				if cluster := clusterOf(raw); !slices.Contains(keep, cluster) {
-					drop = append(drop, cluster)
-				}
-			}
-			for _, cluster := range drop {
-				if _, err := txn.DeleteAll(table, idIndex, config.String(), cluster); err != nil {
-					return fmt.Errorf("state: deleting the %s row of %s for cluster %q: %w", table, config, cluster, err)
-				}
-				gone[cluster] = true
+		it, err := txn.Get(membersTable, configPrefix, config.String(), "")
+		if err != nil {
+			return fmt.Errorf("state: reading the rows of %s: %w", config, err)
+		}
+		// Collected first: deleting while iterating would skip rows.
+		for raw := it.Next(); raw != nil; raw = it.Next() {
+			if cluster := raw.(*memberRow).Cluster; !slices.Contains(keep, cluster) {
+				removed = append(removed, cluster)
 			}
 		}
-		removed = slices.Sorted(maps.Keys(gone))
+		for _, cluster := range removed {
+			if _, err := txn.DeleteAll(membersTable, idIndex, config.String(), cluster); err != nil {
+				return fmt.Errorf("state: deleting the row of %s for cluster %q: %w", config, cluster, err)
+			}
+		}
 		return nil
 	})
-	return removed, err
+	if err != nil {
+		return nil, err
+	}
+	return removed, nil
 }
 
 // DeleteConfig removes every row of config: the ShardingConfig is being
 // deleted, or is gone.
 func (s *Store) DeleteConfig(config types.NamespacedName) error {
 	return s.write(func(txn *memdb.Txn) error {
-		for _, table := range perConfigTables {
-			if _, err := txn.DeleteAll(table, configPrefix, config.String(), ""); err != nil {
-				return fmt.Errorf("state: deleting the %s rows of %s: %w", table, config, err)
-			}
+		if _, err := txn.DeleteAll(membersTable, configPrefix, config.String(), ""); err != nil {
+			return fmt.Errorf("state: deleting the rows of %s: %w", config, err)
 		}
 		return nil
 	})
-}
-
-func clusterOf(row any) string {
-	switch row := row.(type) {
-	case *publishedRow:
-		return row.Cluster
-	case *reportRow:
-		return row.Cluster
-	}
-	panic(fmt.Sprintf("state: a row of type %T in a per-config table", row))
 }
 
 // Snapshot is a consistent, read-only view of the Store at one instant.
@@ -712,11 +698,11 @@ func (v Snapshot) AcceptedClusters() []Cluster {
 // PublishedOf returns the rules published for config, one record per
 // cluster, sorted by cluster.
 func (v Snapshot) PublishedOf(config types.NamespacedName) []Published {
-	it, err := v.txn.Get(publishedTable, configPrefix, config.String(), "")
+	it, err := v.txn.Get(membersTable, configPrefix, config.String(), "")
 	mustNot(err)
 	var out []Published
 	for raw := it.Next(); raw != nil; raw = it.Next() {
-		out = append(out, raw.(*publishedRow).published())
+		out = append(out, raw.(*memberRow).published())
 	}
 	return out
 }
@@ -724,11 +710,13 @@ func (v Snapshot) PublishedOf(config types.NamespacedName) []Published {
 // ReportsOf returns what the members' agents reported for config, one
 // record per cluster, sorted by cluster.
 func (v Snapshot) ReportsOf(config types.NamespacedName) []Report {
-	it, err := v.txn.Get(reportsTable, configPrefix, config.String(), "")
+	it, err := v.txn.Get(membersTable, configPrefix, config.String(), "")
 	mustNot(err)
 	var out []Report
 	for raw := it.Next(); raw != nil; raw = it.Next() {
-		out = append(out, raw.(*reportRow).Report.clone())
+		if row := raw.(*memberRow); row.report != nil {
+			out = append(out, row.report.clone())
+		}
 	}
 	return out
 }
@@ -737,7 +725,7 @@ func (v Snapshot) ReportsOf(config types.NamespacedName) []Report {
 // whether the config's Works were read back, or its rules published, since
 // the hub started. Until then its reports are unknown, not absent.
 func (v Snapshot) HoldsConfig(config types.NamespacedName) bool {
-	raw, err := v.txn.First(publishedTable, configPrefix, config.String(), "")
+	raw, err := v.txn.First(membersTable, configPrefix, config.String(), "")
 	mustNot(err)
 	return raw != nil
 }
@@ -752,11 +740,11 @@ func (v Snapshot) HoldsConfig(config types.NamespacedName) bool {
 // namespace.
 func (v Snapshot) ReportedPods(config types.NamespacedName) iter.Seq2[string, []Pod] {
 	return func(yield func(cluster string, pods []Pod) bool) {
-		it, err := v.txn.Get(reportsTable, configPrefix, config.String(), "")
+		it, err := v.txn.Get(membersTable, configPrefix, config.String(), "")
 		mustNot(err)
 		for raw := it.Next(); raw != nil; raw = it.Next() {
-			row := raw.(*reportRow)
-			if !yield(row.Cluster, row.Report.Pods) {
+			row := raw.(*memberRow)
+			if row.report != nil && !yield(row.Cluster, row.report.Pods) {
 				return
 			}
 		}
