@@ -440,8 +440,9 @@ func recordRoute(txn *memdb.Txn, config types.NamespacedName, cluster string, ro
 	var history []Revision
 	var report *Report
 	if raw != nil {
-		report = raw.(*memberRow).report
-		cur := raw.(*memberRow).Published
+		row := raw.(*memberRow)
+		report = row.report
+		cur := row.Published
 		switch {
 		case cur.same(next):
 			return false, nil
