@@ -143,9 +143,9 @@ func Run(ctx context.Context, opts Options) error {
 		// Works' manifests and status are tracked field by field). An
 		// update from the cache omits them, and the API server then keeps
 		// its own (TestWriterThroughLeanCache). Works without their
-		// manifests either, and both Works and ShardingConfigs with one
-		// copy of the strings they repeat (propagation.CacheTransform,
-		// shardingconfig.CacheTransform).
+		// manifests either, and with one copy of the strings they repeat
+		// (propagation.CacheTransform); ShardingConfigs without their
+		// status's placement (shardingconfig.CacheTransform).
 		Cache: cache.Options{DefaultTransform: propagation.CacheTransform, ByObject: map[client.Object]cache.ByObject{
 			&ctrlmeshv1alpha1.ShardingConfig{}: {Transform: shardingconfig.CacheTransform},
 		}},
@@ -190,7 +190,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	writer := &propagation.Writer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Indexed: true, KarmadaFinalizer: opts.KarmadaFinalizer}
 	configs := &shardingconfig.Reconciler{
-		Client: mgr.GetClient(), Writer: writer,
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Writer: writer,
 		Store: store, ClusterChanges: changes, Recorder: mgr.GetEventRecorderFor(ctrlmeshv1alpha1.HubComponent), Metrics: metrics,
 		RulesValidity: opts.RulesValidity,
 	}
@@ -198,7 +198,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	if opts.PlacementMap && opts.MetricsAddress != "0" {
-		if err := mgr.AddMetricsServerExtraHandler(placementmap.Path, &placementmap.Handler{Reader: mgr.GetClient()}); err != nil {
+		if err := mgr.AddMetricsServerExtraHandler(placementmap.Path, &placementmap.Handler{Reader: mgr.GetAPIReader()}); err != nil {
 			return fmt.Errorf("hub: placement map: %w", err)
 		}
 	}

@@ -29,7 +29,8 @@ const Path = "/placement/"
 var page []byte
 
 // Handler serves the page and its JSON, reading ShardingConfigs from
-// Reader (the hub's cache). It writes nothing.
+// Reader: the API server, since the hub's cache holds no placement
+// (shardingconfig.CacheTransform). It writes nothing.
 type Handler struct {
 	Reader client.Reader
 }

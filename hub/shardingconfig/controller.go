@@ -70,6 +70,10 @@ type Reconciler struct {
 	// Client reads ShardingConfigs and Works (from the cache) and writes
 	// ShardingConfigs' status and finalizer.
 	Client client.Client
+	// Reader reads from the API server what the cache does not hold: the
+	// placement of a config's status, when the hub did not write it last
+	// (CacheTransform).
+	Reader client.Reader
 	// Writer writes the Works.
 	Writer *propagation.Writer
 	// Store is the hub's working model: the clusters controller keeps its
@@ -106,8 +110,8 @@ type Reconciler struct {
 
 // SetupWithManager registers the controller with mgr.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Client == nil || r.Writer == nil || r.Store == nil || r.Recorder == nil || r.Metrics == nil {
-		return errors.New("shardingconfig: client, writer, store, recorder and metrics are required")
+	if r.Client == nil || r.Reader == nil || r.Writer == nil || r.Store == nil || r.Recorder == nil || r.Metrics == nil {
+		return errors.New("shardingconfig: client, reader, writer, store, recorder and metrics are required")
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
@@ -197,12 +201,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, fmt.Errorf("adding the finalizer: %w", err)
 		}
 	}
+	written, err := r.writtenPlacement(ctx, &sc)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	start := r.Clock.Now()
 	// The canary moves on from what the last placement achieved, before
 	// this placement, so that the status never shows a step its placement
 	// does not serve.
 	canary := sc.Status.DeepCopy()
-	requeue := r.advanceCanary(&sc, canary, start)
+	requeue := r.advanceCanary(&sc, canary, written.canaryHealthy, start)
 	outcome, err := r.place(ctx, &sc, canary.Canary)
 	if errors.Is(err, errStoreBehind) {
 		return reconcile.Result{RequeueAfter: time.Second}, nil
@@ -227,14 +235,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			requeue = max(at.Sub(start), time.Millisecond)
 		}
 	}
-	wait, err := r.writeStatus(ctx, &sc, outcome, canary.Canary)
+	status, wait, err := r.writeStatus(ctx, &sc, outcome, canary.Canary, written)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	if wait > 0 && (requeue == 0 || wait < requeue) {
 		requeue = wait
 	}
-	r.Metrics.serving.observeStatus(&sc, outcome, &sc.Status, r.Clock.Now())
+	r.Metrics.serving.observeStatus(&sc, outcome, status, r.Clock.Now())
 	return reconcile.Result{RequeueAfter: requeue}, nil
 }
 

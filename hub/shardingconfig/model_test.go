@@ -70,8 +70,11 @@ func startHubTuned(t *testing.T, rulesValidity time.Duration, writer func(client
 	mgr, err := ctrl.NewManager(hubIdentity, ctrl.Options{
 		Scheme: fleet.Scheme, Logger: logr.Discard(),
 		Metrics: metricsserver.Options{BindAddress: "0"},
-		// The hub's cache: Works without manifests.
-		Cache: cache.Options{DefaultTransform: propagation.CacheTransform},
+		// The hub's cache: Works without manifests, ShardingConfigs
+		// without their placement.
+		Cache: cache.Options{DefaultTransform: propagation.CacheTransform, ByObject: map[client.Object]cache.ByObject{
+			&ctrlmeshv1alpha1.ShardingConfig{}: {Transform: shardingconfig.CacheTransform},
+		}},
 		// Tests run several managers, one after the other, in one process.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
@@ -91,7 +94,7 @@ func startHubTuned(t *testing.T, rulesValidity time.Duration, writer func(client
 		writes = writer(writes)
 	}
 	r := &shardingconfig.Reconciler{
-		Client: mgr.GetClient(), Writer: &propagation.Writer{Client: writes, Reader: mgr.GetAPIReader()}, Store: store, ClusterChanges: changes,
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Writer: &propagation.Writer{Client: writes, Reader: mgr.GetAPIReader()}, Store: store, ClusterChanges: changes,
 		Recorder: mgr.GetEventRecorderFor("ctrlmesh-hub"), Metrics: metrics, RulesValidity: rulesValidity,
 	}
 	if tune != nil {

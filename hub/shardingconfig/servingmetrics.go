@@ -131,8 +131,8 @@ func newServingMetrics(reg prometheus.Registerer) (*servingMetrics, error) {
 	return m, nil
 }
 
-// observeStatus records what sc's status, just written from out, says is
-// served, at now.
+// observeStatus records what sc's status computed from out says is
+// served, at now: written, or waiting for its turn at the status rate.
 func (m *servingMetrics) observeStatus(sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome, status *ctrlmeshv1alpha1.ShardingConfigStatus, now time.Time) {
 	if out == nil || out.invalid != nil {
 		return

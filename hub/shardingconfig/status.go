@@ -2,7 +2,10 @@ package shardingconfig
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"fmt"
+	"hash/maphash"
 	"maps"
 	"slices"
 	"strings"
@@ -19,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
-	"github.com/ctrlmesh/ctrlmesh/hub/intern"
 	"github.com/ctrlmesh/ctrlmesh/hub/placement"
 )
 
@@ -43,21 +45,28 @@ import (
 const DefaultStatusBytesPerSecond = 256 << 10
 
 // writeStatus writes sc's status from the outcome and the canary's
-// progress, when it changed. A change that is only the placement's
-// detail (a shard's pods or health, the counts, a condition's message)
-// waits until the config's last write's bytes have passed at the status
-// rate, and for its turn in the hub's (statusWrites.wait); it returns how
-// long then, for the caller to come back. A new observed
-// generation, canary step or condition status or reason is written at
-// once: those are what users and the canary's own progress wait on.
-func (r *Reconciler) writeStatus(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome, canary *ctrlmeshv1alpha1.CanaryStatus) (time.Duration, error) {
+// progress, when it changed, and returns the status: sc's cached status
+// holds no placement (CacheTransform), so whether the placement changed is
+// judged against written, what the hub knows the API server holds. A
+// change that is only the placement's detail (a shard's pods or health,
+// the counts, a condition's message) waits until the config's last
+// write's bytes have passed at the status rate, and for its turn in the
+// hub's (statusWrites.wait); it returns how long then, for the caller to
+// come back. A new observed generation, canary step or condition status
+// or reason is written at once: those are what users and the canary's
+// own progress wait on.
+func (r *Reconciler) writeStatus(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome, canary *ctrlmeshv1alpha1.CanaryStatus, written writtenPlacement) (*ctrlmeshv1alpha1.ShardingConfigStatus, time.Duration, error) {
 	status := sc.Status.DeepCopy()
 	status.ObservedGeneration = sc.Generation
 	status.Canary = canary.DeepCopy()
+	// An invalid spec is placed nowhere new: the API server keeps the last
+	// placement.
+	next := written
 	if out.invalid != nil {
 		setConditions(status, metav1.ConditionFalse, ctrlmeshv1alpha1.ReasonInvalidSpec, out.invalid.Error(), sc.Generation)
 	} else {
 		status.Placement = placementStatus(sc, out)
+		next.digest, next.canaryHealthy = digestPlacement(status.Placement), canaryHealthy(status.Placement)
 		status.Clusters, status.Shards, status.ReadyShards = 0, int32(len(status.Placement)), 0
 		for _, m := range out.members {
 			if m.usable() {
@@ -81,54 +90,166 @@ func (r *Reconciler) writeStatus(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 				fmt.Sprintf("%d shards in %d clusters serve every bucket", status.Shards, status.Clusters), sc.Generation)
 		}
 	}
-	if equality.Semantic.DeepEqual(&sc.Status, status) {
-		return 0, nil
+	placed := next.digest != written.digest
+	rest := *status
+	rest.Placement = nil
+	if !placed && equality.Semantic.DeepEqual(&sc.Status, &rest) {
+		return status, 0, nil
 	}
 	key := client.ObjectKeyFromObject(sc)
 	now := r.Clock.Now()
 	if !newsIn(&sc.Status, status) || !r.statusWrites.newsSinceLast(key, status) {
 		if wait := r.statusWrites.wait(key, now, r.StatusBytesPerSecond); wait > 0 {
-			return wait, nil
+			return status, wait, nil
 		}
 	}
 	original := sc.DeepCopy()
-	sc.Status = *status
-	// The patch's body is what the write costs: the placement, atomic,
-	// is in it whole whenever any of it changed.
+	sc.Status = rest
 	data, err := client.MergeFrom(original).Data(sc)
+	if err == nil && placed {
+		data, err = withPlacement(data, status.Placement)
+	}
 	if err != nil {
-		return 0, fmt.Errorf("computing the status patch: %w", err)
+		return nil, 0, fmt.Errorf("computing the status patch: %w", err)
 	}
 	if err := r.Client.Status().Patch(ctx, sc, client.RawPatch(types.MergePatchType, data)); err != nil {
-		return 0, fmt.Errorf("writing the status: %w", err)
+		return nil, 0, fmt.Errorf("writing the status: %w", err)
 	}
-	r.statusWrites.wrote(key, now, len(data), r.StatusBytesPerSecond, status)
-	return 0, nil
+	next.resourceVersion, next.before = sc.ResourceVersion, original.ResourceVersion
+	r.statusWrites.wrote(key, now, len(data), r.StatusBytesPerSecond, status, next)
+	return status, 0, nil
+}
+
+// withPlacement adds placement to a merge patch of a ShardingConfig's
+// status, whole: the placement is an atomic list, and the patch's
+// original had none (the cache holds none), so that the patch computed
+// would not remove a placement that is now empty. The patch's body is
+// what the write costs: the placement is in it whole whenever any of it
+// changed.
+func withPlacement(patch []byte, placement []ctrlmeshv1alpha1.ShardPlacement) ([]byte, error) {
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(patch, &doc); err != nil {
+		return nil, err
+	}
+	var status map[string]json.RawMessage
+	if raw, ok := doc["status"]; ok && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &status); err != nil {
+			return nil, err
+		}
+	}
+	if status == nil {
+		status = map[string]json.RawMessage{}
+	}
+	// None is null, which removes the field.
+	raw, err := json.Marshal(placement)
+	if err != nil {
+		return nil, err
+	}
+	status["placement"] = raw
+	if doc == nil {
+		doc = map[string]json.RawMessage{}
+	}
+	if doc["status"], err = json.Marshal(status); err != nil {
+		return nil, err
+	}
+	return json.Marshal(doc)
 }
 
 // CacheTransform is the hub's cache transform of ShardingConfigs: without
-// their managedFields, and with one copy of each string their placement
-// repeats (intern). A config's placement lists every shard of every
-// member, about 4,000 rows at 1000 members, which repeat its pods' names,
-// bucket ranges, states and health in every member.
+// their managedFields and without their status's placement. A config's
+// placement lists every shard of every member: about 4,000 rows, 744 KB
+// decoded, a config at 1000 members, 75 MB of the hub's heap at 100 such
+// configs, and each reconcile copied it three times (the config read from
+// the cache, the canary's and the status's starting points). The hub
+// writes the placement and needs of it only what it remembers as it
+// writes (writtenPlacement); who shows it reads it from the API server
+// (placementmap).
 func CacheTransform(obj any) (any, error) {
 	obj, err := cache.TransformStripManagedFields()(obj)
 	if err != nil {
 		return obj, err
 	}
-	sc, ok := obj.(*ctrlmeshv1alpha1.ShardingConfig)
-	if !ok {
-		return obj, nil
+	if sc, ok := obj.(*ctrlmeshv1alpha1.ShardingConfig); ok {
+		sc.Status.Placement = nil
 	}
-	for i := range sc.Status.Placement {
-		p := &sc.Status.Placement[i]
-		intern.Strings(&p.Shard, &p.Cluster, &p.Leader, &p.Buckets, &p.Subset)
-		intern.Slice(p.Pods)
-		intern.Slice(p.Namespaces)
-		p.State = ctrlmeshv1alpha1.ShardState(intern.String(string(p.State)))
-		p.Health = ctrlmeshv1alpha1.ShardHealth(intern.String(string(p.Health)))
+	return obj, nil
+}
+
+// writtenPlacement is what the hub knows of the placement a config's
+// status holds on the API server, which its cache does not hold
+// (CacheTransform): enough to tell whether a placement computed differs,
+// and whether the canary shard was serving and healthy.
+type writtenPlacement struct {
+	digest        uint64
+	canaryHealthy bool
+	// resourceVersion is the config's version whose placement this is;
+	// before is the version the cache held when the hub wrote it, which
+	// the cache may still hold for a while. Any other version may have a
+	// placement someone else wrote: the hub reads it again.
+	resourceVersion, before string
+}
+
+// placementSeed seeds digestPlacement: digests are compared within one
+// process only.
+var placementSeed = maphash.MakeSeed()
+
+// digestPlacement is a digest of every field of placement, nil and empty
+// lists alike, as the API server returns them.
+func digestPlacement(placement []ctrlmeshv1alpha1.ShardPlacement) uint64 {
+	var h maphash.Hash
+	h.SetSeed(placementSeed)
+	str := func(s string) {
+		_ = binary.Write(&h, binary.LittleEndian, uint64(len(s)))
+		_, _ = h.WriteString(s)
 	}
-	return sc, nil
+	list := func(ss []string) {
+		_ = binary.Write(&h, binary.LittleEndian, uint64(len(ss)))
+		for _, s := range ss {
+			str(s)
+		}
+	}
+	_ = binary.Write(&h, binary.LittleEndian, uint64(len(placement)))
+	for _, p := range placement {
+		str(p.Shard)
+		str(p.Cluster)
+		list(p.Pods)
+		str(p.Leader)
+		str(p.Buckets)
+		list(p.Namespaces)
+		_ = h.WriteByte(map[bool]byte{false: 0, true: 1}[p.Canary])
+		str(p.Subset)
+		str(string(p.State))
+		str(string(p.Health))
+	}
+	return h.Sum64()
+}
+
+// canaryHealthy reports whether placement has its canary shard serving
+// and healthy.
+func canaryHealthy(placement []ctrlmeshv1alpha1.ShardPlacement) bool {
+	return slices.ContainsFunc(placement, func(p ctrlmeshv1alpha1.ShardPlacement) bool {
+		return p.Canary && p.State == ctrlmeshv1alpha1.ShardServing && p.Health == ctrlmeshv1alpha1.ShardHealthy
+	})
+}
+
+// writtenPlacement returns what the API server's status of sc holds as
+// placement: as the hub last wrote it, when sc is the version it wrote or
+// the one before; else read from the API server, and remembered.
+func (r *Reconciler) writtenPlacement(ctx context.Context, sc *ctrlmeshv1alpha1.ShardingConfig) (writtenPlacement, error) {
+	key := client.ObjectKeyFromObject(sc)
+	if p, ok := r.statusWrites.placement(key); ok && (sc.ResourceVersion == p.resourceVersion || sc.ResourceVersion == p.before) {
+		return p, nil
+	}
+	var live ctrlmeshv1alpha1.ShardingConfig
+	if err := r.Reader.Get(ctx, key, &live); err != nil {
+		return writtenPlacement{}, fmt.Errorf("reading the placement of the status from the API server (the cache holds none): %w", err)
+	}
+	p := writtenPlacement{
+		digest: digestPlacement(live.Status.Placement), canaryHealthy: canaryHealthy(live.Status.Placement),
+		resourceVersion: live.ResourceVersion, before: sc.ResourceVersion,
+	}
+	r.statusWrites.learn(key, p)
+	return p, nil
 }
 
 // newsIn reports whether next says something the status before did not
@@ -154,6 +275,9 @@ func newsIn(before, next *ctrlmeshv1alpha1.ShardingConfigStatus) bool {
 type statusWrites struct {
 	mu   sync.Mutex
 	last map[types.NamespacedName]statusWrite
+	// placements is what the API server holds of each config's
+	// placement, as far as the hub knows (writtenPlacement).
+	placements map[types.NamespacedName]writtenPlacement
 	// free is when the writes so far, and the turns taken, have passed at
 	// the rate.
 	free time.Time
@@ -217,11 +341,13 @@ func (s *statusWrites) wait(config types.NamespacedName, now time.Time, bytesPer
 	return max(from.Sub(now), 0)
 }
 
-// wrote remembers a write of config's status, and takes its bytes from the
-// hub's rate unless the write is in the config's turn, which took them.
-func (s *statusWrites) wrote(config types.NamespacedName, at time.Time, bytes, bytesPerSecond int, status *ctrlmeshv1alpha1.ShardingConfigStatus) {
-	written := *status.DeepCopy()
+// wrote remembers a write of config's status, and the placement the API
+// server holds after it; and takes its bytes from the hub's rate unless
+// the write is in the config's turn, which took them.
+func (s *statusWrites) wrote(config types.NamespacedName, at time.Time, bytes, bytesPerSecond int, status *ctrlmeshv1alpha1.ShardingConfigStatus, placement writtenPlacement) {
+	written := *status
 	written.Placement = nil
+	written = *written.DeepCopy()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.last == nil {
@@ -231,6 +357,30 @@ func (s *statusWrites) wrote(config types.NamespacedName, at time.Time, bytes, b
 		s.free = maxTime(s.free, at).Add(spacing(bytes, bytesPerSecond))
 	}
 	s.last[config] = statusWrite{at: at, bytes: bytes, status: written}
+	s.learnLocked(config, placement)
+}
+
+// placement is what the hub knows of the placement the API server holds
+// for config; false when it knows nothing.
+func (s *statusWrites) placement(config types.NamespacedName) (writtenPlacement, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.placements[config]
+	return p, ok
+}
+
+// learn remembers the placement the API server holds for config.
+func (s *statusWrites) learn(config types.NamespacedName, placement writtenPlacement) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.learnLocked(config, placement)
+}
+
+func (s *statusWrites) learnLocked(config types.NamespacedName, placement writtenPlacement) {
+	if s.placements == nil {
+		s.placements = map[types.NamespacedName]writtenPlacement{}
+	}
+	s.placements[config] = placement
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -245,6 +395,7 @@ func (s *statusWrites) forget(config types.NamespacedName) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.last, config)
+	delete(s.placements, config)
 }
 
 // maxNamesInMessage is how many names a condition's message lists: the
@@ -409,11 +560,12 @@ func placementStatus(sc *ctrlmeshv1alpha1.ShardingConfig, out *outcome) []ctrlme
 	return list
 }
 
-// advanceCanary keeps the canary's healthy-since time, judged by the
-// placement status (what the last placement achieved), and moves to the
-// next step once the canary shard has been healthy for minHealthySeconds.
-// It returns when to look again.
-func (r *Reconciler) advanceCanary(sc *ctrlmeshv1alpha1.ShardingConfig, status *ctrlmeshv1alpha1.ShardingConfigStatus, now time.Time) time.Duration {
+// advanceCanary keeps the canary's healthy-since time, judged by what the
+// last placement achieved (healthy: the placement written has the canary
+// shard serving and healthy), and moves to the next step once the canary
+// shard has been healthy for minHealthySeconds. It returns when to look
+// again.
+func (r *Reconciler) advanceCanary(sc *ctrlmeshv1alpha1.ShardingConfig, status *ctrlmeshv1alpha1.ShardingConfigStatus, healthy bool, now time.Time) time.Duration {
 	spec := sc.Spec.Canary
 	if spec == nil {
 		status.Canary = nil
@@ -422,9 +574,6 @@ func (r *Reconciler) advanceCanary(sc *ctrlmeshv1alpha1.ShardingConfig, status *
 	if status.Canary == nil {
 		status.Canary = &ctrlmeshv1alpha1.CanaryStatus{}
 	}
-	healthy := slices.ContainsFunc(status.Placement, func(p ctrlmeshv1alpha1.ShardPlacement) bool {
-		return p.Canary && p.State == ctrlmeshv1alpha1.ShardServing && p.Health == ctrlmeshv1alpha1.ShardHealthy
-	})
 	if !healthy {
 		status.Canary.HealthySince = nil
 		return 0

@@ -1,14 +1,12 @@
 package shardingconfig
 
 import (
-	"encoding/json"
 	"fmt"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
-	"unsafe"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -461,7 +459,7 @@ func TestAdvanceCanary(t *testing.T) {
 			r := &Reconciler{Recorder: recorder}
 			sc := &ctrlmeshv1alpha1.ShardingConfig{Spec: ctrlmeshv1alpha1.ShardingConfigSpec{Canary: tt.canary}}
 			status := &ctrlmeshv1alpha1.ShardingConfigStatus{Placement: tt.placement, Canary: tt.before.DeepCopy()}
-			requeue := r.advanceCanary(sc, status, t0.Add(tt.now))
+			requeue := r.advanceCanary(sc, status, canaryHealthy(tt.placement), t0.Add(tt.now))
 			if requeue != tt.wantRequeue {
 				t.Errorf("requeue after %v, want %v", requeue, tt.wantRequeue)
 			}
@@ -521,8 +519,7 @@ func TestAdvanceCanaryOverTime(t *testing.T) {
 		{at: time.Hour, health: ctrlmeshv1alpha1.ShardHealthy, wantStep: 1, wantSince: 116 * time.Second},
 	}
 	for _, s := range steps {
-		status.Placement = canary(s.health)
-		requeue := r.advanceCanary(sc, status, t0.Add(s.at))
+		requeue := r.advanceCanary(sc, status, canaryHealthy(canary(s.health)), t0.Add(s.at))
 		var since time.Duration = -1
 		if status.Canary.HealthySince != nil {
 			since = status.Canary.HealthySince.Sub(t0)
@@ -600,7 +597,7 @@ func TestStatusWritesWait(t *testing.T) {
 	if !s.newsSinceLast(key, written) {
 		t.Error("never written: a status is no news")
 	}
-	s.wrote(key, at, 3000, 1000, written)
+	s.wrote(key, at, 3000, 1000, written, writtenPlacement{})
 	// What was written is no news, whatever an older cache holds; a
 	// new generation is.
 	if s.newsSinceLast(key, written) {
@@ -661,7 +658,7 @@ func TestStatusWritesShareTheRate(t *testing.T) {
 		{"b's detail waits for a's bytes", b, 6, 0, time.Second},
 	} {
 		if step.wrote > 0 {
-			s.wrote(step.config, at(step.at), step.wrote, rate, status)
+			s.wrote(step.config, at(step.at), step.wrote, rate, status, writtenPlacement{})
 			continue
 		}
 		if got := s.wait(step.config, at(step.at), rate); got != step.want {
@@ -670,56 +667,27 @@ func TestStatusWritesShareTheRate(t *testing.T) {
 	}
 }
 
-// TestCacheTransformSharesPlacementStrings: ShardingConfigs decoded apart,
-// as the informer decodes them, hold one copy of the strings their
-// placement repeats in every member once through the transform, and no
-// managedFields.
-func TestCacheTransformSharesPlacementStrings(t *testing.T) {
-	var configs []*ctrlmeshv1alpha1.ShardingConfig
-	for _, name := range []string{"a", "b"} {
-		sc := &ctrlmeshv1alpha1.ShardingConfig{ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: name,
-			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "ctrlmesh-hub", Operation: metav1.ManagedFieldsOperationUpdate}}}}
-		for _, cluster := range []string{"m1", "m2"} {
-			sc.Status.Placement = append(sc.Status.Placement, ctrlmeshv1alpha1.ShardPlacement{Shard: "0", Cluster: cluster, Pods: []string{"op-0"}, Leader: "op-0",
-				Buckets: "0-7", Namespaces: []string{"team-a"}, State: ctrlmeshv1alpha1.ShardServing, Health: ctrlmeshv1alpha1.ShardHealthy})
-		}
-		raw, err := json.Marshal(sc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		decoded := &ctrlmeshv1alpha1.ShardingConfig{}
-		if err := json.Unmarshal(raw, decoded); err != nil {
-			t.Fatal(err)
-		}
-		want := decoded.Status.DeepCopy()
-		kept, err := CacheTransform(decoded)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := kept.(*ctrlmeshv1alpha1.ShardingConfig)
-		if got.ManagedFields != nil || !equality.Semantic.DeepEqual(&got.Status, want) {
-			t.Fatalf("%s through the transform: managedFields %v, status %+v; want none and %+v", name, got.ManagedFields, got.Status, want)
-		}
-		configs = append(configs, got)
+// TestCacheTransformDropsPlacement: a ShardingConfig through the hub's
+// cache transform keeps all it had but its managedFields and its status's
+// placement, which the hub does not read from its cache.
+func TestCacheTransformDropsPlacement(t *testing.T) {
+	sc := &ctrlmeshv1alpha1.ShardingConfig{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: "a", ResourceVersion: "7",
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "ctrlmesh-hub", Operation: metav1.ManagedFieldsOperationUpdate}}},
+		Spec: ctrlmeshv1alpha1.ShardingConfigSpec{Clusters: ctrlmeshv1alpha1.ClusterSelection{Names: []string{"m1"}}},
+		Status: ctrlmeshv1alpha1.ShardingConfigStatus{ObservedGeneration: 3, Shards: 1, Canary: &ctrlmeshv1alpha1.CanaryStatus{Step: 1},
+			Conditions: []metav1.Condition{{Type: ctrlmeshv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: ctrlmeshv1alpha1.ReasonAllShardsServing}},
+			Placement: []ctrlmeshv1alpha1.ShardPlacement{{Shard: "0", Cluster: "m1", Pods: []string{"op-0"}, Buckets: "0-31",
+				State: ctrlmeshv1alpha1.ShardServing, Health: ctrlmeshv1alpha1.ShardHealthy}}},
 	}
-	same := func(x, y string) bool { return x == y && unsafe.StringData(x) == unsafe.StringData(y) }
-	a, b := configs[0].Status.Placement, configs[1].Status.Placement
-	for _, tc := range []struct {
-		what string
-		x, y string
-	}{
-		{"a pod in two members", a[0].Pods[0], a[1].Pods[0]},
-		{"a pod of two configs", a[0].Pods[0], b[0].Pods[0]},
-		{"a leader", a[0].Leader, b[1].Leader},
-		{"buckets", a[0].Buckets, b[1].Buckets},
-		{"a namespace", a[0].Namespaces[0], b[1].Namespaces[0]},
-		{"a cluster", a[1].Cluster, b[1].Cluster},
-		{"a state", string(a[0].State), string(b[1].State)},
-		{"a health", string(a[0].Health), string(b[1].Health)},
-	} {
-		if !same(tc.x, tc.y) {
-			t.Errorf("%s: %q and %q are two copies", tc.what, tc.x, tc.y)
-		}
+	want := sc.DeepCopy()
+	want.ManagedFields, want.Status.Placement = nil, nil
+	kept, err := CacheTransform(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := kept.(*ctrlmeshv1alpha1.ShardingConfig); !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("through the transform:\n%+v\nwant\n%+v", got, want)
 	}
 }
 
@@ -748,5 +716,123 @@ func TestBoundMessage(t *testing.T) {
 				t.Errorf("a cut message does not end in \" …\" after the message's start: ...%q", got[len(got)-20:])
 			}
 		})
+	}
+}
+
+// TestDigestPlacement: a placement's digest tells every field of every
+// shard apart, and nil lists from empty ones not, as the API server
+// returns either as none.
+func TestDigestPlacement(t *testing.T) {
+	base := func() []ctrlmeshv1alpha1.ShardPlacement {
+		return []ctrlmeshv1alpha1.ShardPlacement{
+			{Shard: "0", Cluster: "m1", Pods: []string{"op-0"}, Leader: "op-0", Buckets: "0-15", State: ctrlmeshv1alpha1.ShardServing, Health: ctrlmeshv1alpha1.ShardHealthy},
+			{Shard: "1", Cluster: "m1", Pods: []string{"op-1"}, Buckets: "16-31", Namespaces: []string{"team-a"}, Subset: "s", State: ctrlmeshv1alpha1.ShardPending, Health: ctrlmeshv1alpha1.ShardHealthUnknown},
+		}
+	}
+	same := []struct {
+		name   string
+		change func([]ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement
+	}{
+		{"unchanged", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement { return p }},
+		{"empty namespaces for none", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
+			p[0].Namespaces = []string{}
+			return p
+		}},
+	}
+	for _, tt := range same {
+		if digestPlacement(tt.change(base())) != digestPlacement(base()) {
+			t.Errorf("%s: the digest differs", tt.name)
+		}
+	}
+	if digestPlacement(nil) != digestPlacement([]ctrlmeshv1alpha1.ShardPlacement{}) {
+		t.Error("no placement: nil and empty differ")
+	}
+	differ := []struct {
+		name   string
+		change func([]ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement
+	}{
+		{"shard", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
+			p[0].Shard = "2"
+			return p
+		}},
+		{"cluster", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
+			p[1].Cluster = "m2"
+			return p
+		}},
+		{"a pod more", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
+			p[0].Pods = append(p[0].Pods, "op-2")
+			return p
+		}},
+		{"a pod moved to the next shard", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
+			p[0].Pods, p[1].Pods = nil, []string{"op-0", "op-1"}
+			return p
+		}},
+		{"a pod's name split from the leader's", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
+			p[0].Pods, p[0].Leader = []string{"op-0op-0"}, ""
+			return p
+		}},
+		{"leader", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
+			p[1].Leader = "op-1"
+			return p
+		}},
+		{"buckets", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
+			p[0].Buckets = "0-14"
+			return p
+		}},
+		{"namespaces", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
+			p[1].Namespaces = nil
+			return p
+		}},
+		{"canary", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
+			p[1].Canary = true
+			return p
+		}},
+		{"subset", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
+			p[1].Subset = "t"
+			return p
+		}},
+		{"state", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
+			p[1].State = ctrlmeshv1alpha1.ShardServing
+			return p
+		}},
+		{"health", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
+			p[0].Health = ctrlmeshv1alpha1.ShardUnhealthy
+			return p
+		}},
+		{"a shard less", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement { return p[:1] }},
+		{"none", func([]ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement { return nil }},
+	}
+	for _, tt := range differ {
+		if digestPlacement(tt.change(base())) == digestPlacement(base()) {
+			t.Errorf("%s changed: the digest is the same", tt.name)
+		}
+	}
+}
+
+// TestWithPlacement: the placement goes into a status patch whole, next to
+// what the patch had, and none as null, which removes it.
+func TestWithPlacement(t *testing.T) {
+	placement := []ctrlmeshv1alpha1.ShardPlacement{{Shard: "0", Cluster: "m1", State: ctrlmeshv1alpha1.ShardServing, Health: ctrlmeshv1alpha1.ShardHealthy}}
+	tests := []struct {
+		name      string
+		patch     string
+		placement []ctrlmeshv1alpha1.ShardPlacement
+		want      string
+	}{
+		{"only the placement changed", `{}`, placement, `{"status":{"placement":[{"shard":"0","cluster":"m1","state":"Serving","health":"Healthy"}]}}`},
+		{"beside the status", `{"status":{"shards":1}}`, placement, `{"status":{"placement":[{"shard":"0","cluster":"m1","state":"Serving","health":"Healthy"}],"shards":1}}`},
+		{"beside the metadata", `{"metadata":{"resourceVersion":"7"}}`, placement, `{"metadata":{"resourceVersion":"7"},"status":{"placement":[{"shard":"0","cluster":"m1","state":"Serving","health":"Healthy"}]}}`},
+		{"none", `{"status":{"shards":null}}`, nil, `{"status":{"placement":null,"shards":null}}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := withPlacement([]byte(tt.patch), tt.placement)
+			if err != nil || string(got) != tt.want {
+				t.Errorf("withPlacement(%s) = %s, %v; want %s", tt.patch, got, err, tt.want)
+			}
+		})
+	}
+	if _, err := withPlacement([]byte(`{"status":`), placement); err == nil {
+		t.Error("a patch cut short: no error")
 	}
 }

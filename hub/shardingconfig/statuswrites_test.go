@@ -2,6 +2,7 @@ package shardingconfig_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -184,4 +185,145 @@ func (w *statusWriteLogger) Patch(ctx context.Context, obj client.Object, patch 
 		w.log.mu.Unlock()
 	}
 	return nil
+}
+
+// TestPlacementKeptOnTheAPIServer: the hub's cache holds no placement
+// (CacheTransform), so the hub knows the placement on the API server from
+// its own writes, and reads it there when someone else may have written
+// it. A new hub (a restart) rewrites no status whose placement is
+// unchanged; a placement someone else changed is written again; a
+// placement that becomes empty is removed from the status.
+func TestPlacementKeptOnTheAPIServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, stopFirst := startHub(t)
+	names := []string{unique("kept-member"), unique("kept-member")}
+	for _, name := range names {
+		joinCluster(t, ctx, name)
+	}
+	ns := unique("kept-ops")
+	env.Create(t, ctx, hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	sc := configOver(ns, ctrlmeshv1alpha1.ScopePerCluster, names...)
+	key := client.ObjectKeyFromObject(sc)
+	placedPods := func(want ...string) func() error {
+		return func() error {
+			var got ctrlmeshv1alpha1.ShardingConfig
+			if err := hub.Client.Get(ctx, key, &got); err != nil {
+				return err
+			}
+			var placed []string
+			for _, p := range got.Status.Placement {
+				for _, pod := range p.Pods {
+					placed = append(placed, p.Cluster+"/"+pod)
+				}
+			}
+			slices.Sort(placed)
+			if want = slices.Sorted(slices.Values(want)); !slices.Equal(placed, want) {
+				return fmt.Errorf("pods %v placed, want %v", placed, want)
+			}
+			return nil
+		}
+	}
+
+	env.Create(t, ctx, hub.Client, sc)
+	for _, name := range names {
+		env.Eventually(t, 30*time.Second, "the Work of "+name, func() error {
+			_, err := workOf(t, ctx, sc, name)
+			return err
+		})
+		work, err := workOf(t, ctx, sc, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reportPods(t, ctx, work, "op-0")
+	}
+	env.Eventually(t, time.Minute, "both members' pods placed", placedPods(names[0]+"/op-0", names[1]+"/op-0"))
+	stopFirst()
+
+	// A new hub: it reads the placement from the API server, and writes
+	// nothing until a report changes it.
+	writes := &statusWriteLog{}
+	reads := &configReadLog{}
+	_, stopSecond := startHubTuned(t, 0, nil, func(r *shardingconfig.Reconciler) {
+		writes.Client, r.Client = r.Client, writes
+		reads.Reader, r.Reader = r.Reader, reads
+	})
+	defer stopSecond()
+	env.Eventually(t, 30*time.Second, "the new hub reading the placement from the API server", func() error {
+		if reads.count(key) == 0 {
+			return errors.New("not read yet")
+		}
+		return nil
+	})
+	// The reconcile that read it finishes within milliseconds.
+	time.Sleep(2 * time.Second)
+	if seen := writes.list(); len(seen) > 0 {
+		t.Errorf("the new hub wrote the status %d times with nothing changed; first: %d of %d shards ready", len(seen), seen[0].status.ReadyShards, seen[0].status.Shards)
+	}
+	work, err := workOf(t, ctx, sc, names[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	reportPods(t, ctx, work, "op-0", "op-1")
+	env.Eventually(t, time.Minute, "the new report placed", placedPods(names[0]+"/op-0", names[1]+"/op-0", names[1]+"/op-1"))
+	readsOwnWrites := reads.count(key)
+
+	// Someone else empties the placement: the hub reads it again and
+	// writes it back.
+	var live ctrlmeshv1alpha1.ShardingConfig
+	if err := hub.Client.Get(ctx, key, &live); err != nil {
+		t.Fatal(err)
+	}
+	live.Status.Placement = nil
+	if err := hub.Client.Status().Update(ctx, &live); err != nil {
+		t.Fatal(err)
+	}
+	env.Eventually(t, time.Minute, "the placement written again", placedPods(names[0]+"/op-0", names[1]+"/op-0", names[1]+"/op-1"))
+	if reads.count(key) == readsOwnWrites {
+		t.Error("the hub wrote the placement again without reading what someone else wrote")
+	}
+
+	// No cluster selected: no placement.
+	if err := hub.Client.Get(ctx, key, &live); err != nil {
+		t.Fatal(err)
+	}
+	live.Spec.Clusters.Names = []string{unique("gone")}
+	if err := hub.Client.Update(ctx, &live); err != nil {
+		t.Fatal(err)
+	}
+	env.Eventually(t, time.Minute, "the placement removed", func() error {
+		if err := hub.Client.Get(ctx, key, &live); err != nil {
+			return err
+		}
+		if live.Status.ObservedGeneration != live.Generation || live.Status.Placement != nil {
+			return fmt.Errorf("status of generation %d (the spec's is %d) places %d shards, want none", live.Status.ObservedGeneration, live.Generation, len(live.Status.Placement))
+		}
+		return nil
+	})
+}
+
+// configReadLog is a reader that counts the ShardingConfigs it reads, by
+// key.
+type configReadLog struct {
+	client.Reader
+	mu    sync.Mutex
+	reads map[client.ObjectKey]int
+}
+
+func (l *configReadLog) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*ctrlmeshv1alpha1.ShardingConfig); ok {
+		l.mu.Lock()
+		if l.reads == nil {
+			l.reads = map[client.ObjectKey]int{}
+		}
+		l.reads[key]++
+		l.mu.Unlock()
+	}
+	return l.Reader.Get(ctx, key, obj, opts...)
+}
+
+func (l *configReadLog) count(key client.ObjectKey) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.reads[key]
 }
