@@ -621,6 +621,8 @@ func readBack(ctx context.Context, store *state.Store, source workSource, sc *ct
 	config := client.ObjectKeyFromObject(sc)
 	unreadable = map[string]error{}
 	unknown := map[string]bool{}
+	// Only this reconcile writes the config's rows meanwhile.
+	sources := store.Snapshot().ReportSources(config)
 	for i := range works {
 		work := &works[i]
 		cluster, err := routework.ClusterOf(work)
@@ -635,7 +637,10 @@ func readBack(ctx context.Context, store *state.Store, source workSource, sc *ct
 			unknown[cluster] = true
 			continue
 		}
-		switch err := store.ReadBackReport(config, cluster, rulesHash, readReport(log, work)); {
+		if sources[cluster].Read(rulesHash, work.ResourceVersion) {
+			continue
+		}
+		switch err := store.ReadBackReport(config, cluster, rulesHash, work.ResourceVersion, readReport(log, work)); {
 		case errors.Is(err, state.ErrNotLatest):
 			unknown[cluster] = true
 		case err != nil:

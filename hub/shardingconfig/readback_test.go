@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"reflect"
 	"slices"
@@ -39,7 +40,7 @@ func publishedRoute(cluster string, gen int64) *ctrlmeshv1alpha1.ShardRoute {
 
 // carrying is the Work of cluster carrying the route of generation gen, as
 // a Writer writes it (in the parts routework.ReadStatus and Decode read).
-func carrying(t *testing.T, cluster string, gen int64) workv1alpha1.Work {
+func carrying(t testing.TB, cluster string, gen int64) workv1alpha1.Work {
 	t.Helper()
 	raw, err := json.Marshal(publishedRoute(cluster, gen))
 	if err != nil {
@@ -51,7 +52,7 @@ func carrying(t *testing.T, cluster string, gen int64) workv1alpha1.Work {
 }
 
 // reporting sets the Work's status as a member's agent reflects it.
-func reporting(t *testing.T, w workv1alpha1.Work, status ctrlmeshv1alpha1.ShardRouteStatus) workv1alpha1.Work {
+func reporting(t testing.TB, w workv1alpha1.Work, status ctrlmeshv1alpha1.ShardRouteStatus) workv1alpha1.Work {
 	t.Helper()
 	raw, err := json.Marshal(status)
 	if err != nil {
@@ -331,4 +332,110 @@ func statusOf(t *testing.T, w *workv1alpha1.Work) ctrlmeshv1alpha1.ShardRouteSta
 		}
 	}
 	return status
+}
+
+// TestReadBackReportOncePerVersion: a Work's report is read into the model
+// once per version of the Work: read again at the version it was read
+// from, nothing changes (a version's content cannot change: the status
+// given here at the same version stands for any read of it); at a new
+// version, the new report is read.
+func TestReadBackReportOncePerVersion(t *testing.T) {
+	s, err := state.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordPublish(readBackConfig, "c1", publishedRoute("c1", 1), time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	source := &fakeSource{known: map[string]int64{"c1": 1}}
+	sc := &ctrlmeshv1alpha1.ShardingConfig{ObjectMeta: metav1.ObjectMeta{Namespace: readBackConfig.Namespace, Name: readBackConfig.Name}}
+	reportingPod := func(version, pod string) workv1alpha1.Work {
+		w := reporting(t, carrying(t, "c1", 1), ctrlmeshv1alpha1.ShardRouteStatus{Pods: []ctrlmeshv1alpha1.PodRouteStatus{{Name: pod, Ready: true}}})
+		w.ResourceVersion = version
+		lean, err := propagation.CacheTransform(&w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return *lean.(*workv1alpha1.Work)
+	}
+	for _, step := range []struct {
+		version, pod, want string
+	}{
+		{"5", "op-0", "op-0"},
+		{"5", "op-1", "op-0"},
+		{"6", "op-1", "op-1"},
+		{"", "op-2", "op-2"},
+		{"", "op-3", "op-3"},
+	} {
+		if unreadable := readBack(context.Background(), s, source, sc, []workv1alpha1.Work{reportingPod(step.version, step.pod)}, time.Now()); len(unreadable) > 0 {
+			t.Fatalf("unreadable: %v", unreadable)
+		}
+		var got []string
+		for _, r := range s.Snapshot().ReportsOf(readBackConfig) {
+			for _, p := range r.Pods {
+				got = append(got, p.Name)
+			}
+		}
+		if !slices.Equal(got, []string{step.want}) {
+			t.Errorf("the Work at version %q reporting %s: the model holds pods %v, want %s", step.version, step.pod, got, step.want)
+		}
+	}
+	if source.reads != 0 {
+		t.Errorf("the Works were read from the API server %d times; their rules are known", source.reads)
+	}
+}
+
+// BenchmarkReadBackUnchanged is the read back at the start of each
+// reconcile of a config over 1000 members whose Works did not change since
+// the last: as during an apply, where each member's report brings its
+// config back to read every other member's Work.
+func BenchmarkReadBackUnchanged(b *testing.B) {
+	const members = 1000
+	s, err := state.New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	known := knownHashes{}
+	var works []workv1alpha1.Work
+	for m := range members {
+		cluster := fmt.Sprintf("m%04d", m)
+		known[cluster] = publishedRoute(cluster, 1).Spec.RulesHash
+		if err := s.RecordPublish(readBackConfig, cluster, publishedRoute(cluster, 1), time.Time{}); err != nil {
+			b.Fatal(err)
+		}
+		status := ctrlmeshv1alpha1.ShardRouteStatus{Conditions: []metav1.Condition{{Type: ctrlmeshv1alpha1.ConditionRulesApplied, Status: metav1.ConditionTrue, Reason: ctrlmeshv1alpha1.ReasonRulesValid}}}
+		for i := range 4 {
+			status.Pods = append(status.Pods, ctrlmeshv1alpha1.PodRouteStatus{Name: fmt.Sprintf("op-%d", i), Address: fmt.Sprintf("10.%d.%d.%d", m/250, m%250, i),
+				Ready: true, Shard: fmt.Sprint(i), AppliedRulesHash: publishedRoute(cluster, 1).Spec.RulesHash})
+			status.Leaders = append(status.Leaders, ctrlmeshv1alpha1.ShardLeader{Shard: fmt.Sprint(i), Pod: fmt.Sprintf("op-%d", i)})
+		}
+		w := reporting(b, carrying(b, cluster, 1), status)
+		w.ResourceVersion = fmt.Sprint(1000 + m)
+		lean, err := propagation.CacheTransform(&w)
+		if err != nil {
+			b.Fatal(err)
+		}
+		works = append(works, *lean.(*workv1alpha1.Work))
+	}
+	sc := &ctrlmeshv1alpha1.ShardingConfig{ObjectMeta: metav1.ObjectMeta{Namespace: readBackConfig.Namespace, Name: readBackConfig.Name}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if unreadable := readBack(context.Background(), s, known, sc, works, time.Now()); len(unreadable) > 0 {
+			b.Fatalf("unreadable: %v", unreadable)
+		}
+	}
+}
+
+// knownHashes is a Writer that knows the rules hash each Work carries, by
+// cluster, as the hub's Writer knows those it wrote, and reads none from
+// the API server.
+type knownHashes map[string]string
+
+func (k knownHashes) Known(work *workv1alpha1.Work) (string, bool) {
+	hash, ok := k[clusterOfWork(work)]
+	return hash, ok
+}
+
+func (knownHashes) ReadFromServer(context.Context, *ctrlmeshv1alpha1.ShardingConfig) ([]workv1alpha1.Work, error) {
+	return nil, errors.New("every Work is known")
 }

@@ -238,6 +238,9 @@ type memberRow struct {
 	// member has a row once rules were published to it or read back from
 	// its Work: a report comes only with them.
 	report *Report
+	// reportVersion is the resourceVersion of the Work report was read
+	// from, "" when not known (ReportSource).
+	reportVersion string
 }
 
 // published is the row's record, sharing nothing with it.
@@ -364,7 +367,7 @@ func (s *Store) ReadBack(config types.NamespacedName, cluster string, route *ctr
 		if behind, err = recordRoute(txn, config, cluster, route, true, at); err != nil {
 			return err
 		}
-		return recordReport(txn, config, cluster, kept)
+		return recordReport(txn, config, cluster, kept, "")
 	})
 	return behind, err
 }
@@ -375,8 +378,9 @@ func (s *Store) ReadBack(config types.NamespacedName, cluster string, route *ctr
 // cluster, whose hash is rulesHash. Unless the Store holds rules of that
 // hash as the latest published to the cluster, it stores nothing and
 // returns ErrNotLatest: the caller then reads the Work's rules back with
-// ReadBack.
-func (s *Store) ReadBackReport(config types.NamespacedName, cluster, rulesHash string, report *Report) error {
+// ReadBack. version is the resourceVersion of the Work the report was read
+// from (ReportSource).
+func (s *Store) ReadBackReport(config types.NamespacedName, cluster, rulesHash, version string, report *Report) error {
 	kept, err := newReport(config, cluster, report)
 	if err != nil {
 		return err
@@ -389,7 +393,7 @@ func (s *Store) ReadBackReport(config types.NamespacedName, cluster, rulesHash s
 		if raw == nil || raw.(*memberRow).Published.RulesHash != rulesHash {
 			return fmt.Errorf("state: the report of cluster %q for %s: rules of hash %q: %w", cluster, config, rulesHash, ErrNotLatest)
 		}
-		return recordReport(txn, config, cluster, kept)
+		return recordReport(txn, config, cluster, kept, version)
 	})
 }
 
@@ -397,9 +401,10 @@ func (s *Store) ReadBackReport(config types.NamespacedName, cluster, rulesHash s
 // the latest the Store holds as published.
 var ErrNotLatest = errors.New("not the latest rules published to the cluster")
 
-// recordReport stores report as the latest of cluster for config, in the
-// row its rules made; nil removes the report.
-func recordReport(txn *memdb.Txn, config types.NamespacedName, cluster string, report *Report) error {
+// recordReport stores report as the latest of cluster for config, read
+// from the Work at version ("" when not known), in the row its rules made;
+// nil removes the report.
+func recordReport(txn *memdb.Txn, config types.NamespacedName, cluster string, report *Report, version string) error {
 	raw, err := txn.First(membersTable, idIndex, config.String(), cluster)
 	if err != nil {
 		return fmt.Errorf("state: reading the row of cluster %q for %s: %w", cluster, config, err)
@@ -408,11 +413,11 @@ func recordReport(txn *memdb.Txn, config types.NamespacedName, cluster string, r
 		return fmt.Errorf("state: a report of cluster %q for %s, which holds no rules of it: this is a bug in the hub (please report it)", cluster, config)
 	}
 	cur := raw.(*memberRow)
-	if report == nil && cur.report == nil {
+	if report == nil && cur.report == nil && cur.reportVersion == version {
 		return nil
 	}
 	row := *cur
-	row.report = report
+	row.report, row.reportVersion = report, version
 	if err := txn.Insert(membersTable, &row); err != nil {
 		return fmt.Errorf("state: storing the report of cluster %q for %s: %w", cluster, config, err)
 	}
@@ -439,9 +444,10 @@ func recordRoute(txn *memdb.Txn, config types.NamespacedName, cluster string, ro
 	}
 	var history []Revision
 	var report *Report
+	var reportVersion string
 	if raw != nil {
 		row := raw.(*memberRow)
-		report = row.report
+		report, reportVersion = row.report, row.reportVersion
 		cur := row.Published
 		switch {
 		case cur.same(next):
@@ -466,7 +472,7 @@ func recordRoute(txn *memdb.Txn, config types.NamespacedName, cluster string, ro
 	next.RulesHash = intern.String(next.RulesHash)
 	row := &memberRow{Config: key, Cluster: cluster, Published: Published{
 		Config: config, Cluster: cluster, Revision: next, History: append([]Revision{next}, history...),
-	}, routing: newRouting(route), report: report}
+	}, routing: newRouting(route), report: report, reportVersion: reportVersion}
 	if err := txn.Insert(membersTable, row); err != nil {
 		return false, fmt.Errorf("state: storing the rules of %s published to cluster %q: %w", config, cluster, err)
 	}
@@ -718,6 +724,39 @@ func (v Snapshot) ReportsOf(config types.NamespacedName) []Report {
 		if row := raw.(*memberRow); row.report != nil {
 			out = append(out, row.report.clone())
 		}
+	}
+	return out
+}
+
+// ReportSource is what a member's report was read with: the rules hash
+// latest published to the member, and the resourceVersion of the Work the
+// report was read from, "" when not known.
+type ReportSource struct {
+	RulesHash, Version string
+}
+
+// Read reports whether ReadBackReport of the Work at version, carrying the
+// rules of hash rulesHash, would store nothing new: the Store holds those
+// rules as the latest published, and the report it holds was read from
+// that very version of the Work. A reconcile reads every Work of its
+// config: at 1000 members, building and storing each member's report anew
+// took 12.6% of the hub's allocations during an apply (make bench-scale),
+// and 54–75 ms a reconcile where 1000 Works had not changed, against
+// 0.8–1.0 ms skipped (BenchmarkReadBackUnchanged).
+func (s ReportSource) Read(rulesHash, version string) bool {
+	return version != "" && s.Version == version && s.RulesHash == rulesHash
+}
+
+// ReportSources returns, by cluster, what each member's report for config
+// was read with. One lookup for all the config's members: one each cost
+// more than what it saved (BenchmarkReadBackUnchanged).
+func (v Snapshot) ReportSources(config types.NamespacedName) map[string]ReportSource {
+	it, err := v.txn.Get(membersTable, configPrefix, config.String(), "")
+	mustNot(err)
+	out := map[string]ReportSource{}
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		row := raw.(*memberRow)
+		out[row.Cluster] = ReportSource{RulesHash: row.Published.RulesHash, Version: row.reportVersion}
 	}
 	return out
 }

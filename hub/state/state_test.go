@@ -832,7 +832,7 @@ func TestReadBackReport(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			err := s.ReadBackReport(cfgA, "c1", tc.hash, tc.report)
+			err := s.ReadBackReport(cfgA, "c1", tc.hash, "7", tc.report)
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("error %v, want %v", err, tc.wantErr)
 			}
@@ -843,6 +843,80 @@ func TestReadBackReport(t *testing.T) {
 			}
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("pods reported %+v, want %+v", got, want)
+			}
+		})
+	}
+}
+
+// TestReportSources: the Store tells a Work's report read already only for
+// the version of the Work it was read from, while the rules it was read
+// with are the latest published; a publish keeps the report and its
+// version, ReadBack forgets the version.
+func TestReportSources(t *testing.T) {
+	pods := &state.Report{Pods: []state.Pod{{Name: "op-0", Ready: true}}}
+	must := func(t *testing.T, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	rules := func(t *testing.T, s *state.Store, config types.NamespacedName) {
+		t.Helper()
+		_, err := s.ReadBack(config, "c1", route(2, "h2"), nil, time.Time{})
+		must(t, err)
+	}
+	for _, tc := range []struct {
+		name    string
+		prepare func(t *testing.T, s *state.Store)
+		hash    string
+		version string
+		want    bool
+	}{
+		{name: "no row", hash: "h2", version: "7", prepare: func(*testing.T, *state.Store) {}},
+		{name: "read from that version", hash: "h2", version: "7", want: true, prepare: func(t *testing.T, s *state.Store) {
+			rules(t, s, cfgA)
+			must(t, s.ReadBackReport(cfgA, "c1", "h2", "7", pods))
+		}},
+		{name: "nothing reported, read from that version", hash: "h2", version: "7", want: true, prepare: func(t *testing.T, s *state.Store) {
+			rules(t, s, cfgA)
+			must(t, s.ReadBackReport(cfgA, "c1", "h2", "7", nil))
+		}},
+		{name: "rules read back, no report read yet", hash: "h2", version: "7", prepare: func(t *testing.T, s *state.Store) {
+			rules(t, s, cfgA)
+		}},
+		{name: "read from another version", hash: "h2", version: "8", prepare: func(t *testing.T, s *state.Store) {
+			rules(t, s, cfgA)
+			must(t, s.ReadBackReport(cfgA, "c1", "h2", "7", pods))
+		}},
+		{name: "no version", hash: "h2", version: "", prepare: func(t *testing.T, s *state.Store) {
+			rules(t, s, cfgA)
+			must(t, s.ReadBackReport(cfgA, "c1", "h2", "", pods))
+		}},
+		{name: "other rules than the latest", hash: "h1", version: "7", prepare: func(t *testing.T, s *state.Store) {
+			rules(t, s, cfgA)
+			must(t, s.ReadBackReport(cfgA, "c1", "h2", "7", pods))
+		}},
+		{name: "published since: the report and its version kept", hash: "h3", version: "7", want: true, prepare: func(t *testing.T, s *state.Store) {
+			rules(t, s, cfgA)
+			must(t, s.ReadBackReport(cfgA, "c1", "h2", "7", pods))
+			must(t, s.RecordPublish(cfgA, "c1", route(3, "h3"), time.Time{}))
+		}},
+		{name: "read back since: the version is not known", hash: "h2", version: "7", prepare: func(t *testing.T, s *state.Store) {
+			rules(t, s, cfgA)
+			must(t, s.ReadBackReport(cfgA, "c1", "h2", "7", pods))
+			_, err := s.ReadBack(cfgA, "c1", route(2, "h2"), pods, time.Time{})
+			must(t, err)
+		}},
+		{name: "another config's", hash: "h2", version: "7", prepare: func(t *testing.T, s *state.Store) {
+			rules(t, s, cfgB)
+			must(t, s.ReadBackReport(cfgB, "c1", "h2", "7", pods))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t)
+			tc.prepare(t, s)
+			if got := s.Snapshot().ReportSources(cfgA)["c1"].Read(tc.hash, tc.version); got != tc.want {
+				t.Errorf("read with hash %q from version %q: %v, want %v", tc.hash, tc.version, got, tc.want)
 			}
 		})
 	}
