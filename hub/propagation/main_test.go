@@ -36,7 +36,7 @@ var testNames env.Names
 
 func unique(base string) string { return testNames.Unique(base) }
 
-func createNamespace(t *testing.T, ctx context.Context, c client.Client, name string) {
+func createNamespace(t testing.TB, ctx context.Context, c client.Client, name string) {
 	t.Helper()
 	env.Create(t, ctx, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
 }
@@ -48,7 +48,7 @@ var (
 )
 
 // writerClient is a hub client of a user bound to RBACRules alone.
-func writerClient(t *testing.T) client.Client {
+func writerClient(t testing.TB) client.Client {
 	t.Helper()
 	hubWriterOnce.Do(func() {
 		ctx := context.Background()

@@ -3,6 +3,7 @@ package propagation
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -13,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
@@ -89,8 +92,18 @@ func TestWriterThroughLeanCache(t *testing.T) {
 		return nil
 	})
 
+	// The Writer reads the cache's own Work, not a copy: writing it must
+	// leave that object as it was.
+	var own workv1alpha1.Work
+	if err := lean.Get(ctx, key, &own, client.UnsafeDisableDeepCopy); err != nil {
+		t.Fatal(err)
+	}
+	ownHash, ownLabels := own.Annotations[ctrlmeshv1alpha1.WorkRulesHashAnnotation], maps.Clone(own.Labels)
 	if err := writer.Sync(ctx, config, cluster, singleShardRoute(t, config, cluster, 2)); err != nil {
 		t.Fatal(err)
+	}
+	if hash := own.Annotations[ctrlmeshv1alpha1.WorkRulesHashAnnotation]; hash != ownHash || !maps.Equal(own.Labels, ownLabels) {
+		t.Errorf("the Writer changed the cache's own Work: rules hash %q, labels %v; were %q, %v", hash, own.Labels, ownHash, ownLabels)
 	}
 	updated := getWork(t, ctx, config, cluster)
 	if updated.ResourceVersion == work.ResourceVersion || manifest(t, updated).Spec.RoutingGeneration != 2 {
@@ -153,5 +166,68 @@ func TestWriterThroughLeanCache(t *testing.T) {
 	}
 	if hash, ok := restarted.Known(&seen); !ok || hash != third.Spec.RulesHash {
 		t.Errorf("after writing generation 3, the Writer knows the cached Work of generation 2 to carry %q (%t), want %q", hash, ok, third.Spec.RulesHash)
+	}
+}
+
+// BenchmarkSyncUnchanged is the Writer at each reconcile for a member whose
+// Work carries the rules already, as most members' at most reconciles:
+// read the member's ManagedCluster and Work from the hub's cache, find the
+// rules there, write nothing. The Work holds a report of 4 pods.
+func BenchmarkSyncUnchanged(b *testing.B) {
+	ctx := b.Context()
+	lean, err := cache.New(hub.Config, cache.Options{Scheme: fleet.Scheme, DefaultTransform: CacheTransform})
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = lean.Start(ctx) }()
+	if !lean.WaitForCacheSync(ctx) {
+		b.Fatal("the cache did not sync")
+	}
+	cached, err := client.New(hub.Config, client.Options{Scheme: fleet.Scheme, Cache: &client.CacheOptions{Reader: lean}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	writer := &Writer{Client: cached, Reader: writerClient(b)}
+	cluster := newCluster(b, ctx, "bench")
+	env.Create(b, ctx, hub.Client, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: cluster}, Spec: clusterv1.ManagedClusterSpec{HubAcceptsClient: true}})
+	config := testConfig(unique("team-bench"), ctrlmeshv1alpha1.ScopePerCluster)
+	route := singleShardRoute(b, config, cluster, 1)
+	if err := writer.Sync(ctx, config, cluster, route); err != nil {
+		b.Fatal(err)
+	}
+	var work workv1alpha1.Work
+	if err := hub.Client.Get(ctx, routework.WorkKey(cluster, config.Namespace, config.Name), &work); err != nil {
+		b.Fatal(err)
+	}
+	meta.SetStatusCondition(&work.Status.Conditions, metav1.Condition{Type: workv1alpha1.WorkApplied, Status: metav1.ConditionTrue, Reason: "AppliedSuccessful"})
+	reported := route.DeepCopy()
+	reported.Generation = 1
+	reported.Status.ObservedGeneration = 1
+	for i := range 4 {
+		reported.Status.Pods = append(reported.Status.Pods, ctrlmeshv1alpha1.PodRouteStatus{Name: fmt.Sprintf("op-%d", i), Address: fmt.Sprintf("10.0.0.%d", i+1),
+			Ready: true, Shard: "0", AppliedRulesHash: route.Spec.RulesHash})
+	}
+	work.Status.ManifestStatuses = []workv1alpha1.ManifestStatus{routework.ManifestStatus(reported)}
+	if err := hub.Client.Status().Update(ctx, &work); err != nil {
+		b.Fatal(err)
+	}
+	env.Eventually(b, time.Minute, "the cache shows the report", func() error {
+		var seen workv1alpha1.Work
+		if err := lean.Get(ctx, client.ObjectKeyFromObject(&work), &seen); err != nil {
+			return err
+		}
+		if seen.ResourceVersion != work.ResourceVersion {
+			return fmt.Errorf("cached resourceVersion %s, want %s", seen.ResourceVersion, work.ResourceVersion)
+		}
+		return nil
+	})
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := writer.Sync(ctx, config, cluster, route); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if after := getWork(b, ctx, config, cluster); after.ResourceVersion != work.ResourceVersion {
+		b.Errorf("the Work was written: resourceVersion %s, was %s", after.ResourceVersion, work.ResourceVersion)
 	}
 }

@@ -165,8 +165,12 @@ func (w *Writer) Sync(ctx context.Context, config *ctrlmeshv1alpha1.ShardingConf
 	// found existing, yet.
 	readServer := w.knows(key)
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		// The cache's own object, not a copy: most Syncs find the Work
+		// carrying the rules already, and a copy of each member's Work at
+		// each reconcile was the bulk of the hub's garbage. It is copied
+		// below before anything changes it.
 		var current workv1alpha1.Work
-		err := w.Client.Get(ctx, key, &current)
+		err := w.Client.Get(ctx, key, &current, client.UnsafeDisableDeepCopy)
 		if apierrors.IsNotFound(err) && readServer && w.Reader != nil {
 			err = w.Reader.Get(ctx, key, &current)
 		}
@@ -192,14 +196,14 @@ func (w *Writer) Sync(ctx context.Context, config *ctrlmeshv1alpha1.ShardingConf
 			// deletion creates it anew.
 			return fmt.Errorf("work %s is being deleted", key)
 		}
-		original := current.DeepCopy()
-		if err := w.fill(&current, config, route, agentNamespace); err != nil {
+		original, work := current.DeepCopy(), current.DeepCopy()
+		if err := w.fill(work, config, route, agentNamespace); err != nil {
 			return err
 		}
-		if err := w.Client.Patch(ctx, &current, updatePatch(original, &current)); err != nil {
+		if err := w.Client.Patch(ctx, work, updatePatch(original, work)); err != nil {
 			return fmt.Errorf("updating Work %s: %w", key, err)
 		}
-		w.remember(key, &current)
+		w.remember(key, work)
 		return nil
 	})
 }
@@ -226,8 +230,9 @@ func updatePatch(original, work *workv1alpha1.Work) client.Patch {
 // "" when it claims none or has not joined: its Work then carries no
 // labeler rights, and the agent's labeler reports that it lacks them.
 func (w *Writer) agentNamespace(ctx context.Context, cluster string) (string, error) {
+	// Read only: the cache's own object.
 	var mc clusterv1.ManagedCluster
-	err := w.Client.Get(ctx, client.ObjectKey{Name: cluster}, &mc)
+	err := w.Client.Get(ctx, client.ObjectKey{Name: cluster}, &mc, client.UnsafeDisableDeepCopy)
 	if apierrors.IsNotFound(err) {
 		return "", nil
 	}

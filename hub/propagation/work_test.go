@@ -52,7 +52,7 @@ func testConfig(namespace string, scope ctrlmeshv1alpha1.ShardingScope) *ctrlmes
 
 // singleShardRoute builds the route of config for cluster at generation,
 // one shard of every bucket served by pod op-0.
-func singleShardRoute(t *testing.T, config *ctrlmeshv1alpha1.ShardingConfig, cluster string, generation int64) *ctrlmeshv1alpha1.ShardRoute {
+func singleShardRoute(t testing.TB, config *ctrlmeshv1alpha1.ShardingConfig, cluster string, generation int64) *ctrlmeshv1alpha1.ShardRoute {
 	t.Helper()
 	space := sharding.MustSpace(8)
 	none, _ := space.NewSet() // the empty set cannot fail
@@ -69,14 +69,14 @@ func singleShardRoute(t *testing.T, config *ctrlmeshv1alpha1.ShardingConfig, clu
 
 // newCluster names a member cluster for one test and creates its execution
 // namespace on the hub.
-func newCluster(t *testing.T, ctx context.Context, base string) string {
+func newCluster(t testing.TB, ctx context.Context, base string) string {
 	t.Helper()
 	cluster := unique(base)
 	createNamespace(t, ctx, hub.Client, names.GenerateExecutionSpaceName(cluster))
 	return cluster
 }
 
-func getWork(t *testing.T, ctx context.Context, config *ctrlmeshv1alpha1.ShardingConfig, cluster string) *workv1alpha1.Work {
+func getWork(t testing.TB, ctx context.Context, config *ctrlmeshv1alpha1.ShardingConfig, cluster string) *workv1alpha1.Work {
 	t.Helper()
 	var work workv1alpha1.Work
 	key := routework.WorkKey(cluster, config.Namespace, config.Name)

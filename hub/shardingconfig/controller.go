@@ -883,7 +883,11 @@ func (r *Reconciler) placeDomain(ctx context.Context, sc *ctrlmeshv1alpha1.Shard
 			return d, fmt.Errorf("publishing the rules of %s: %w", name, err)
 		}
 		// Recorded only once written: the next reconcile places from it
-		// even if the cache does not show the Work's update yet.
+		// even if the cache does not show the Work's update yet. Rules the
+		// model holds as published already need no write of it.
+		if m := members[name]; m != nil && m.published != nil && m.published.Generation == route.Spec.RoutingGeneration && m.published.RulesHash == route.Spec.RulesHash {
+			continue
+		}
 		if err := r.Store.RecordPublish(config, name, route, r.Clock.Now()); err != nil {
 			return d, fmt.Errorf("recording the rules published to %s: %w", name, err)
 		}
