@@ -198,17 +198,22 @@ var placementSeed = maphash.MakeSeed()
 func digestPlacement(placement []ctrlmeshv1alpha1.ShardPlacement) uint64 {
 	var h maphash.Hash
 	h.SetSeed(placementSeed)
+	var n [8]byte
+	length := func(l int) {
+		binary.LittleEndian.PutUint64(n[:], uint64(l))
+		_, _ = h.Write(n[:])
+	}
 	str := func(s string) {
-		_ = binary.Write(&h, binary.LittleEndian, uint64(len(s)))
+		length(len(s))
 		_, _ = h.WriteString(s)
 	}
 	list := func(ss []string) {
-		_ = binary.Write(&h, binary.LittleEndian, uint64(len(ss)))
+		length(len(ss))
 		for _, s := range ss {
 			str(s)
 		}
 	}
-	_ = binary.Write(&h, binary.LittleEndian, uint64(len(placement)))
+	length(len(placement))
 	for _, p := range placement {
 		str(p.Shard)
 		str(p.Cluster)

@@ -836,3 +836,19 @@ func TestWithPlacement(t *testing.T) {
 		t.Error("a patch cut short: no error")
 	}
 }
+
+// BenchmarkDigestPlacement digests the placement of a config over 1000
+// members of 4 pods, as each reconcile of it does.
+func BenchmarkDigestPlacement(b *testing.B) {
+	var placement []ctrlmeshv1alpha1.ShardPlacement
+	for m := range 1000 {
+		for i := range 4 {
+			placement = append(placement, ctrlmeshv1alpha1.ShardPlacement{Shard: fmt.Sprint(i), Cluster: fmt.Sprintf("m%04d", m), Pods: []string{fmt.Sprintf("op-%d", i)},
+				Leader: fmt.Sprintf("op-%d", i), Buckets: fmt.Sprintf("%d-%d", 8*i, 8*i+7), State: ctrlmeshv1alpha1.ShardServing, Health: ctrlmeshv1alpha1.ShardHealthy})
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		digestPlacement(placement)
+	}
+}
