@@ -705,27 +705,24 @@ func unreadableWork(cluster string, err error) error {
 }
 
 // reportOf is what a Work's status tells of its member, as a row of the
-// working model: nil while the member has reflected nothing into it.
+// working model: nil while the member has reflected nothing into it. The
+// row keeps the pods, leaders and condition of work's status, not copies
+// (routework.ViewStatus): work is the cache's own, which nobody modifies.
 func reportOf(work *workv1alpha1.Work) (*state.Report, error) {
-	status, err := routework.ReadStatus(work)
+	status, err := routework.ViewStatus(work)
 	if err != nil || (work.Status.ManifestStatuses == nil && status.Applied == nil) {
 		return nil, err
 	}
 	out := &state.Report{
 		RulesApplied: meta.FindStatusCondition(status.Route.Conditions, ctrlmeshv1alpha1.ConditionRulesApplied),
-		Pods:         make([]state.Pod, 0, len(status.Route.Pods)),
-	}
-	for _, p := range status.Route.Pods {
-		out.Pods = append(out.Pods, state.Pod{Name: p.Name, Address: p.Address, Ready: p.Ready, Canary: p.Canary, Subset: p.Subset, AppliedRulesHash: p.AppliedRulesHash})
-	}
-	for _, l := range status.Route.Leaders {
-		out.Leaders = append(out.Leaders, state.Leader{Shard: l.Shard, Pod: l.Pod})
+		Pods:         status.Route.Pods,
+		Leaders:      status.Route.Leaders,
 	}
 	for _, s := range status.Route.Subsets {
 		if out.SubsetNamespaces == nil {
 			out.SubsetNamespaces = map[string][]string{}
 		}
-		out.SubsetNamespaces[s.Name] = slices.Clone(s.Namespaces)
+		out.SubsetNamespaces[s.Name] = s.Namespaces
 	}
 	return out, nil
 }

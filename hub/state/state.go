@@ -34,8 +34,10 @@
 // longer selected) and when the config is deleted.
 //
 // Readers take a Snapshot, a consistent view of every table at one instant
-// that later writes do not change. Records passed in and returned are
-// copies: callers may modify them freely.
+// that later writes do not change. Records returned are copies: callers
+// may modify them freely. Records passed in are copied, but for a
+// report's parts, which the Store keeps as given (newReport): a report
+// must not be modified once given.
 package state
 
 import (
@@ -177,32 +179,29 @@ type Report struct {
 	SubsetNamespaces map[string][]string
 }
 
-// Pod is a candidate operator pod, as the member's agent reports it.
-type Pod struct {
-	Name string
-	// Address is the pod's address for webhook peer routing.
-	Address string
-	Ready   bool
-	Canary  bool
-	// Subset is the subset the pod's labels put it in, "" for none.
-	Subset string
-	// AppliedRulesHash is the hash of the rules the pod's proxy has applied:
-	// its acknowledgement, through Published.GenerationOf. Empty when it has
-	// applied none.
-	AppliedRulesHash string
-}
+// Pod is a candidate operator pod, as the member's agent reports it in the
+// ShardRoute's status: its name, its address for webhook peer routing,
+// readiness, canary mark, subset, and the hash of the rules its proxy has
+// applied, its acknowledgement (Published.GenerationOf), empty when it has
+// applied none. The agent's own type, so that the model keeps the pods of
+// a report as the hub's cache holds them, not a copy (ReadBackReport).
+type Pod = ctrlmeshv1alpha1.PodRouteStatus
 
-// Leader is the pod that holds a shard's leader-election lock.
-type Leader struct {
-	Shard string
-	Pod   string
-}
+// Leader is the pod that holds a shard's leader-election lock, as the
+// agent reports it.
+type Leader = ctrlmeshv1alpha1.ShardLeader
 
 func (r Report) clone() Report {
 	if r.RulesApplied != nil {
 		r.RulesApplied = r.RulesApplied.DeepCopy()
 	}
-	r.Pods = slices.Clone(r.Pods)
+	if r.Pods != nil {
+		pods := make([]Pod, len(r.Pods))
+		for i := range r.Pods {
+			r.Pods[i].DeepCopyInto(&pods[i])
+		}
+		r.Pods = pods
+	}
 	r.Leaders = slices.Clone(r.Leaders)
 	return r
 }
@@ -591,8 +590,15 @@ func (r routing) route(rev Revision) *ctrlmeshv1alpha1.ShardRoute {
 	return out
 }
 
-// newReport checks a report and makes the copy the Store keeps, with pods
-// and leaders sorted; nil for no report.
+// newReport checks a report and makes the record the Store keeps: nil for
+// no report; else the report's pods, leaders and condition themselves
+// where the pods are sorted by name and the leaders by shard, as agents
+// write them, and sorted copies where they are not. The Store does not
+// copy what it keeps: the hub gives it the parts of its cache's objects,
+// which nobody modifies (routework.ViewStatus), and a copy of each
+// member's report doubled what the report cost (BenchmarkModelBytes).
+// Their strings are the cache's canonical copies (propagation's cache
+// transform), so the model interns only its own.
 func newReport(config types.NamespacedName, cluster string, reported *Report) (*Report, error) {
 	if reported == nil {
 		return nil, nil
@@ -600,8 +606,12 @@ func newReport(config types.NamespacedName, cluster string, reported *Report) (*
 	if config.Name == "" || cluster == "" {
 		return nil, fmt.Errorf("state: report of config %q from cluster %q: both must be named", config, cluster)
 	}
-	report := reported.clone()
-	slices.SortFunc(report.Pods, func(a, b Pod) int { return cmp.Compare(a.Name, b.Name) })
+	report := *reported
+	byName := func(a, b Pod) int { return cmp.Compare(a.Name, b.Name) }
+	if !slices.IsSortedFunc(report.Pods, byName) {
+		report.Pods = slices.Clone(report.Pods)
+		slices.SortFunc(report.Pods, byName)
+	}
 	for i, p := range report.Pods {
 		if p.Name == "" {
 			return nil, fmt.Errorf("state: a pod of %s in cluster %q without a name", config, cluster)
@@ -612,17 +622,12 @@ func newReport(config types.NamespacedName, cluster string, reported *Report) (*
 			return nil, fmt.Errorf("state: pod %q of %s in cluster %q reported twice", p.Name, config, cluster)
 		}
 	}
-	slices.SortStableFunc(report.Leaders, func(a, b Leader) int { return cmp.Compare(a.Shard, b.Shard) })
-	// One copy of each string many rows repeat: pods' names and addresses
-	// in every member, the rules hash every pod of a member acknowledges.
+	byShard := func(a, b Leader) int { return cmp.Compare(a.Shard, b.Shard) }
+	if !slices.IsSortedFunc(report.Leaders, byShard) {
+		report.Leaders = slices.Clone(report.Leaders)
+		slices.SortStableFunc(report.Leaders, byShard)
+	}
 	report.Config, report.Cluster = internName(config), intern.String(cluster)
-	for i := range report.Pods {
-		p := &report.Pods[i]
-		intern.Strings(&p.Name, &p.Address, &p.Subset, &p.AppliedRulesHash)
-	}
-	for i := range report.Leaders {
-		intern.Strings(&report.Leaders[i].Shard, &report.Leaders[i].Pod)
-	}
 	return &report, nil
 }
 

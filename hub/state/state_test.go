@@ -228,17 +228,19 @@ func podsByCluster(reports []state.Report) map[string][]state.Pod {
 }
 
 // TestRowsShareStrings: the model keeps one copy of the strings its rows
-// repeat, whatever copies the reports and routes came in: pods' names and
-// addresses in every member and config, the rules hash every pod of a
-// member acknowledges and the history holds.
+// repeat, whatever copies the routes came in: the rules hash published
+// and in the history; and keeps a report's strings as given, the copies
+// the hub's cache holds once for every Work (propagation's transform).
 func TestRowsShareStrings(t *testing.T) {
 	s := newStore(t)
 	fresh := strings.Clone
+	given := map[string]*state.Report{}
 	for _, cluster := range []string{"c1", "c2"} {
 		report := &state.Report{Pods: []state.Pod{
 			{Name: fresh("op-0"), Address: fresh("10.0.0.1:9443"), AppliedRulesHash: fresh("h1")},
 			{Name: fresh("op-1"), Address: fresh("10.0.0.1:9443"), AppliedRulesHash: fresh("h1")},
 		}}
+		given[cluster] = report
 		if _, err := s.ReadBack(cfgA, cluster, route(1, fresh("h1")), report, time.Time{}); err != nil {
 			t.Fatal(err)
 		}
@@ -248,16 +250,14 @@ func TestRowsShareStrings(t *testing.T) {
 		t.Fatalf("%d reports, %d published; want 2 of each", len(reports), len(published))
 	}
 	same := func(x, y string) bool { return x == y && unsafe.StringData(x) == unsafe.StringData(y) }
-	c1, c2 := reports[0].Pods, reports[1].Pods
 	for _, tc := range []struct {
 		what string
 		x, y string
 	}{
-		{"a pod's name in two members", c1[0].Name, c2[0].Name},
-		{"an address of two pods", c1[0].Address, c1[1].Address},
-		{"the hash two pods acknowledge", c1[0].AppliedRulesHash, c1[1].AppliedRulesHash},
-		{"the hash acknowledged and published", c1[0].AppliedRulesHash, published[0].RulesHash},
+		{"the hash published to two members", published[0].RulesHash, published[1].RulesHash},
 		{"the hash published and in the history", published[0].RulesHash, published[0].History[0].RulesHash},
+		{"a pod's name as given", reports[0].Pods[0].Name, given["c1"].Pods[0].Name},
+		{"a pod's address as given", reports[1].Pods[1].Address, given["c2"].Pods[1].Address},
 	} {
 		if !same(tc.x, tc.y) {
 			t.Errorf("%s: %q and %q are two copies", tc.what, tc.x, tc.y)
@@ -401,37 +401,56 @@ func TestHoldsConfig(t *testing.T) {
 	}
 }
 
-func TestReportRecordsAreCopies(t *testing.T) {
+// TestReportRecords: the Store keeps a report's parts as given where they
+// are sorted, as the agents write them, and sorted copies where they are
+// not; its readers get copies, which they may change.
+func TestReportRecords(t *testing.T) {
 	s := newStore(t)
-	report := &state.Report{
+	sorted := &state.Report{
 		RulesApplied: &metav1.Condition{Type: ctrlmeshv1alpha1.ConditionRulesApplied, Status: metav1.ConditionFalse, Message: "refused"},
-		Pods:         []state.Pod{{Name: "b"}, {Name: "a"}},
-		Leaders:      []state.Leader{{Shard: "1", Pod: "b"}, {Shard: "0", Pod: "a"}},
-	}
-	published := route(1, "h1")
-	if _, err := s.ReadBack(cfgA, "c1", published, report, time.Time{}); err != nil {
-		t.Fatal(err)
-	}
-	report.RulesApplied.Message, report.Pods[0].Name, report.Leaders[0].Pod = "changed by the caller", "changed", "changed"
-	published.Spec.Cluster = "changed by the caller"
-	got := s.Snapshot().ReportsOf(cfgA)[0]
-	want := state.Report{
-		Config: cfgA, Cluster: "c1",
-		RulesApplied: &metav1.Condition{Type: ctrlmeshv1alpha1.ConditionRulesApplied, Status: metav1.ConditionFalse, Message: "refused"},
-		Pods:         []state.Pod{{Name: "a"}, {Name: "b"}},
+		Pods:         []state.Pod{{Name: "a", Breakers: []ctrlmeshv1alpha1.PodBreakerStatus{{Policy: "p", Name: "b", State: ctrlmeshv1alpha1.BreakerOpen}}}, {Name: "b"}},
 		Leaders:      []state.Leader{{Shard: "0", Pod: "a"}, {Shard: "1", Pod: "b"}},
 	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("report %+v, want %+v (sorted, as read back)", got, want)
+	unsorted := &state.Report{
+		Pods:    []state.Pod{{Name: "b"}, {Name: "a"}},
+		Leaders: []state.Leader{{Shard: "1", Pod: "b"}, {Shard: "0", Pod: "a"}},
 	}
-	got.RulesApplied.Message, got.Pods[0].Name, got.Leaders[0].Pod = "changed by a reader", "changed", "changed"
-	if again := s.Snapshot().ReportsOf(cfgA)[0]; !reflect.DeepEqual(again, want) {
-		t.Errorf("stored report %+v after a reader changed its copy", again)
+	for _, tc := range []struct {
+		cluster string
+		report  *state.Report
+	}{{"c1", sorted}, {"c2", unsorted}} {
+		if _, err := s.ReadBack(cfgA, tc.cluster, route(1, "h1"), tc.report, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reported := func() []*state.Report {
+		var out []*state.Report
+		for _, r := range s.Snapshot().ReportsOf(cfgA) {
+			out = append(out, &r)
+		}
+		return out
+	}
+	read := reported()
+	want := []*state.Report{
+		{Config: cfgA, Cluster: "c1", RulesApplied: sorted.RulesApplied.DeepCopy(), Pods: []state.Pod{*sorted.Pods[0].DeepCopy(), {Name: "b"}}, Leaders: slices.Clone(sorted.Leaders)},
+		{Config: cfgA, Cluster: "c2", Pods: []state.Pod{{Name: "a"}, {Name: "b"}}, Leaders: []state.Leader{{Shard: "0", Pod: "a"}, {Shard: "1", Pod: "b"}}},
+	}
+	if !reflect.DeepEqual(read, want) {
+		t.Fatalf("reports %+v, want %+v (sorted)", read, want)
+	}
+	// The unsorted report was copied to be sorted: the caller's slices are
+	// not the Store's.
+	unsorted.Pods[0].Name, unsorted.Leaders[0].Pod = "changed by the caller", "changed by the caller"
+	// A reader's copy is its own, to the pods' breakers.
+	read[0].RulesApplied.Message, read[0].Pods[0].Name, read[0].Pods[0].Breakers[0].State, read[0].Leaders[0].Pod = "changed", "changed", "changed", "changed"
+	read[1].Pods[0].Name = "changed"
+	if again := reported(); !reflect.DeepEqual(again, want) {
+		t.Errorf("reports %+v after the caller of an unsorted one and a reader changed theirs, want %+v", again, want)
 	}
 	p := s.Snapshot().PublishedOf(cfgA)[0]
 	p.Route.Spec.Cluster, p.History[0].RulesHash = "changed by a reader", "changed"
 	if again := s.Snapshot().PublishedOf(cfgA)[0]; again.Route.Spec.Cluster != "" || again.History[0].RulesHash != "h1" {
-		t.Errorf("stored rules %+v after the caller and a reader changed their copies", again)
+		t.Errorf("stored rules %+v after a reader changed its copy", again)
 	}
 }
 

@@ -84,8 +84,23 @@ type Report struct {
 // the agent in standalone mode (ManifestStatus), writes it: the Applied
 // condition and, in the manifest status of ordinal 0, the ShardRoute's
 // identity, health and raw status. Fields the status has and ShardRouteStatus has not are
-// ignored, so that a newer agent's report still reads.
+// ignored, so that a newer agent's report still reads. The report shares
+// nothing with work.
 func ReadStatus(work *workv1alpha1.Work) (Report, error) {
+	report, err := ViewStatus(work)
+	if err != nil {
+		return Report{}, err
+	}
+	report.Route = *report.Route.DeepCopy()
+	return report, nil
+}
+
+// ViewStatus is ReadStatus without copying a decoded status
+// (DecodeStatus): the report's route status shares its slices with work's,
+// and must not be modified. The hub reads each Work of a cache, whose
+// objects nobody modifies, into its working model once per version of it;
+// a copy for each doubled what a member's report cost the hub.
+func ViewStatus(work *workv1alpha1.Work) (Report, error) {
 	cluster, err := ClusterOf(work)
 	if err != nil {
 		return Report{}, err
@@ -137,7 +152,7 @@ func ReadStatus(work *workv1alpha1.Work) (Report, error) {
 			return Report{}, fmt.Errorf("the status of Work %s/%s: the reflected status of ShardRoute %s/%s holds a %T, not a decoded ShardRoute status",
 				work.Namespace, work.Name, id.Namespace, id.Name, ms.Status.Object)
 		}
-		report.Route = *(*ctrlmeshv1alpha1.ShardRouteStatus)(decoded).DeepCopy()
+		report.Route = *(*ctrlmeshv1alpha1.ShardRouteStatus)(decoded)
 	}
 	return report, nil
 }
