@@ -392,23 +392,38 @@ func TestReadBackReportOncePerVersion(t *testing.T) {
 // the last: as during an apply, where each member's report brings its
 // config back to read every other member's Work.
 func BenchmarkReadBackUnchanged(b *testing.B) {
-	const members = 1000
+	s, known, works := reportingFleet(b, 1000)
+	sc := &ctrlmeshv1alpha1.ShardingConfig{ObjectMeta: metav1.ObjectMeta{Namespace: readBackConfig.Namespace, Name: readBackConfig.Name}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if unreadable := readBack(context.Background(), s, known, sc, works, time.Now()); len(unreadable) > 0 {
+			b.Fatalf("unreadable: %v", unreadable)
+		}
+	}
+}
+
+// reportingFleet is a model holding the rules published to members
+// clusters, and their Works as the hub's cache holds them, each reporting
+// 4 pods that acknowledge those rules, with the Writer that knows them.
+func reportingFleet(b *testing.B, members int) (*state.Store, knownHashes, []workv1alpha1.Work) {
+	b.Helper()
 	s, err := state.New()
 	if err != nil {
 		b.Fatal(err)
 	}
 	known := knownHashes{}
-	var works []workv1alpha1.Work
+	works := make([]workv1alpha1.Work, 0, members)
 	for m := range members {
 		cluster := fmt.Sprintf("m%04d", m)
-		known[cluster] = publishedRoute(cluster, 1).Spec.RulesHash
-		if err := s.RecordPublish(readBackConfig, cluster, publishedRoute(cluster, 1), time.Time{}); err != nil {
+		published := publishedRoute(cluster, 1)
+		known[cluster] = published.Spec.RulesHash
+		if err := s.RecordPublish(readBackConfig, cluster, published, time.Time{}); err != nil {
 			b.Fatal(err)
 		}
 		status := ctrlmeshv1alpha1.ShardRouteStatus{Conditions: []metav1.Condition{{Type: ctrlmeshv1alpha1.ConditionRulesApplied, Status: metav1.ConditionTrue, Reason: ctrlmeshv1alpha1.ReasonRulesValid}}}
 		for i := range 4 {
 			status.Pods = append(status.Pods, ctrlmeshv1alpha1.PodRouteStatus{Name: fmt.Sprintf("op-%d", i), Address: fmt.Sprintf("10.%d.%d.%d", m/250, m%250, i),
-				Ready: true, Shard: fmt.Sprint(i), AppliedRulesHash: publishedRoute(cluster, 1).Spec.RulesHash})
+				Ready: true, Shard: fmt.Sprint(i), AppliedRulesHash: published.Spec.RulesHash})
 			status.Leaders = append(status.Leaders, ctrlmeshv1alpha1.ShardLeader{Shard: fmt.Sprint(i), Pod: fmt.Sprintf("op-%d", i)})
 		}
 		w := reporting(b, carrying(b, cluster, 1), status)
@@ -419,13 +434,7 @@ func BenchmarkReadBackUnchanged(b *testing.B) {
 		}
 		works = append(works, *lean.(*workv1alpha1.Work))
 	}
-	sc := &ctrlmeshv1alpha1.ShardingConfig{ObjectMeta: metav1.ObjectMeta{Namespace: readBackConfig.Namespace, Name: readBackConfig.Name}}
-	b.ReportAllocs()
-	for b.Loop() {
-		if unreadable := readBack(context.Background(), s, known, sc, works, time.Now()); len(unreadable) > 0 {
-			b.Fatalf("unreadable: %v", unreadable)
-		}
-	}
+	return s, known, works
 }
 
 // knownHashes is a Writer that knows the rules hash each Work carries, by
@@ -451,33 +460,7 @@ func BenchmarkCachedAndModelBytes(b *testing.B) {
 	sc := &ctrlmeshv1alpha1.ShardingConfig{ObjectMeta: metav1.ObjectMeta{Namespace: readBackConfig.Namespace, Name: readBackConfig.Name}}
 	for b.Loop() {
 		before := env.LiveHeap()
-		s, err := state.New()
-		if err != nil {
-			b.Fatal(err)
-		}
-		known := knownHashes{}
-		works := make([]workv1alpha1.Work, 0, members)
-		for m := range members {
-			cluster := fmt.Sprintf("m%04d", m)
-			published := publishedRoute(cluster, 1)
-			known[cluster] = published.Spec.RulesHash
-			if err := s.RecordPublish(readBackConfig, cluster, published, time.Time{}); err != nil {
-				b.Fatal(err)
-			}
-			status := ctrlmeshv1alpha1.ShardRouteStatus{Conditions: []metav1.Condition{{Type: ctrlmeshv1alpha1.ConditionRulesApplied, Status: metav1.ConditionTrue, Reason: ctrlmeshv1alpha1.ReasonRulesValid}}}
-			for i := range 4 {
-				status.Pods = append(status.Pods, ctrlmeshv1alpha1.PodRouteStatus{Name: fmt.Sprintf("op-%d", i), Address: fmt.Sprintf("10.%d.%d.%d", m/250, m%250, i),
-					Ready: true, Shard: fmt.Sprint(i), AppliedRulesHash: published.Spec.RulesHash})
-				status.Leaders = append(status.Leaders, ctrlmeshv1alpha1.ShardLeader{Shard: fmt.Sprint(i), Pod: fmt.Sprintf("op-%d", i)})
-			}
-			w := reporting(b, carrying(b, cluster, 1), status)
-			w.ResourceVersion = fmt.Sprint(1000 + m)
-			lean, err := propagation.CacheTransform(&w)
-			if err != nil {
-				b.Fatal(err)
-			}
-			works = append(works, *lean.(*workv1alpha1.Work))
-		}
+		s, known, works := reportingFleet(b, members)
 		if unreadable := readBack(context.Background(), s, known, sc, works, time.Now()); len(unreadable) > 0 {
 			b.Fatalf("unreadable: %v", unreadable)
 		}
