@@ -203,6 +203,13 @@ func (r Report) clone() Report {
 		r.Pods = pods
 	}
 	r.Leaders = slices.Clone(r.Leaders)
+	if r.SubsetNamespaces != nil {
+		namespaces := make(map[string][]string, len(r.SubsetNamespaces))
+		for subset, ns := range r.SubsetNamespaces {
+			namespaces[subset] = slices.Clone(ns)
+		}
+		r.SubsetNamespaces = namespaces
+	}
 	return r
 }
 
@@ -596,7 +603,8 @@ func (r routing) route(rev Revision) *ctrlmeshv1alpha1.ShardRoute {
 // write them, and sorted copies where they are not. The Store does not
 // copy what it keeps: the hub gives it the parts of its cache's objects,
 // which nobody modifies (routework.ViewStatus), and a copy of each
-// member's report doubled what the report cost (BenchmarkModelBytes).
+// member's report doubled what the report cost
+// (BenchmarkCachedAndModelBytes in hub/shardingconfig).
 // Their strings are the cache's canonical copies (propagation's cache
 // transform), so the model interns only its own.
 func newReport(config types.NamespacedName, cluster string, reported *Report) (*Report, error) {

@@ -403,13 +403,15 @@ func TestHoldsConfig(t *testing.T) {
 
 // TestReportRecords: the Store keeps a report's parts as given where they
 // are sorted, as the agents write them, and sorted copies where they are
-// not; its readers get copies, which they may change.
+// not; its readers get copies, to the pods' breakers and the subsets'
+// namespaces, which they may change.
 func TestReportRecords(t *testing.T) {
 	s := newStore(t)
 	sorted := &state.Report{
-		RulesApplied: &metav1.Condition{Type: ctrlmeshv1alpha1.ConditionRulesApplied, Status: metav1.ConditionFalse, Message: "refused"},
-		Pods:         []state.Pod{{Name: "a", Breakers: []ctrlmeshv1alpha1.PodBreakerStatus{{Policy: "p", Name: "b", State: ctrlmeshv1alpha1.BreakerOpen}}}, {Name: "b"}},
-		Leaders:      []state.Leader{{Shard: "0", Pod: "a"}, {Shard: "1", Pod: "b"}},
+		RulesApplied:     &metav1.Condition{Type: ctrlmeshv1alpha1.ConditionRulesApplied, Status: metav1.ConditionFalse, Message: "refused"},
+		Pods:             []state.Pod{{Name: "a", Breakers: []ctrlmeshv1alpha1.PodBreakerStatus{{Policy: "p", Name: "b", State: ctrlmeshv1alpha1.BreakerOpen}}}, {Name: "b"}},
+		Leaders:          []state.Leader{{Shard: "0", Pod: "a"}, {Shard: "1", Pod: "b"}},
+		SubsetNamespaces: map[string][]string{"v2": {"team-a"}},
 	}
 	unsorted := &state.Report{
 		Pods:    []state.Pod{{Name: "b"}, {Name: "a"}},
@@ -432,7 +434,8 @@ func TestReportRecords(t *testing.T) {
 	}
 	read := reported()
 	want := []*state.Report{
-		{Config: cfgA, Cluster: "c1", RulesApplied: sorted.RulesApplied.DeepCopy(), Pods: []state.Pod{*sorted.Pods[0].DeepCopy(), {Name: "b"}}, Leaders: slices.Clone(sorted.Leaders)},
+		{Config: cfgA, Cluster: "c1", RulesApplied: sorted.RulesApplied.DeepCopy(), Pods: []state.Pod{*sorted.Pods[0].DeepCopy(), {Name: "b"}}, Leaders: slices.Clone(sorted.Leaders),
+			SubsetNamespaces: map[string][]string{"v2": {"team-a"}}},
 		{Config: cfgA, Cluster: "c2", Pods: []state.Pod{{Name: "a"}, {Name: "b"}}, Leaders: []state.Leader{{Shard: "0", Pod: "a"}, {Shard: "1", Pod: "b"}}},
 	}
 	if !reflect.DeepEqual(read, want) {
@@ -443,6 +446,7 @@ func TestReportRecords(t *testing.T) {
 	unsorted.Pods[0].Name, unsorted.Leaders[0].Pod = "changed by the caller", "changed by the caller"
 	// A reader's copy is its own, to the pods' breakers.
 	read[0].RulesApplied.Message, read[0].Pods[0].Name, read[0].Pods[0].Breakers[0].State, read[0].Leaders[0].Pod = "changed", "changed", "changed", "changed"
+	read[0].SubsetNamespaces["v2"][0] = "changed"
 	read[1].Pods[0].Name = "changed"
 	if again := reported(); !reflect.DeepEqual(again, want) {
 		t.Errorf("reports %+v after the caller of an unsorted one and a reader changed theirs, want %+v", again, want)
