@@ -10,6 +10,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ctrlmesh/ctrlmesh/test/env"
@@ -76,4 +77,30 @@ func writerClient(t testing.TB) client.Client {
 		t.Fatalf("the writer's hub client: %v", hubWriterErr)
 	}
 	return hubWriterClient
+}
+
+// startCache starts a cache of the hub's API server with opts, after
+// prepare (an index, say) when not nil, until ctx ends, and returns it with
+// a client that reads through it and writes to the API server as admin.
+func startCache(t testing.TB, ctx context.Context, opts cache.Options, prepare func(cache.Cache) error) (cache.Cache, client.Client) {
+	t.Helper()
+	opts.Scheme = fleet.Scheme
+	c, err := cache.New(hub.Config, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prepare != nil {
+		if err := prepare(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go func() { _ = c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		t.Fatal("the cache did not sync")
+	}
+	cached, err := client.New(hub.Config, client.Options{Scheme: fleet.Scheme, Cache: &client.CacheOptions{Reader: c}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, cached
 }

@@ -34,19 +34,8 @@ import (
 func TestWriterThroughLeanCache(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	lean, err := cache.New(hub.Config, cache.Options{Scheme: fleet.Scheme, DefaultTransform: CacheTransform})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = lean.Start(ctx) }()
-	if !lean.WaitForCacheSync(ctx) {
-		t.Fatal("the cache did not sync")
-	}
+	lean, cached := startCache(t, ctx, cache.Options{DefaultTransform: CacheTransform}, nil)
 	direct := writerClient(t)
-	cached, err := client.New(hub.Config, client.Options{Scheme: fleet.Scheme, Cache: &client.CacheOptions{Reader: lean}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	writer := &Writer{Client: cached, Reader: direct}
 	cluster := newCluster(t, ctx, "lean")
 	config := testConfig(unique("team-lean"), ctrlmeshv1alpha1.ScopePerCluster)
@@ -175,18 +164,7 @@ func TestWriterThroughLeanCache(t *testing.T) {
 // rules there, write nothing. The Work holds a report of 4 pods.
 func BenchmarkSyncUnchanged(b *testing.B) {
 	ctx := b.Context()
-	lean, err := cache.New(hub.Config, cache.Options{Scheme: fleet.Scheme, DefaultTransform: CacheTransform})
-	if err != nil {
-		b.Fatal(err)
-	}
-	go func() { _ = lean.Start(ctx) }()
-	if !lean.WaitForCacheSync(ctx) {
-		b.Fatal("the cache did not sync")
-	}
-	cached, err := client.New(hub.Config, client.Options{Scheme: fleet.Scheme, Cache: &client.CacheOptions{Reader: lean}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	lean, cached := startCache(b, ctx, cache.Options{DefaultTransform: CacheTransform}, nil)
 	writer := &Writer{Client: cached, Reader: writerClient(b)}
 	cluster := newCluster(b, ctx, "bench")
 	env.Create(b, ctx, hub.Client, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: cluster}, Spec: clusterv1.ManagedClusterSpec{HubAcceptsClient: true}})

@@ -562,21 +562,7 @@ func TestWriterReadsWhatItsCacheDoesNotShowYet(t *testing.T) {
 func TestWriterListsThroughIndex(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	indexed, err := cache.New(hub.Config, cache.Options{Scheme: fleet.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := IndexByConfig(ctx, indexed); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = indexed.Start(ctx) }()
-	if !indexed.WaitForCacheSync(ctx) {
-		t.Fatal("the cache did not sync")
-	}
-	cached, err := client.New(hub.Config, client.Options{Scheme: fleet.Scheme, Cache: &client.CacheOptions{Reader: indexed}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, cached := startCache(t, ctx, cache.Options{}, func(c cache.Cache) error { return IndexByConfig(ctx, c) })
 	direct := &Writer{Client: writerClient(t)}
 	writer := &Writer{Client: cached, Indexed: true}
 	clusters := []string{newCluster(t, ctx, "index-a"), newCluster(t, ctx, "index-b")}

@@ -221,7 +221,11 @@ func digestPlacement(placement []ctrlmeshv1alpha1.ShardPlacement) uint64 {
 		str(p.Leader)
 		str(p.Buckets)
 		list(p.Namespaces)
-		_ = h.WriteByte(map[bool]byte{false: 0, true: 1}[p.Canary])
+		var canary byte
+		if p.Canary {
+			canary = 1
+		}
+		_ = h.WriteByte(canary)
 		str(p.Subset)
 		str(string(p.State))
 		str(string(p.Health))

@@ -729,83 +729,73 @@ func TestDigestPlacement(t *testing.T) {
 			{Shard: "1", Cluster: "m1", Pods: []string{"op-1"}, Buckets: "16-31", Namespaces: []string{"team-a"}, Subset: "s", State: ctrlmeshv1alpha1.ShardPending, Health: ctrlmeshv1alpha1.ShardHealthUnknown},
 		}
 	}
-	same := []struct {
+	for _, tt := range []struct {
 		name   string
+		same   bool
 		change func([]ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement
 	}{
-		{"unchanged", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement { return p }},
-		{"empty namespaces for none", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
+		{"unchanged", true, func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement { return p }},
+		{"empty namespaces for none", true, func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
 			p[0].Namespaces = []string{}
 			return p
 		}},
-	}
-	for _, tt := range same {
-		if digestPlacement(tt.change(base())) != digestPlacement(base()) {
-			t.Errorf("%s: the digest differs", tt.name)
+		{"shard", false, func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
+			p[0].Shard = "2"
+			return p
+		}},
+		{"cluster", false, func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
+			p[1].Cluster = "m2"
+			return p
+		}},
+		{"a pod more", false, func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
+			p[0].Pods = append(p[0].Pods, "op-2")
+			return p
+		}},
+		{"a pod moved to the next shard", false, func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
+			p[0].Pods, p[1].Pods = nil, []string{"op-0", "op-1"}
+			return p
+		}},
+		{"a pod's name split from the leader's", false, func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
+			p[0].Pods, p[0].Leader = []string{"op-0op-0"}, ""
+			return p
+		}},
+		{"leader", false, func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
+			p[1].Leader = "op-1"
+			return p
+		}},
+		{"buckets", false, func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
+			p[0].Buckets = "0-14"
+			return p
+		}},
+		{"namespaces", false, func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
+			p[1].Namespaces = nil
+			return p
+		}},
+		{"canary", false, func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
+			p[1].Canary = true
+			return p
+		}},
+		{"subset", false, func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
+			p[1].Subset = "t"
+			return p
+		}},
+		{"state", false, func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
+			p[1].State = ctrlmeshv1alpha1.ShardServing
+			return p
+		}},
+		{"health", false, func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
+			p[0].Health = ctrlmeshv1alpha1.ShardUnhealthy
+			return p
+		}},
+		{"a shard less", false, func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement { return p[:1] }},
+		{"none", false, func([]ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement { return nil }},
+	} {
+		if same := digestPlacement(tt.change(base())) == digestPlacement(base()); same != tt.same {
+			t.Errorf("%s: the digest is the same: %t, want %t", tt.name, same, tt.same)
 		}
 	}
 	if digestPlacement(nil) != digestPlacement([]ctrlmeshv1alpha1.ShardPlacement{}) {
 		t.Error("no placement: nil and empty differ")
-	}
-	differ := []struct {
-		name   string
-		change func([]ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement
-	}{
-		{"shard", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
-			p[0].Shard = "2"
-			return p
-		}},
-		{"cluster", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
-			p[1].Cluster = "m2"
-			return p
-		}},
-		{"a pod more", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
-			p[0].Pods = append(p[0].Pods, "op-2")
-			return p
-		}},
-		{"a pod moved to the next shard", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
-			p[0].Pods, p[1].Pods = nil, []string{"op-0", "op-1"}
-			return p
-		}},
-		{"a pod's name split from the leader's", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
-			p[0].Pods, p[0].Leader = []string{"op-0op-0"}, ""
-			return p
-		}},
-		{"leader", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
-			p[1].Leader = "op-1"
-			return p
-		}},
-		{"buckets", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
-			p[0].Buckets = "0-14"
-			return p
-		}},
-		{"namespaces", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
-			p[1].Namespaces = nil
-			return p
-		}},
-		{"canary", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
-			p[1].Canary = true
-			return p
-		}},
-		{"subset", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
-			p[1].Subset = "t"
-			return p
-		}},
-		{"state", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
-			p[1].State = ctrlmeshv1alpha1.ShardServing
-			return p
-		}},
-		{"health", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement {
-			p[0].Health = ctrlmeshv1alpha1.ShardUnhealthy
-			return p
-		}},
-		{"a shard less", func(p []ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement { return p[:1] }},
-		{"none", func([]ctrlmeshv1alpha1.ShardPlacement) []ctrlmeshv1alpha1.ShardPlacement { return nil }},
-	}
-	for _, tt := range differ {
-		if digestPlacement(tt.change(base())) == digestPlacement(base()) {
-			t.Errorf("%s changed: the digest is the same", tt.name)
-		}
 	}
 }
 
