@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -303,9 +304,11 @@ func TestPlacementKeptOnTheAPIServer(t *testing.T) {
 }
 
 // configReadLog is a reader that counts the ShardingConfigs it reads, by
-// key.
+// key, and fails them with err when set.
 type configReadLog struct {
 	client.Reader
+	// err, when set, fails every read of a ShardingConfig.
+	err   error
 	mu    sync.Mutex
 	reads map[client.ObjectKey]int
 }
@@ -318,6 +321,9 @@ func (l *configReadLog) Get(ctx context.Context, key client.ObjectKey, obj clien
 		}
 		l.reads[key]++
 		l.mu.Unlock()
+		if l.err != nil {
+			return l.err
+		}
 	}
 	return l.Reader.Get(ctx, key, obj, opts...)
 }
@@ -326,4 +332,39 @@ func (l *configReadLog) count(key client.ObjectKey) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.reads[key]
+}
+
+// TestUnreadPlacementPublishesNothing: a hub that cannot read a config's
+// placement from the API server (the cache holds none) places nothing for
+// it: the reconcile fails before it publishes, and is retried.
+func TestUnreadPlacementPublishesNothing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	reads := &configReadLog{err: errors.New("the API server is unreachable")}
+	_, stopHub := startHubTuned(t, 0, nil, func(r *shardingconfig.Reconciler) {
+		reads.Reader, r.Reader = r.Reader, reads
+	})
+	defer stopHub()
+	name := unique("unread-member")
+	joinCluster(t, ctx, name)
+	ns := unique("unread-ops")
+	env.Create(t, ctx, hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	sc := configOver(ns, ctrlmeshv1alpha1.ScopePerCluster, name)
+	env.Create(t, ctx, hub.Client, sc)
+	env.Eventually(t, 30*time.Second, "two reads of the placement, the second a retry", func() error {
+		if n := reads.count(client.ObjectKeyFromObject(sc)); n < 2 {
+			return fmt.Errorf("%d reads", n)
+		}
+		return nil
+	})
+	if _, err := workOf(t, ctx, sc, name); !apierrors.IsNotFound(err) {
+		t.Errorf("the Work of %s: %v; want none published", name, err)
+	}
+	var got ctrlmeshv1alpha1.ShardingConfig
+	if err := hub.Client.Get(ctx, client.ObjectKeyFromObject(sc), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.ObservedGeneration != 0 {
+		t.Errorf("status written for generation %d without the placement read", got.Status.ObservedGeneration)
+	}
 }
