@@ -201,7 +201,8 @@ FUZZ_TARGETS := \
 	./proxy/policy:FuzzMatch ./proxy/policy:FuzzHostOf \
 	./proxy/webhook:FuzzRouteReview ./proxy:FuzzRenameProtobufBody \
 	./proxy/redirect:FuzzParseDestination ./proxy/internal/request:FuzzSameAsAPIServer \
-	./proxy:FuzzForwardRoute ./proxy:FuzzCheckListGzip
+	./proxy:FuzzForwardRoute ./proxy:FuzzCheckListGzip \
+	./hub/propagation:FuzzLeanDecode
 FUZZTIME ?= 30s
 
 .PHONY: fuzz

@@ -136,19 +136,24 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	cfg := clientConfig(opts)
+	// Cached objects without their managedFields: the hub never reads
+	// them, and they grow with every manager writing an object (the
+	// Works' manifests and status are tracked field by field). An update
+	// from the cache omits them, and the API server then keeps its own
+	// (TestWriterThroughLeanCache). Works without their manifests either,
+	// decoded without them, and with one copy of the strings they repeat
+	// (propagation.CacheOptions); ShardingConfigs without their status's
+	// placement (shardingconfig.CacheTransform).
+	cacheOpts, err := propagation.CacheOptions(cfg, scheme)
+	if err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	cacheOpts.ByObject = map[client.Object]cache.ByObject{
+		&ctrlmeshv1alpha1.ShardingConfig{}: {Transform: shardingconfig.CacheTransform},
+	}
 	mgr, err := manager.New(cfg, manager.Options{
 		Scheme: scheme, Logger: opts.Log,
-		// Cached objects without their managedFields: the hub never reads
-		// them, and they grow with every manager writing an object (the
-		// Works' manifests and status are tracked field by field). An
-		// update from the cache omits them, and the API server then keeps
-		// its own (TestWriterThroughLeanCache). Works without their
-		// manifests either, and with one copy of the strings they repeat
-		// (propagation.CacheTransform); ShardingConfigs without their
-		// status's placement (shardingconfig.CacheTransform).
-		Cache: cache.Options{DefaultTransform: propagation.CacheTransform, ByObject: map[client.Object]cache.ByObject{
-			&ctrlmeshv1alpha1.ShardingConfig{}: {Transform: shardingconfig.CacheTransform},
-		}},
+		Cache:          cacheOpts,
 		LeaderElection: opts.LeaderElection, LeaderElectionID: LeaderElectionID, LeaderElectionNamespace: opts.Namespace,
 		// Renewals wait on neither the controllers' limit nor their
 		// connection: at 100 configs over 100 members the hub lost its

@@ -79,6 +79,16 @@ func writerClient(t testing.TB) client.Client {
 	return hubWriterClient
 }
 
+// hubCache is the hub's cache options for Works (CacheOptions).
+func hubCache(t testing.TB) cache.Options {
+	t.Helper()
+	opts, err := CacheOptions(hub.Config, fleet.Scheme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return opts
+}
+
 // startCache starts a cache of the hub's API server with opts, after
 // prepare (an index, say) when not nil, until ctx ends, and returns it with
 // a client that reads through it and writes to the API server as admin.

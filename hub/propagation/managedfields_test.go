@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
@@ -24,7 +23,7 @@ import (
 
 // TestWriterThroughLeanCache: the hub caches its objects without their
 // managedFields, and Works without their manifests (hub.Run,
-// CacheTransform), and its Writer updates Works from that cache; an update
+// CacheOptions), and its Writer updates Works from that cache; an update
 // that omits managedFields keeps the server's, so the field ownership of
 // others — here the member's agent, which writes the Work's status —
 // survives the hub's rewrite, as does the status itself; the rewrite
@@ -34,7 +33,7 @@ import (
 func TestWriterThroughLeanCache(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	lean, cached := startCache(t, ctx, cache.Options{DefaultTransform: CacheTransform}, nil)
+	lean, cached := startCache(t, ctx, hubCache(t), nil)
 	direct := writerClient(t)
 	writer := &Writer{Client: cached, Reader: direct}
 	cluster := newCluster(t, ctx, "lean")
@@ -164,7 +163,7 @@ func TestWriterThroughLeanCache(t *testing.T) {
 // rules there, write nothing. The Work holds a report of 4 pods.
 func BenchmarkSyncUnchanged(b *testing.B) {
 	ctx := b.Context()
-	lean, cached := startCache(b, ctx, cache.Options{DefaultTransform: CacheTransform}, nil)
+	lean, cached := startCache(b, ctx, hubCache(b), nil)
 	writer := &Writer{Client: cached, Reader: writerClient(b)}
 	cluster := newCluster(b, ctx, "bench")
 	env.Create(b, ctx, hub.Client, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: cluster}, Spec: clusterv1.ManagedClusterSpec{HubAcceptsClient: true}})

@@ -1,0 +1,210 @@
+package propagation
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	kjson "sigs.k8s.io/json"
+)
+
+// CacheOptions are the options of the hub's cache for Works: cached
+// without their managedFields and manifests (CacheTransform), and decoded
+// without them (NewInformer). Other objects lose their managedFields only.
+func CacheOptions(cfg *rest.Config, s *runtime.Scheme) (cache.Options, error) {
+	// The cache's connections, the Works' watch among them.
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return cache.Options{}, fmt.Errorf("a client of the hub cluster: %w", err)
+	}
+	newInformer, err := NewInformer(cfg, httpClient, s)
+	if err != nil {
+		return cache.Options{}, err
+	}
+	return cache.Options{Scheme: s, HTTPClient: httpClient, DefaultTransform: CacheTransform, NewInformer: newInformer}, nil
+}
+
+// NewInformer is the hub cache's informer constructor
+// (cache.Options.NewInformer). It lists and watches Works through a client
+// of their own that decodes them without their manifests and managedFields
+// (LeanCodecs), which the cache drops anyway (CacheTransform); every other
+// object is listed and watched as controller-runtime does.
+//
+// Why: at 1000 members x 100 configs, decoding each Work whole, to drop
+// most of it, made most of the hub's garbage. Its collector then took the
+// CPU that should have drained the Works' watch; the API server cut the
+// watch off, and the informer streamed all 100,000 Works again, manifests
+// included, beside the cache it was replacing (make bench-scale).
+//
+// The hub caches every Work: controller-runtime's list and watch options
+// for the Works' informer carry no selector, so this ListWatch applies
+// none. httpClient is the cache's (cache.Options.HTTPClient), so that the
+// Works' watch shares its connections.
+func NewInformer(cfg *rest.Config, httpClient *http.Client, s *runtime.Scheme) (func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer, error) {
+	works, err := leanWorks(cfg, httpClient, s)
+	if err != nil {
+		return nil, err
+	}
+	return func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
+		if _, ok := obj.(*workv1alpha1.Work); ok {
+			lw = works
+		}
+		return toolscache.NewSharedIndexInformer(lw, obj, resync, indexers)
+	}, nil
+}
+
+// leanWorks lists and watches all Works, decoded by LeanCodecs, as
+// controller-runtime's informers list and watch typed objects (with
+// bookmarks).
+func leanWorks(cfg *rest.Config, httpClient *http.Client, s *runtime.Scheme) (*toolscache.ListWatch, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.GroupVersion = &workv1alpha1.SchemeGroupVersion
+	cfg.APIPath = "/apis"
+	cfg.NegotiatedSerializer = LeanCodecs(serializer.WithoutConversionCodecFactory{CodecFactory: serializer.NewCodecFactory(s)})
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	client, err := rest.RESTClientForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("a client of the Works: %w", err)
+	}
+	return &toolscache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			list := &workv1alpha1.WorkList{}
+			if err := client.Get().Resource("works").VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(list); err != nil {
+				return nil, err
+			}
+			return list, nil
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.Watch, opts.AllowWatchBookmarks = true, true
+			return client.Get().Resource("works").VersionedParams(&opts, metav1.ParameterCodec).Watch(ctx)
+		},
+	}, nil
+}
+
+// LeanCodecs decodes Works and WorkLists served as JSON without the
+// Works' manifests and managedFields: their bytes are scanned, never
+// copied nor decoded. Every other object, and any Work the lean decoding
+// refuses, is decoded by codecs.
+func LeanCodecs(codecs runtime.NegotiatedSerializer) runtime.NegotiatedSerializer {
+	return leanCodecs{codecs}
+}
+
+type leanCodecs struct{ runtime.NegotiatedSerializer }
+
+func (c leanCodecs) DecoderToVersion(d runtime.Decoder, gv runtime.GroupVersioner) runtime.Decoder {
+	return leanDecoder{full: c.NegotiatedSerializer.DecoderToVersion(d, gv)}
+}
+
+// leanDecoder decodes as full does, but Works without their manifests and
+// managedFields. Like full (runtime.WithoutVersionDecoder), it leaves the
+// object it returns without its kind.
+type leanDecoder struct{ full runtime.Decoder }
+
+var (
+	workKind     = workv1alpha1.SchemeGroupVersion.WithKind("Work")
+	workListKind = workv1alpha1.SchemeGroupVersion.WithKind("WorkList")
+)
+
+func (d leanDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
+	if !bytes.HasPrefix(bytes.TrimLeft(data, " \t\r\n"), []byte("{")) {
+		return d.full.Decode(data, defaults, into)
+	}
+	switch into := into.(type) {
+	case nil:
+		// A watch event's object: most often a Work.
+		work := &workv1alpha1.Work{}
+		if kjson.UnmarshalCaseSensitivePreserveInts(data, leanOf(work)) != nil || work.GroupVersionKind() != workKind {
+			return d.full.Decode(data, defaults, nil)
+		}
+		work.TypeMeta = metav1.TypeMeta{}
+		return work, &workKind, nil
+	case *workv1alpha1.Work:
+		*into = workv1alpha1.Work{}
+		if kjson.UnmarshalCaseSensitivePreserveInts(data, leanOf(into)) != nil || into.GroupVersionKind() != workKind {
+			*into = workv1alpha1.Work{}
+			return d.full.Decode(data, defaults, into)
+		}
+		into.TypeMeta = metav1.TypeMeta{}
+		return into, &workKind, nil
+	case *workv1alpha1.WorkList:
+		var lean leanWorkList
+		if kjson.UnmarshalCaseSensitivePreserveInts(data, &lean) != nil || lean.GroupVersionKind() != workListKind {
+			return d.full.Decode(data, defaults, into)
+		}
+		*into = workv1alpha1.WorkList{ListMeta: lean.ListMeta, Items: make([]workv1alpha1.Work, len(lean.Items))}
+		for i, item := range lean.Items {
+			into.Items[i] = workv1alpha1.Work{TypeMeta: item.TypeMeta, ObjectMeta: item.Metadata.ObjectMeta, Spec: item.Spec.WorkSpec, Status: item.Status}
+		}
+		return into, &workListKind, nil
+	default:
+		return d.full.Decode(data, defaults, into)
+	}
+}
+
+// leanOf decodes a Work as JSON into work, but for its manifests and
+// managedFields: the fields named in leanWorkRef take the place of the
+// embedded ones of the same JSON name (encoding/json's rule for the
+// shallower field), and the others decode into work itself.
+func leanOf(work *workv1alpha1.Work) *leanWorkRef {
+	return &leanWorkRef{TypeMeta: &work.TypeMeta, Metadata: leanMetadataRef{ObjectMeta: &work.ObjectMeta}, Spec: leanSpecRef{WorkSpec: &work.Spec}, Status: &work.Status}
+}
+
+type leanWorkRef struct {
+	*metav1.TypeMeta `json:",inline"`
+	Metadata         leanMetadataRef          `json:"metadata"`
+	Spec             leanSpecRef              `json:"spec"`
+	Status           *workv1alpha1.WorkStatus `json:"status"`
+}
+
+type leanMetadataRef struct {
+	*metav1.ObjectMeta `json:",inline"`
+	ManagedFields      skipped `json:"managedFields"`
+}
+
+type leanSpecRef struct {
+	*workv1alpha1.WorkSpec `json:",inline"`
+	Workload               skipped `json:"workload"`
+}
+
+// leanWork is a Work of a list as JSON without its manifests and
+// managedFields, as leanWorkRef, by value: the decoder makes the items.
+type leanWork struct {
+	metav1.TypeMeta `json:",inline"`
+	Metadata        leanMetadata            `json:"metadata"`
+	Spec            leanSpec                `json:"spec"`
+	Status          workv1alpha1.WorkStatus `json:"status"`
+}
+
+type leanMetadata struct {
+	metav1.ObjectMeta `json:",inline"`
+	ManagedFields     skipped `json:"managedFields"`
+}
+
+type leanSpec struct {
+	workv1alpha1.WorkSpec `json:",inline"`
+	Workload              skipped `json:"workload"`
+}
+
+// skipped takes a JSON value and keeps nothing of it.
+type skipped struct{}
+
+func (*skipped) UnmarshalJSON([]byte) error { return nil }
+
+type leanWorkList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata"`
+	Items           []leanWork `json:"items"`
+}
