@@ -17,6 +17,8 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	kjson "sigs.k8s.io/json"
+
+	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
 )
 
 // CacheOptions are the options of the hub's cache for Works: cached
@@ -41,11 +43,13 @@ func CacheOptions(cfg *rest.Config, s *runtime.Scheme) (cache.Options, error) {
 // (LeanCodecs), which the cache drops anyway (CacheTransform); every other
 // object is listed and watched as controller-runtime does.
 //
-// Why: at 1000 members x 100 configs, decoding each Work whole, to drop
-// most of it, made most of the hub's garbage. Its collector then took the
-// CPU that should have drained the Works' watch; the API server cut the
-// watch off, and the informer streamed all 100,000 Works again, manifests
-// included, beside the cache it was replacing (make bench-scale).
+// Why: a watched Work decoded whole takes 1.6x the time and 1.4x the
+// garbage of one decoded without what the cache drops
+// (BenchmarkDecodeWork), at every report of every member; and when the
+// Works' watch is cut off, the informer streams every Work again: at 1000
+// members x 100 configs under the chart's memory limit, 110 MB of decoded
+// manifests were in flight during such a stream while the collector took
+// 77% of the hub's CPU (make bench-scale).
 //
 // The hub caches every Work: controller-runtime's list and watch options
 // for the Works' informer carry no selector, so this ListWatch applies
@@ -96,7 +100,11 @@ func leanWorks(cfg *rest.Config, httpClient *http.Client, s *runtime.Scheme) (*t
 
 // LeanCodecs decodes Works and WorkLists served as JSON without the
 // Works' manifests and managedFields: their bytes are scanned, never
-// copied nor decoded. Every other object, and any Work the lean decoding
+// copied nor decoded. A Work's route status is decoded as it arrives, as
+// the cache holds it (routework.DecodeStatus): a Work waiting for the
+// cache, as each does while the informer streams every Work again, holds
+// no raw status (about 1 KB a Work at 1000 members x 100 configs, make
+// bench-scale). Every other object, and any Work the lean decoding
 // refuses, is decoded by codecs.
 func LeanCodecs(codecs runtime.NegotiatedSerializer) runtime.NegotiatedSerializer {
 	return leanCodecs{codecs}
@@ -130,6 +138,7 @@ func (d leanDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into
 			return d.full.Decode(data, defaults, nil)
 		}
 		work.TypeMeta = metav1.TypeMeta{}
+		routework.DecodeStatus(work)
 		return work, &workKind, nil
 	case *workv1alpha1.Work:
 		*into = workv1alpha1.Work{}
@@ -138,6 +147,7 @@ func (d leanDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into
 			return d.full.Decode(data, defaults, into)
 		}
 		into.TypeMeta = metav1.TypeMeta{}
+		routework.DecodeStatus(into)
 		return into, &workKind, nil
 	case *workv1alpha1.WorkList:
 		var lean leanWorkList
@@ -147,6 +157,7 @@ func (d leanDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into
 		*into = workv1alpha1.WorkList{ListMeta: lean.ListMeta, Items: make([]workv1alpha1.Work, len(lean.Items))}
 		for i, item := range lean.Items {
 			into.Items[i] = workv1alpha1.Work{TypeMeta: item.TypeMeta, ObjectMeta: item.Metadata.ObjectMeta, Spec: item.Spec.WorkSpec, Status: item.Status}
+			routework.DecodeStatus(&into.Items[i])
 		}
 		return into, &workListKind, nil
 	default:

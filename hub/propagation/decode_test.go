@@ -43,11 +43,13 @@ func decoders(t testing.TB) (full, lean runtime.Decoder) {
 }
 
 // withoutDropped is obj as the lean decoding leaves it: a Work or the
-// Works of a list without their manifests and managedFields.
+// Works of a list without their manifests and managedFields, their route
+// status decoded.
 func withoutDropped(obj runtime.Object) runtime.Object {
 	strip := func(w *workv1alpha1.Work) {
 		w.ManagedFields = nil
 		w.Spec.Workload = workv1alpha1.WorkloadTemplate{}
+		routework.DecodeStatus(w)
 	}
 	switch obj := obj.(type) {
 	case *workv1alpha1.Work:
@@ -61,7 +63,8 @@ func withoutDropped(obj runtime.Object) runtime.Object {
 }
 
 // TestLeanDecode: a Work, a list of Works and a watch's bookmark decode as
-// the scheme decodes them, less the manifests and managedFields; whatever
+// the scheme decodes them, less the manifests and managedFields and with
+// the route status decoded; whatever
 // is not a Work as JSON, or does not decode as one, decodes as the scheme
 // decodes it, errors included.
 func TestLeanDecode(t *testing.T) {
@@ -144,6 +147,11 @@ func TestLeanDecode(t *testing.T) {
 			}
 			if w, ok := got.(*workv1alpha1.Work); ok && (w.Spec.Workload.Manifests != nil || w.ManagedFields != nil) {
 				t.Errorf("the lean Work keeps its manifests or managedFields")
+			}
+			if w, ok := got.(*workv1alpha1.Work); ok && len(w.Status.ManifestStatuses) > 0 {
+				if st := w.Status.ManifestStatuses[0].Status; st.Raw != nil || st.Object == nil {
+					t.Errorf("the lean Work holds its route status raw (%d bytes)", len(st.Raw))
+				}
 			}
 		})
 	}

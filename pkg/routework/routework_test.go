@@ -115,6 +115,14 @@ func TestManifestStatusReadsBack(t *testing.T) {
 			if ms.Status != nil && (decoded.Status.ManifestStatuses[0].Status.Raw != nil || decoded.Status.ManifestStatuses[0].Status.Object == nil) {
 				t.Errorf("decoded in place: %+v, want no raw status and the decoded one", decoded.Status.ManifestStatuses[0].Status)
 			}
+			// Decoded again (the hub's cache decodes as a Work arrives,
+			// and its transform decodes again): the same status, as held.
+			if ms.Status != nil {
+				held := decoded.Status.ManifestStatuses[0].Status.Object
+				if again := DecodeStatus(decoded); again == nil || runtime.Object(again) != held {
+					t.Errorf("DecodeStatus of a decoded status = %p, want the one held, %p", again, held)
+				}
+			}
 			for name, w := range map[string]*workv1alpha1.Work{"decoded": decoded, "its copy": decoded.DeepCopy()} {
 				again, err := ReadStatus(w)
 				if err != nil || !equality.Semantic.DeepEqual(again, report) {

@@ -173,15 +173,20 @@ func (d *DecodedRouteStatus) DeepCopyObject() runtime.Object {
 // DecodeStatus decodes the ShardRoute status work's status reflects in
 // place (DecodedRouteStatus), and returns it; nil when there is none. The
 // raw status is dropped: ReadStatus reads either. A status that does not
-// decode is left raw, for ReadStatus to report.
+// decode is left raw, for ReadStatus to report. A status decoded already
+// is returned as it is.
 func DecodeStatus(work *workv1alpha1.Work) *DecodedRouteStatus {
 	for i := range work.Status.ManifestStatuses {
 		ms := &work.Status.ManifestStatuses[i]
 		if !isRoute(ms.Identifier) {
 			continue
 		}
-		if ms.Status == nil || len(ms.Status.Raw) == 0 {
+		if ms.Status == nil {
 			return nil
+		}
+		if len(ms.Status.Raw) == 0 {
+			decoded, _ := ms.Status.Object.(*DecodedRouteStatus)
+			return decoded
 		}
 		decoded := &DecodedRouteStatus{}
 		if json.Unmarshal(ms.Status.Raw, (*ctrlmeshv1alpha1.ShardRouteStatus)(decoded)) != nil {
