@@ -24,6 +24,9 @@ import (
 // CacheOptions are the options of the hub's cache for Works: cached
 // without their managedFields and manifests (CacheTransform), and decoded
 // without them (NewInformer). Other objects lose their managedFields only.
+// The hub caches every Work: these options, and those the hub adds, select
+// no namespace, label or field of Works, which the Works' ListWatch would
+// not apply (NewInformer).
 func CacheOptions(cfg *rest.Config, s *runtime.Scheme) (cache.Options, error) {
 	// The cache's connections, the Works' watch among them.
 	httpClient, err := rest.HTTPClientFor(cfg)
@@ -76,6 +79,9 @@ func leanWorks(cfg *rest.Config, httpClient *http.Client, s *runtime.Scheme) (*t
 	cfg.GroupVersion = &workv1alpha1.SchemeGroupVersion
 	cfg.APIPath = "/apis"
 	cfg.NegotiatedSerializer = LeanCodecs(serializer.WithoutConversionCodecFactory{CodecFactory: serializer.NewCodecFactory(s)})
+	// Works are custom resources: the API server serves them as JSON, the
+	// only encoding the lean decoding reads.
+	cfg.ContentType, cfg.AcceptContentTypes = runtime.ContentTypeJSON, runtime.ContentTypeJSON
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
 	}
