@@ -139,22 +139,16 @@ func (d leanDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into
 	switch into := into.(type) {
 	case nil:
 		// A watch event's object: most often a Work.
-		work := &workv1alpha1.Work{}
-		if kjson.UnmarshalCaseSensitivePreserveInts(data, leanOf(work)) != nil || work.GroupVersionKind() != workKind {
-			return d.full.Decode(data, defaults, nil)
+		if work, ok := d.decodeWork(data, &workv1alpha1.Work{}); ok {
+			return work, &workKind, nil
 		}
-		work.TypeMeta = metav1.TypeMeta{}
-		routework.DecodeStatus(work)
-		return work, &workKind, nil
+		return d.full.Decode(data, defaults, nil)
 	case *workv1alpha1.Work:
-		*into = workv1alpha1.Work{}
-		if kjson.UnmarshalCaseSensitivePreserveInts(data, leanOf(into)) != nil || into.GroupVersionKind() != workKind {
-			*into = workv1alpha1.Work{}
-			return d.full.Decode(data, defaults, into)
+		if work, ok := d.decodeWork(data, into); ok {
+			return work, &workKind, nil
 		}
-		into.TypeMeta = metav1.TypeMeta{}
-		routework.DecodeStatus(into)
-		return into, &workKind, nil
+		*into = workv1alpha1.Work{}
+		return d.full.Decode(data, defaults, into)
 	case *workv1alpha1.WorkList:
 		var lean leanWorkList
 		if kjson.UnmarshalCaseSensitivePreserveInts(data, &lean) != nil || lean.GroupVersionKind() != workListKind {
@@ -169,6 +163,18 @@ func (d leanDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into
 	default:
 		return d.full.Decode(data, defaults, into)
 	}
+}
+
+// decodeWork decodes data into work, replacing what it held, when data is
+// a Work as JSON the lean decoding reads.
+func (leanDecoder) decodeWork(data []byte, work *workv1alpha1.Work) (*workv1alpha1.Work, bool) {
+	*work = workv1alpha1.Work{}
+	if kjson.UnmarshalCaseSensitivePreserveInts(data, leanOf(work)) != nil || work.GroupVersionKind() != workKind {
+		return nil, false
+	}
+	work.TypeMeta = metav1.TypeMeta{}
+	routework.DecodeStatus(work)
+	return work, true
 }
 
 // leanOf decodes a Work as JSON into work, but for its manifests and
