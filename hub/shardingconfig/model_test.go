@@ -67,14 +67,19 @@ func startHubTuned(t *testing.T, rulesValidity time.Duration, writer func(client
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The hub's cache: Works decoded and cached without manifests,
+	// ShardingConfigs without their placement.
+	cacheOpts, err := propagation.CacheOptions(hubIdentity, fleet.Scheme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cacheOpts.ByObject = map[client.Object]cache.ByObject{
+		&ctrlmeshv1alpha1.ShardingConfig{}: {Transform: shardingconfig.CacheTransform},
+	}
 	mgr, err := ctrl.NewManager(hubIdentity, ctrl.Options{
 		Scheme: fleet.Scheme, Logger: logr.Discard(),
 		Metrics: metricsserver.Options{BindAddress: "0"},
-		// The hub's cache: Works without manifests, ShardingConfigs
-		// without their placement.
-		Cache: cache.Options{DefaultTransform: propagation.CacheTransform, ByObject: map[client.Object]cache.ByObject{
-			&ctrlmeshv1alpha1.ShardingConfig{}: {Transform: shardingconfig.CacheTransform},
-		}},
+		Cache:   cacheOpts,
 		// Tests run several managers, one after the other, in one process.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
