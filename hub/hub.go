@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
 	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -136,20 +137,9 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	cfg := clientConfig(opts)
-	// Cached objects without their managedFields: the hub never reads
-	// them, and they grow with every manager writing an object (the
-	// Works' manifests and status are tracked field by field). An update
-	// from the cache omits them, and the API server then keeps its own
-	// (TestWriterThroughLeanCache). Works without their manifests either,
-	// decoded without them, and with one copy of the strings they repeat
-	// (propagation.CacheOptions); ShardingConfigs without their status's
-	// placement (shardingconfig.CacheTransform).
-	cacheOpts, err := propagation.CacheOptions(cfg, scheme)
+	cacheOpts, err := CacheOptions(cfg, scheme)
 	if err != nil {
-		return fmt.Errorf("hub: %w", err)
-	}
-	cacheOpts.ByObject = map[client.Object]cache.ByObject{
-		&ctrlmeshv1alpha1.ShardingConfig{}: {Transform: shardingconfig.CacheTransform},
+		return err
 	}
 	mgr, err := manager.New(cfg, manager.Options{
 		Scheme: scheme, Logger: opts.Log,
@@ -217,6 +207,26 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("hub: %w", err)
 	}
 	return nil
+}
+
+// CacheOptions are the options of the hub's cache. Cached objects are
+// without their managedFields: the hub never reads them, and they grow
+// with every manager writing an object (the Works' manifests and status
+// are tracked field by field). An update from the cache omits them, and
+// the API server then keeps its own (TestWriterThroughLeanCache). Works
+// are without their manifests either, decoded without them, and with one
+// copy of the strings they repeat (propagation.CacheOptions);
+// ShardingConfigs without their status's placement
+// (shardingconfig.CacheTransform).
+func CacheOptions(cfg *rest.Config, scheme *runtime.Scheme) (cache.Options, error) {
+	opts, err := propagation.CacheOptions(cfg, scheme)
+	if err != nil {
+		return cache.Options{}, fmt.Errorf("hub: %w", err)
+	}
+	opts.ByObject = map[client.Object]cache.ByObject{
+		&ctrlmeshv1alpha1.ShardingConfig{}: {Transform: shardingconfig.CacheTransform},
+	}
+	return opts, nil
 }
 
 // Defaults of Options.LeaseDuration, RenewDeadline and RetryPeriod:

@@ -20,13 +20,13 @@ import (
 	"k8s.io/utils/ptr"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
+	ctrlmeshhub "github.com/ctrlmesh/ctrlmesh/hub"
 	"github.com/ctrlmesh/ctrlmesh/hub/clusters"
 	"github.com/ctrlmesh/ctrlmesh/hub/propagation"
 	"github.com/ctrlmesh/ctrlmesh/hub/shardingconfig"
@@ -69,12 +69,9 @@ func startHubTuned(t *testing.T, rulesValidity time.Duration, writer func(client
 	}
 	// The hub's cache: Works decoded and cached without manifests,
 	// ShardingConfigs without their placement.
-	cacheOpts, err := propagation.CacheOptions(hubIdentity, fleet.Scheme)
+	cacheOpts, err := ctrlmeshhub.CacheOptions(hubIdentity, fleet.Scheme)
 	if err != nil {
 		t.Fatal(err)
-	}
-	cacheOpts.ByObject = map[client.Object]cache.ByObject{
-		&ctrlmeshv1alpha1.ShardingConfig{}: {Transform: shardingconfig.CacheTransform},
 	}
 	mgr, err := ctrl.NewManager(hubIdentity, ctrl.Options{
 		Scheme: fleet.Scheme, Logger: logr.Discard(),
