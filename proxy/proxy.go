@@ -151,6 +151,12 @@ type state struct {
 	// lapsed is true when withdrawn is for a lapsed validity: a renewal
 	// puts the rules back in force.
 	lapsed bool
+	// settled closes once the operator has taken up the epoch's selection
+	// (every stream it keeps relisted under it), or once a newer change
+	// supersedes it. States of one epoch share it: rules that leave the
+	// selection as it was are taken up when the rules before them are,
+	// which may not have happened yet. Set and read under Proxy.mu.
+	settled <-chan struct{}
 }
 
 // expiries holds, per resource, the channel whose closing ends the sharded
@@ -286,6 +292,9 @@ type shardedRead struct {
 	expire chan string
 	// proof, in range mode, is what the response must be proven against.
 	proof *shardProof
+	// listStreamed, for a watch that streams its list first, records that
+	// the list has ended (its initial-events-end bookmark seen).
+	listStreamed func()
 }
 
 // checkRead prepares the 200 response to a sharded list or watch: a watch
@@ -305,6 +314,25 @@ func (p *Proxy) checkRead(resp *http.Response, read *shardedRead) error {
 				if err != nil {
 					refused(err)
 					return errors.New(unshardedText(read, err))
+				}
+				return nil
+			}
+		}
+		if read.listStreamed != nil {
+			// The list ends with a bookmark, recorded as it is handed on:
+			// the operator's cache holds the new selection once its
+			// reflector has read it. Check sees the frames in order, from
+			// one goroutine.
+			proven, streamed := check, false
+			check = func(framing watchstream.Framing, frame []byte) error {
+				if proven != nil {
+					if err := proven(framing, frame); err != nil {
+						return err
+					}
+				}
+				if !streamed && initialEventsEnd(framing, frame) {
+					streamed = true
+					read.listStreamed()
 				}
 				return nil
 			}
@@ -390,17 +418,28 @@ func (p *Proxy) setRulesLocked(snap *rules.Snapshot) {
 	p.setPoliciesLocked(snap.Policies)
 	p.log.Info("rules in force", "hash", snap.Hash(), "generation", snap.Generation(), "shard", snap.Shard,
 		"ownership", ownershipText(snap), "mode", snap.Mode, "selectionChanged", changed)
-	if !changed {
-		p.setApplied(snap)
-		return
-	}
-	settled := p.selections.beginChange(next.epoch, unchanged)
-	if !snap.Serving() {
+	switch {
+	case !changed:
+		// Same selection, same epoch: applied once the rules before are.
+		// Those may still wait for the operator to relist without buckets
+		// they revoked; counting these applied at once would tell the hub
+		// to grant those buckets elsewhere while the operator's cache still
+		// holds their objects.
+		next.settled = old.settled
+	case !snap.Serving():
 		// A pod that now serves nothing is done once its old watches have
 		// ended (above): its sharded reads get 503 and its writes 403, so
 		// no relist can come to wait for.
+		p.selections.beginChange(next.epoch, unchanged)
+		next.settled = closedChannel
+	default:
+		next.settled = p.selections.beginChange(next.epoch, unchanged)
+	}
+	select {
+	case <-next.settled:
 		p.setApplied(snap)
 		return
+	default:
 	}
 	go func() {
 		timer := time.NewTimer(p.settleTimeout)
@@ -408,7 +447,7 @@ func (p *Proxy) setRulesLocked(snap *rules.Snapshot) {
 		select {
 		case <-p.stopped:
 			return
-		case <-settled:
+		case <-next.settled:
 		case <-timer.C:
 			p.log.Info("not every open watch was re-established under the new rules in time; counting them applied",
 				"hash", snap.Hash(), "timeout", p.settleTimeout, "waitingFor", p.selections.pending())
@@ -420,6 +459,13 @@ func (p *Proxy) setRulesLocked(snap *rules.Snapshot) {
 		}
 	}()
 }
+
+// closedChannel is the settled of a state with nothing to wait for.
+var closedChannel = func() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 func (p *Proxy) setApplied(snap *rules.Snapshot) {
 	p.appliedMu.Lock()
@@ -474,7 +520,7 @@ func (p *Proxy) unassignLocked(snap *rules.Snapshot, message string, lapsed bool
 	old := p.state.Load()
 	unassigned := *snap
 	unassigned.Shard = ""
-	next := &state{snap: &unassigned, epoch: 1, expiries: newExpiries(), withdrawn: message, lapsed: lapsed}
+	next := &state{snap: &unassigned, epoch: 1, expiries: newExpiries(), withdrawn: message, lapsed: lapsed, settled: closedChannel}
 	never := func(schema.GroupResource) bool { return false }
 	if old != nil {
 		next.epoch = old.epoch + 1
@@ -783,14 +829,19 @@ func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, inf
 		// a list or watch under the same selection: otherwise the operator's
 		// cache holds objects of another selection, and only a relist fixes
 		// it. 410 Expired makes client-go reflectors relist.
-		resumes := query.Get("resourceVersion") != "" && query.Get("sendInitialEvents") != "true"
+		streamsList := query.Get("sendInitialEvents") == "true"
+		resumes := query.Get("resourceVersion") != "" && !streamsList
 		if resumes && p.selections.servedEpoch(key) != st.epoch {
 			p.metrics.relistsForced.With("stale-resource-version").Inc()
 			apistatus.Write(w, http.StatusGone, metav1.StatusReasonExpired,
 				"ctrlmesh proxy: the shard's selection changed since this resourceVersion was served: relist required", nil)
 			return
 		}
-		p.selections.watchOpened(key, st.epoch)
+		p.selections.watchOpened(key, st.epoch, streamsList)
+		if streamsList {
+			epoch := st.epoch
+			read.listStreamed = func() { p.selections.listStreamed(key, epoch) }
+		}
 		defer p.selections.watchClosed(key)
 		read.expire = st.expiries.channel(gr)
 		p.reverse.ServeHTTP(w, out.WithContext(context.WithValue(out.Context(), shardedReadKey{}, read)))

@@ -125,13 +125,32 @@ func (s *selections) markServed(key selectionKey, epoch uint64) {
 	s.stream(key).served = epoch
 }
 
-// watchOpened records a watch of key opened under epoch.
-func (s *selections) watchOpened(key selectionKey, epoch uint64) {
+// watchOpened records a watch of key opened under epoch. A watch that
+// streams its list first (sendInitialEvents, client-go's WatchListClient)
+// is served under epoch only once that list has ended (listStreamed): until
+// then the informer's cache holds what it held before.
+func (s *selections) watchOpened(key selectionKey, epoch uint64, streamsList bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.stream(key)
-	st.served = epoch
 	st.open++
+	if !streamsList {
+		s.servedLocked(key, st, epoch)
+	}
+}
+
+// listStreamed records that a watch of key opened under epoch has streamed
+// its initial list to the operator: the informer replaces its cache with it.
+func (s *selections) listStreamed(key selectionKey, epoch uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.servedLocked(key, s.stream(key), epoch)
+}
+
+// servedLocked records that key's informer holds the selection of epoch;
+// the caller holds mu.
+func (s *selections) servedLocked(key selectionKey, st *stream, epoch uint64) {
+	st.served = epoch
 	if epoch == s.target && s.waiting[key] {
 		delete(s.waiting, key)
 		s.settleIfDone()

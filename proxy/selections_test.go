@@ -30,13 +30,13 @@ func TestSelectionsSettle(t *testing.T) {
 	}
 
 	// Two informers watching; pods was watched long ago and is gone.
-	s.watchOpened(pods, 1)
+	s.watchOpened(pods, 1, false)
 	s.watchClosed(pods)
 	now = now.Add(time.Hour)
 	s.markServed(cms, 1)
-	s.watchOpened(cms, 1)
+	s.watchOpened(cms, 1, false)
 	s.markServed(secrets, 1)
-	s.watchOpened(secrets, 1)
+	s.watchOpened(secrets, 1, false)
 	ch := s.beginChange(2, allChanged)
 	if settled(ch) {
 		t.Fatal("settled while watches of the old epoch are open")
@@ -51,15 +51,15 @@ func TestSelectionsSettle(t *testing.T) {
 	if settled(ch) {
 		t.Fatal("a list alone settled: the informer may not have stored it yet")
 	}
-	s.watchOpened(cms, 2)
+	s.watchOpened(cms, 2, false)
 	// secrets: a watch opened under the old epoch does not count.
 	s.watchClosed(secrets)
-	s.watchOpened(secrets, 1)
+	s.watchOpened(secrets, 1, false)
 	if settled(ch) {
 		t.Fatal("an old-epoch watch settled the change")
 	}
 	s.watchClosed(secrets)
-	s.watchOpened(secrets, 2)
+	s.watchOpened(secrets, 2, false)
 	if !settled(ch) {
 		t.Fatalf("not settled after both re-watched; pending %v", s.pending())
 	}
@@ -78,14 +78,29 @@ func TestSelectionsSettle(t *testing.T) {
 	if !settled(ch) {
 		t.Fatal("the superseded change's waiter was not released")
 	}
-	s.watchOpened(cms, 3)
+	s.watchOpened(cms, 3, false)
 	if settled(newer) {
 		t.Fatal("a watch of epoch 3 settled the change to 4")
 	}
-	s.watchOpened(cms, 4)
-	s.watchOpened(secrets, 4)
+	s.watchOpened(cms, 4, false)
+	s.watchOpened(secrets, 4, false)
 	if !settled(newer) {
 		t.Fatalf("change to 4 not settled; pending %v", s.pending())
+	}
+
+	// A watch that streams its list (sendInitialEvents) counts once the
+	// list has ended, not when it opens.
+	ch = s.beginChange(5, allChanged)
+	s.watchClosed(cms)
+	s.watchOpened(cms, 5, true)
+	s.watchClosed(secrets)
+	s.watchOpened(secrets, 5, false)
+	if settled(ch) {
+		t.Fatal("settled while a watch of epoch 5 was still streaming its list")
+	}
+	s.listStreamed(cms, 5)
+	if !settled(ch) {
+		t.Fatalf("change to 5 not settled once the list was streamed; pending %v", s.pending())
 	}
 }
 
@@ -98,8 +113,8 @@ func TestSelectionsCarryUnchangedResources(t *testing.T) {
 	stale := selectionKey{gr: schema.GroupResource{Resource: "configmaps"}, namespace: "ns"}
 	onlySecretsChanged := func(gr schema.GroupResource) bool { return gr.Resource != "secrets" }
 	s := newSelections()
-	s.watchOpened(cms, 1)
-	s.watchOpened(secrets, 1)
+	s.watchOpened(cms, 1, false)
+	s.watchOpened(secrets, 1, false)
 	// A configmaps stream last served under an older epoch is not carried.
 	s.markServed(stale, 0)
 
@@ -111,7 +126,7 @@ func TestSelectionsCarryUnchangedResources(t *testing.T) {
 		t.Fatalf("a stream served under epoch 0 was carried to %d", s.servedEpoch(stale))
 	}
 	s.watchClosed(secrets)
-	s.watchOpened(secrets, 2)
+	s.watchOpened(secrets, 2, false)
 	select {
 	case <-ch:
 	default:
@@ -130,9 +145,9 @@ func TestSelectionsBounded(t *testing.T) {
 	cms := schema.GroupResource{Resource: "configmaps"}
 	informer := selectionKey{gr: cms, labelSel: "app=x"}
 	s.markServed(informer, 1)
-	s.watchOpened(informer, 1)
+	s.watchOpened(informer, 1, false)
 	closedRecently := selectionKey{gr: cms, labelSel: "app=y"}
-	s.watchOpened(closedRecently, 1)
+	s.watchOpened(closedRecently, 1, false)
 	s.watchClosed(closedRecently)
 	ch := s.beginChange(2, func(schema.GroupResource) bool { return false })
 
@@ -154,8 +169,8 @@ func TestSelectionsBounded(t *testing.T) {
 	if _, ok := s.streams[closedRecently]; !ok {
 		t.Error("a stream the change waits for was forgotten")
 	}
-	s.watchOpened(informer, 2)
-	s.watchOpened(closedRecently, 2)
+	s.watchOpened(informer, 2, false)
+	s.watchOpened(closedRecently, 2, false)
 	select {
 	case <-ch:
 	default:
