@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
@@ -17,8 +18,6 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	kjson "sigs.k8s.io/json"
-
-	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
 )
 
 // CacheOptions are the options of the hub's cache for Works: cached
@@ -33,52 +32,110 @@ func CacheOptions(cfg *rest.Config, s *runtime.Scheme) (cache.Options, error) {
 	if err != nil {
 		return cache.Options{}, fmt.Errorf("a client of the hub cluster: %w", err)
 	}
-	newInformer, err := NewInformer(cfg, httpClient, s)
+	cached := &cachedWorks{}
+	newInformer, err := informerConstructor(cfg, httpClient, s, cached)
 	if err != nil {
 		return cache.Options{}, err
 	}
-	return cache.Options{Scheme: s, HTTPClient: httpClient, DefaultTransform: CacheTransform, NewInformer: newInformer}, nil
+	return cache.Options{Scheme: s, HTTPClient: httpClient, DefaultTransform: transformDecoded, NewInformer: newInformer}, nil
 }
 
-// NewInformer is the hub cache's informer constructor
+// informerConstructor is the hub cache's informer constructor
 // (cache.Options.NewInformer). It lists and watches Works through a client
 // of their own that decodes them without their manifests and managedFields
-// (LeanCodecs), which the cache drops anyway (CacheTransform); every other
-// object is listed and watched as controller-runtime does.
+// (LeanCodecs), which the cache drops anyway (CacheTransform), and that
+// hands on the cache's own Work for a watched Work the cache holds at the
+// same resourceVersion (cached); every other object is listed and watched
+// as controller-runtime does.
 //
 // Why: a watched Work decoded whole takes 1.6x the time and 1.4x the
 // garbage of one decoded without what the cache drops
-// (BenchmarkDecodeWork), at every report of every member; and when the
-// Works' watch is cut off, the informer streams every Work again: at 1000
-// members x 100 configs under the chart's memory limit, 110 MB of decoded
-// manifests were in flight during such a stream while the collector took
-// 77% of the hub's CPU (make bench-scale).
+// (BenchmarkDecodeWork), at every report of every member. And when the
+// Works' watch is cut off, the informer streams every Work again and holds
+// what it streamed beside the cache until the stream ends: at 1000 members
+// x 100 configs under the chart's memory limit, first 110 MB of decoded
+// manifests, then a second copy of every cached Work (687 MB live in all)
+// were in flight during such a stream (make bench-scale).
 //
 // The hub caches every Work: controller-runtime's list and watch options
 // for the Works' informer carry no selector, so this ListWatch applies
 // none. httpClient is the cache's (cache.Options.HTTPClient), so that the
 // Works' watch shares its connections.
-func NewInformer(cfg *rest.Config, httpClient *http.Client, s *runtime.Scheme) (func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer, error) {
-	works, err := leanWorks(cfg, httpClient, s)
+func informerConstructor(cfg *rest.Config, httpClient *http.Client, s *runtime.Scheme, cached *cachedWorks) (func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer, error) {
+	works, err := leanWorks(cfg, httpClient, s, cached)
 	if err != nil {
 		return nil, err
 	}
 	return func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
-		if _, ok := obj.(*workv1alpha1.Work); ok {
-			lw = works
+		if _, ok := obj.(*workv1alpha1.Work); !ok {
+			return toolscache.NewSharedIndexInformer(lw, obj, resync, indexers)
 		}
-		return toolscache.NewSharedIndexInformer(lw, obj, resync, indexers)
+		informer := toolscache.NewSharedIndexInformer(works, obj, resync, indexers)
+		cached.set(informer.GetIndexer())
+		return informer
 	}, nil
+}
+
+// cachedWorks finds, for a Work just decoded, the one the hub's cache
+// holds at the same resourceVersion, once the Works' informer exists.
+//
+// A Work streamed again (the informer's watch cut off and restarted) is
+// most often unchanged: handing on the cache's own Work for it, rather
+// than the one decoded, keeps one copy of each Work, not two, while the
+// stream lasts. The cache's Works are shared with its readers, so nothing
+// may write them: the decoder hands on Works as the cache holds them
+// (CacheTransform), and the cache's transform leaves Works as they are
+// (transformDecoded).
+type cachedWorks struct {
+	indexer atomic.Pointer[toolscache.Indexer]
+}
+
+func (c *cachedWorks) set(indexer toolscache.Indexer) { c.indexer.Store(&indexer) }
+
+// held is the Work the cache holds under work's namespace and name, nil if
+// none (or no cache yet).
+func (c *cachedWorks) held(work *workv1alpha1.Work) *workv1alpha1.Work {
+	indexer := c.indexer.Load()
+	if indexer == nil {
+		return nil
+	}
+	obj, ok, err := (*indexer).GetByKey(toolscache.ObjectName{Namespace: work.Namespace, Name: work.Name}.String())
+	if err != nil || !ok {
+		return nil
+	}
+	held, _ := obj.(*workv1alpha1.Work)
+	return held
+}
+
+// same is the cache's own Work for work when the cache holds it at work's
+// UID and resourceVersion, whose content is work's; otherwise work.
+func (c *cachedWorks) same(work *workv1alpha1.Work) *workv1alpha1.Work {
+	if held := c.held(work); held != nil && held.UID == work.UID && held.ResourceVersion == work.ResourceVersion {
+		return held
+	}
+	return work
+}
+
+// transformDecoded is the cache's transform
+// (cache.Options.DefaultTransform). Works arrive from their decoder
+// (leanDecoder) as the cache holds them, some of them the cache's own
+// (cachedWorks), which nothing may write while its readers may be reading
+// them: they pass unchanged. Other objects go through CacheTransform.
+func transformDecoded(obj any) (any, error) {
+	if _, ok := obj.(*workv1alpha1.Work); ok {
+		return obj, nil
+	}
+	return CacheTransform(obj)
 }
 
 // leanWorks lists and watches all Works, decoded by LeanCodecs, as
 // controller-runtime's informers list and watch typed objects (with
 // bookmarks).
-func leanWorks(cfg *rest.Config, httpClient *http.Client, s *runtime.Scheme) (*toolscache.ListWatch, error) {
+func leanWorks(cfg *rest.Config, httpClient *http.Client, s *runtime.Scheme, cached *cachedWorks) (*toolscache.ListWatch, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.GroupVersion = &workv1alpha1.SchemeGroupVersion
 	cfg.APIPath = "/apis"
-	cfg.NegotiatedSerializer = LeanCodecs(serializer.WithoutConversionCodecFactory{CodecFactory: serializer.NewCodecFactory(s)})
+	cfg.NegotiatedSerializer = leanCodecs{NegotiatedSerializer: serializer.WithoutConversionCodecFactory{CodecFactory: serializer.NewCodecFactory(s)}, cached: cached}
 	// Works are custom resources: the API server serves them as JSON, the
 	// only encoding the lean decoding reads.
 	cfg.ContentType, cfg.AcceptContentTypes = runtime.ContentTypeJSON, runtime.ContentTypeJSON
@@ -106,26 +163,35 @@ func leanWorks(cfg *rest.Config, httpClient *http.Client, s *runtime.Scheme) (*t
 
 // LeanCodecs decodes Works and WorkLists served as JSON without the
 // Works' manifests and managedFields: their bytes are scanned, never
-// copied nor decoded. A Work's route status is decoded as it arrives, as
-// the cache holds it (routework.DecodeStatus): a Work waiting for the
-// cache, as each does while the informer streams every Work again, holds
-// no raw status (about 1 KB a Work at 1000 members x 100 configs, make
-// bench-scale). Every other object, and any Work the lean decoding
-// refuses, is decoded by codecs.
+// copied nor decoded. Every Work comes out as the cache holds it
+// (CacheTransform), its route status decoded among the rest: a Work
+// waiting for the cache, as each does while the informer streams every
+// Work again, holds no raw status (about 1 KB a Work at 1000 members x 100
+// configs, make bench-scale). Every other object, and any Work the lean
+// decoding refuses, is decoded by codecs (a Work then through
+// CacheTransform too).
 func LeanCodecs(codecs runtime.NegotiatedSerializer) runtime.NegotiatedSerializer {
-	return leanCodecs{codecs}
+	return leanCodecs{NegotiatedSerializer: codecs}
 }
 
-type leanCodecs struct{ runtime.NegotiatedSerializer }
+type leanCodecs struct {
+	runtime.NegotiatedSerializer
+	// cached, when not nil, hands on the cache's own Work for a watched
+	// Work it holds unchanged.
+	cached *cachedWorks
+}
 
 func (c leanCodecs) DecoderToVersion(d runtime.Decoder, gv runtime.GroupVersioner) runtime.Decoder {
-	return leanDecoder{full: c.NegotiatedSerializer.DecoderToVersion(d, gv)}
+	return leanDecoder{full: c.NegotiatedSerializer.DecoderToVersion(d, gv), cached: c.cached}
 }
 
 // leanDecoder decodes as full does, but Works without their manifests and
 // managedFields. Like full (runtime.WithoutVersionDecoder), it leaves the
 // object it returns without its kind.
-type leanDecoder struct{ full runtime.Decoder }
+type leanDecoder struct {
+	full   runtime.Decoder
+	cached *cachedWorks
+}
 
 var (
 	workKind     = workv1alpha1.SchemeGroupVersion.WithKind("Work")
@@ -133,6 +199,31 @@ var (
 )
 
 func (d leanDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
+	obj, gvk, err := d.decode(data, defaults, into)
+	if err != nil {
+		return obj, gvk, err
+	}
+	switch obj := obj.(type) {
+	case *workv1alpha1.Work:
+		// A Work decoded into a caller's object is the caller's: only a
+		// watched one may be the cache's own.
+		if into == nil && d.cached != nil {
+			if held := d.cached.same(obj); held != obj {
+				return held, gvk, nil
+			}
+		}
+		cacheWork(obj)
+	case *workv1alpha1.WorkList:
+		for i := range obj.Items {
+			cacheWork(&obj.Items[i])
+		}
+	}
+	return obj, gvk, nil
+}
+
+// decode decodes data as full does, but a Work or WorkList as JSON
+// without the Works' manifests and managedFields.
+func (d leanDecoder) decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
 	if !bytes.HasPrefix(bytes.TrimLeft(data, " \t\r\n"), []byte("{")) {
 		return d.full.Decode(data, defaults, into)
 	}
@@ -157,7 +248,6 @@ func (d leanDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into
 		*into = workv1alpha1.WorkList{ListMeta: lean.ListMeta, Items: make([]workv1alpha1.Work, len(lean.Items))}
 		for i, item := range lean.Items {
 			into.Items[i] = workv1alpha1.Work{TypeMeta: item.TypeMeta, ObjectMeta: item.Metadata.ObjectMeta, Spec: item.Spec.WorkSpec, Status: item.Status}
-			routework.DecodeStatus(&into.Items[i])
 		}
 		return into, &workListKind, nil
 	default:
@@ -173,7 +263,6 @@ func (leanDecoder) decodeWork(data []byte, work *workv1alpha1.Work) (*workv1alph
 		return nil, false
 	}
 	work.TypeMeta = metav1.TypeMeta{}
-	routework.DecodeStatus(work)
 	return work, true
 }
 

@@ -29,6 +29,12 @@ import (
 // and the hub's cache's (lean).
 func decoders(t testing.TB) (full, lean runtime.Decoder) {
 	t.Helper()
+	return decodersWith(t, nil)
+}
+
+// decodersWith are decoders, the lean one handing on cached's Works.
+func decodersWith(t testing.TB, cached *cachedWorks) (full, lean runtime.Decoder) {
+	t.Helper()
 	s, err := scheme.New()
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +45,7 @@ func decoders(t testing.TB) (full, lean runtime.Decoder) {
 		t.Fatal("the scheme's codecs serve no JSON")
 	}
 	return codecs.DecoderToVersion(info.Serializer, workv1alpha1.SchemeGroupVersion),
-		LeanCodecs(codecs).DecoderToVersion(info.Serializer, workv1alpha1.SchemeGroupVersion)
+		leanCodecs{NegotiatedSerializer: codecs, cached: cached}.DecoderToVersion(info.Serializer, workv1alpha1.SchemeGroupVersion)
 }
 
 // withoutDropped is obj as the lean decoding leaves it: a Work or the
