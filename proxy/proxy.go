@@ -29,6 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/rest"
 
@@ -426,13 +427,10 @@ func (p *Proxy) setRulesLocked(snap *rules.Snapshot) {
 		// to grant those buckets elsewhere while the operator's cache still
 		// holds their objects.
 		next.settled = old.settled
-	case !snap.Serving():
-		// A pod that now serves nothing is done once its old watches have
-		// ended (above): its sharded reads get 503 and its writes 403, so
-		// no relist can come to wait for.
-		p.selections.beginChange(next.epoch, unchanged)
-		next.settled = closedChannel
 	default:
+		// A pod that now serves nothing waits too: it is served empty
+		// lists and watches, and its informers drop what they held once
+		// they have relisted (serveRead).
 		next.settled = p.selections.beginChange(next.epoch, unchanged)
 	}
 	select {
@@ -776,20 +774,26 @@ func (p *Proxy) count(verb, outcome string) {
 // serveRead narrows a list or watch to the shard.
 func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, info *request.RequestInfo, gr schema.GroupResource, limit *rules.Limit) {
 	snap := st.snap
-	if limit != nil && !snap.Serving() {
-		msg := fmt.Sprintf("ctrlmesh proxy: pod %s serves no buckets in rules generation %d yet", snap.Pod, snap.Generation())
-		if st.withdrawn != "" {
-			msg = fmt.Sprintf("ctrlmesh proxy: %s of %s is refused: %s", info.Verb, info.Resource, st.withdrawn)
-		}
+	if limit != nil && st.withdrawn != "" {
 		p.count(info.Verb, outcomeUnavailable)
-		apistatus.Write(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, msg, nil)
+		apistatus.Write(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+			fmt.Sprintf("ctrlmesh proxy: %s of %s is refused: %s", info.Verb, info.Resource, st.withdrawn), nil)
 		return
 	}
+	// A pod in the rules that serves no bucket (not listed, or its shard
+	// has pending buckets only) is served nothing rather than refused: its
+	// informers relist empty and drop what they held, and its rules count
+	// as applied once they have. Refused, they would keep their last
+	// objects, and the operator would go on reconciling them from its cache
+	// while the hub grants their buckets elsewhere.
+	empty := limit != nil && !snap.Serving()
 	query := r.URL.Query()
 	key := selectionKey{gr: gr, namespace: info.Namespace, labelSel: query.Get("labelSelector"), fieldSel: query.Get("fieldSelector")}
 	var ranges []sharding.HashRange
 	var err error
-	if limit != nil {
+	if empty {
+		err = narrowToNothing(query)
+	} else if limit != nil {
 		ranges, err = narrow(query, snap, limit)
 	} else {
 		err = narrowIsolated(query, snap, info.Namespace)
@@ -799,7 +803,7 @@ func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, inf
 		apistatus.Write(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "ctrlmesh proxy: "+err.Error(), nil)
 		return
 	}
-	if limit != nil {
+	if limit != nil && !empty {
 		p.metrics.injectedSelectors.With(string(snap.Mode)).Inc()
 	}
 	p.count(info.Verb, outcomeSharded)
@@ -808,7 +812,7 @@ func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, inf
 	out.URL.RawQuery = query.Encode()
 	out.Header.Set("Accept", framableAccept(r.Header.Values("Accept")))
 	read := &shardedRead{verb: info.Verb, gr: gr}
-	if limit != nil && snap.Mode == rules.ModeRange {
+	if limit != nil && !empty && snap.Mode == rules.ModeRange {
 		read.proof = &shardProof{ranges: ranges, sent: query.Get("shardSelector")}
 	}
 	if read.proof != nil || info.Verb == "watch" {
@@ -941,6 +945,26 @@ func narrow(query url.Values, snap *rules.Snapshot, limit *rules.Limit) ([]shard
 	// constrains narrows it further.
 	query.Set("labelSelector", sel.Add(reqs...).String())
 	return ranges, nil
+}
+
+// narrowToNothing narrows a list or watch to no object at all: the
+// request's label selector AND a label both present and absent, which the
+// API server matches against no object, in either mode.
+func narrowToNothing(query url.Values) error {
+	sel, err := labels.Parse(query.Get("labelSelector"))
+	if err != nil {
+		return fmt.Errorf("the request's labelSelector: %w", err)
+	}
+	present, err := labels.NewRequirement(ctrlmeshv1alpha1.ShardingHashLabel, selection.Exists, nil)
+	if err != nil {
+		return err
+	}
+	absent, err := labels.NewRequirement(ctrlmeshv1alpha1.ShardingHashLabel, selection.DoesNotExist, nil)
+	if err != nil {
+		return err
+	}
+	query.Set("labelSelector", sel.Add(*present, *absent).String())
+	return nil
 }
 
 // serveWrite fences a write of an object of namespace ns — for a Namespace,

@@ -379,12 +379,15 @@ func checkMetric(t *testing.T, health, want string) {
 	})
 }
 
-// TestServingNothingAppliesAtOnce: rules that take every bucket from a pod
-// (its shard keeps only pending buckets) count as applied as soon as they
-// are in force. Its operator's watches end and cannot be re-established
-// (sharded reads get 503), so waiting for them would hold the hub's next
-// step for the whole settle timeout (30 s; eventually gives up after 20 s).
-func TestServingNothingAppliesAtOnce(t *testing.T) {
+// TestServingNothingEmptiesTheCache: rules that take every bucket from a
+// pod (its shard keeps only pending buckets, as a canary's does between
+// steps, or an unready pod's when the hub drops it) serve its operator
+// empty lists and watches of the sharded resources: its informer relists
+// empty, and only then are the rules applied. Refused (503), as they were,
+// the informer kept its last objects, and the rules counted as applied at
+// once: the hub could grant the buckets elsewhere while the operator went
+// on reconciling their objects from its cache.
+func TestServingNothingEmptiesTheCache(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cluster := fleet.Cluster("label")
@@ -402,6 +405,14 @@ func TestServingNothingAppliesAtOnce(t *testing.T) {
 	revoked.Spec.Shards[0].PendingBuckets = "0-15"
 	writeRules(t, rulesFile, revoked)
 	checkMetric(t, a.health, `ctrlmesh_proxy_rules_info{generation="2",hash="n2",mode="label",shard="0"} 1`)
+	eventually(t, "pod-a's informer emptied", func() (bool, string) {
+		got := view()
+		return len(got) == 0, fmt.Sprintf("pod-a's informer holds objects of %v", got)
+	})
+	list, err := kubernetes.NewForConfigOrDie(a.config).CoreV1().ConfigMaps(owned("0-15")[0]).List(ctx, metav1.ListOptions{})
+	if err != nil || len(list.Items) != 0 {
+		t.Fatalf("a sharded list of a pod serving nothing: %v, %v, want an empty list", list, err)
+	}
 }
 
 // fileProxy runs pod-a's proxy in label mode on seeded objects, with r in a
