@@ -458,13 +458,6 @@ func (p *Proxy) setRulesLocked(snap *rules.Snapshot) {
 	}()
 }
 
-// closedChannel is the settled of a state with nothing to wait for.
-var closedChannel = func() <-chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}()
-
 func (p *Proxy) setApplied(snap *rules.Snapshot) {
 	p.appliedMu.Lock()
 	defer p.appliedMu.Unlock()
@@ -494,8 +487,9 @@ func (p *Proxy) Stop() {
 // Withdraw takes the pod out of every shard because its rules are gone —
 // the ShardRoute it follows was deleted (its ShardingConfig deleted, or the
 // cluster deselected) — until SetRules puts rules in force again. Sharded
-// reads then get 503, writes 403 and leader election 503, each naming
-// reason, and the watches opened under the rules end. It never falls back
+// reads are then served empty (the watches opened under the rules end, and
+// the operator's informers relist empty), writes get 403 and leader
+// election 503, each naming reason. It never falls back
 // to passing requests unnarrowed and unfenced, and keeping the last rules
 // would let the pod go on reconciling buckets the hub may grant elsewhere.
 // Resources the last rules did not shard pass as before.
@@ -518,13 +512,13 @@ func (p *Proxy) unassignLocked(snap *rules.Snapshot, message string, lapsed bool
 	old := p.state.Load()
 	unassigned := *snap
 	unassigned.Shard = ""
-	next := &state{snap: &unassigned, epoch: 1, expiries: newExpiries(), withdrawn: message, lapsed: lapsed, settled: closedChannel}
+	next := &state{snap: &unassigned, epoch: 1, expiries: newExpiries(), withdrawn: message, lapsed: lapsed}
 	never := func(schema.GroupResource) bool { return false }
 	if old != nil {
 		next.epoch = old.epoch + 1
 		old.expiries.handOver(next.expiries, never)
 	}
-	p.selections.beginChange(next.epoch, never)
+	next.settled = p.selections.beginChange(next.epoch, never)
 	p.state.Store(next)
 }
 
@@ -577,7 +571,7 @@ func (p *Proxy) lapseLocked(snap *rules.Snapshot) {
 	}
 	if old != nil && old.withdrawn == "" {
 		// Rules that were served ran out, rather than rules not valid yet.
-		p.log.Info("rules validity lapsed: the proxy refuses the operator's sharded reads (503), writes (403) and leader election (503) until the agent renews it",
+		p.log.Info("rules validity lapsed: the proxy serves the operator's sharded reads empty, refuses its writes (403) and leader election (503) until the agent renews it",
 			"hash", snap.Hash(), "generation", snap.Generation(), "validity", snap.Validity())
 		p.metrics.validityLapses.Inc()
 	}
@@ -774,18 +768,13 @@ func (p *Proxy) count(verb, outcome string) {
 // serveRead narrows a list or watch to the shard.
 func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, info *request.RequestInfo, gr schema.GroupResource, limit *rules.Limit) {
 	snap := st.snap
-	if limit != nil && st.withdrawn != "" {
-		p.count(info.Verb, outcomeUnavailable)
-		apistatus.Write(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
-			fmt.Sprintf("ctrlmesh proxy: %s of %s is refused: %s", info.Verb, info.Resource, st.withdrawn), nil)
-		return
-	}
-	// A pod in the rules that serves no bucket (not listed, or its shard
-	// has pending buckets only) is served nothing rather than refused: its
-	// informers relist empty and drop what they held, and its rules count
-	// as applied once they have. Refused, they would keep their last
-	// objects, and the operator would go on reconciling them from its cache
-	// while the hub grants their buckets elsewhere.
+	// A pod that serves no bucket (not listed in its rules, its shard with
+	// pending buckets only, its rules withdrawn or lapsed) is served
+	// nothing rather than refused: its informers relist empty and drop
+	// what they held, and its rules count as applied once they have.
+	// Refused, they would keep their last objects, and the operator would
+	// go on reconciling them from its cache while the hub grants their
+	// buckets elsewhere. Its writes and its leader election say why.
 	empty := limit != nil && !snap.Serving()
 	query := r.URL.Query()
 	key := selectionKey{gr: gr, namespace: info.Namespace, labelSel: query.Get("labelSelector"), fieldSel: query.Get("fieldSelector")}

@@ -441,13 +441,17 @@ func TestDeletedRulesFileStopsServing(t *testing.T) {
 	if err := os.Remove(rulesFile); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "sharded reads refused once the rules file is deleted", func() (bool, string) {
-		_, err := operator.CoreV1().ConfigMaps(mine).List(ctx, metav1.ListOptions{})
-		return apierrors.IsServiceUnavailable(err) && strings.Contains(err.Error(), "deleted"), errString(err)
+	eventually(t, "sharded reads served empty and writes refused once the rules file is deleted", func() (bool, string) {
+		list, err := operator.CoreV1().ConfigMaps(mine).List(ctx, metav1.ListOptions{})
+		if err != nil || len(list.Items) != 0 {
+			return false, fmt.Sprintf("a sharded list: %v", err)
+		}
+		_, err = operator.CoreV1().ConfigMaps(mine).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after-deletion"}}, metav1.CreateOptions{})
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "deleted"), errString(err)
 	})
 	writeRules(t, rulesFile, route("d2", 2, "0-15", "16-31"))
 	waitReady(t, a.health, "d2")
-	if _, err := operator.CoreV1().ConfigMaps(mine).List(ctx, metav1.ListOptions{}); err != nil {
+	if list, err := operator.CoreV1().ConfigMaps(mine).List(ctx, metav1.ListOptions{}); err != nil || len(list.Items) == 0 {
 		t.Errorf("list once the rules file is back: %v", err)
 	}
 }

@@ -103,7 +103,7 @@ func RunFileSource(ctx context.Context, path string, interval time.Duration, loa
 			if last != nil {
 				last = nil
 				loader.Proxy.Withdraw(fmt.Sprintf("the rules file %s was deleted", path))
-				loader.Log.Info("rules file deleted: the proxy refuses the operator's sharded reads (503), writes (403) and leader election (503) until it exists again", "path", path)
+				loader.Log.Info("rules file deleted: the proxy serves the operator's sharded reads empty, refuses its writes (403) and leader election (503) until it exists again", "path", path)
 			}
 			return
 		}
@@ -219,7 +219,7 @@ func (s *APISource) Run(ctx context.Context) error {
 		defer mu.Unlock()
 		offered, current = offer{}, nil
 		s.Loader.Proxy.Withdraw(fmt.Sprintf("the ShardRoute %s/%s this pod followed was deleted", s.Namespace, s.Name))
-		s.Loader.Log.Info("ShardRoute deleted: the proxy now refuses the operator's sharded reads (503), writes (403) and leader election (503) until a ShardRoute of this name exists again. "+
+		s.Loader.Log.Info("ShardRoute deleted: the proxy now serves the operator's sharded reads empty, refuses its writes (403) and leader election (503) until a ShardRoute of this name exists again. "+
 			"To run the operator without ctrlmesh, remove the label "+ctrlmeshv1alpha1.EnableProxyLabel+" from its pod template and restart its pods",
 			"shardRoute", s.Namespace+"/"+s.Name)
 		// Nothing to report the applied rules into any more.

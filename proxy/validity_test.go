@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -20,7 +21,8 @@ import (
 
 // TestRulesValidity: Fleet-scope rules expire. A proxy serves them only
 // once the agent granted one of its renewal requests, stops serving them —
-// reads 503, writes 403, leader election 503, open watches ended — once the
+// reads served empty (the operator's informers drop what they held),
+// writes 403, leader election 503, /readyz failing — once the
 // validity ran out since it sent the last granted request, and serves them
 // again when granted again. A grant seen beside rules the proxy refused
 // renews nothing: they are not the rules it holds, and the hub may have
@@ -45,9 +47,20 @@ func TestRulesValidity(t *testing.T) {
 	a := runProxy(t, ctx, proxy.Options{Upstream: cluster.Config, Pod: "pod-a", RulesNamespace: rulesNS, RulesName: r.Name})
 	operator := kubernetes.NewForConfigOrDie(noRetries(a.config))
 	mine := owned("0-15")[0]
-	listMine := func() error {
-		_, err := operator.CoreV1().ConfigMaps(mine).List(ctx, metav1.ListOptions{})
-		return err
+	// served is how many objects a sharded list gets; lapsed says whether
+	// the proxy reports its rules not valid.
+	served := func() (int, error) {
+		list, err := operator.CoreV1().ConfigMaps(mine).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return 0, err
+		}
+		return len(list.Items), nil
+	}
+	lapsed := func() (bool, string) {
+		n, err := served()
+		status, body := get(t, a.health+"/readyz")
+		return err == nil && n == 0 && status == http.StatusServiceUnavailable && strings.Contains(body, "not valid"),
+			fmt.Sprintf("a sharded list: %d objects, %v; /readyz %d %q", n, err, status, body)
 	}
 
 	// Never granted: the rules are in force with the pod in no shard.
@@ -55,16 +68,16 @@ func TestRulesValidity(t *testing.T) {
 		request, _ := renewalOf(t, ctx, cluster.Client, key, "pod-a")
 		return request != 0, "no renewalRequest in the status"
 	})
-	if err := listMine(); !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "not valid") {
-		t.Fatalf("sharded list before any grant: %v, want 503 naming the validity", err)
+	if ok, got := lapsed(); !ok {
+		t.Fatalf("before any grant: %s, want an empty list and /readyz naming the validity", got)
 	}
 
 	// Granted: served, and the proxy asks again.
 	first := grant(t, ctx, cluster.Client, key, "pod-a")
 	granted := time.Now()
 	waitReady(t, a.health, "v1")
-	if err := listMine(); err != nil {
-		t.Fatalf("sharded list once granted: %v", err)
+	if n, err := served(); err != nil || n == 0 {
+		t.Fatalf("sharded list once granted: %d objects, %v", n, err)
 	}
 	view := informerView(t, ctx, a.config, "application/json")
 	eventually(t, "the informer fills", func() (bool, string) { return len(view()) > 0, "empty" })
@@ -75,15 +88,16 @@ func TestRulesValidity(t *testing.T) {
 
 	// No more grants: served no longer than the validity after the
 	// request was sent (before it was granted).
-	eventually(t, "sharded reads refused once the validity ran out", func() (bool, string) {
-		err := listMine()
-		return apierrors.IsServiceUnavailable(err) && strings.Contains(err.Error(), "not valid"), errString(err)
-	})
+	eventually(t, "sharded reads served empty once the validity ran out", lapsed)
 	if served := time.Since(granted); served > validity*time.Second+2*time.Second {
 		t.Errorf("served %s after the grant, want about the validity %ds", served, validity)
 	}
 	checkMetric(t, a.health, `ctrlmesh_proxy_validity_lapses_total 1`)
 	checkMetric(t, a.health, `ctrlmesh_proxy_relists_forced_total{reason="rules-changed"}`)
+	eventually(t, "the informer emptied once the validity ran out", func() (bool, string) {
+		got := view()
+		return len(got) == 0, fmt.Sprintf("the informer holds objects of %v", got)
+	})
 	_, err := operator.CoreV1().ConfigMaps(mine).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after-lapse"}}, metav1.CreateOptions{})
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "not valid") {
 		t.Errorf("write after the lapse: %v, want 403 naming the validity", err)
@@ -96,12 +110,14 @@ func TestRulesValidity(t *testing.T) {
 		t.Errorf("/readyz after the lapse: %d %q, want 503 naming the validity", status, body)
 	}
 
-	// Granted again: served again.
-	grant(t, ctx, cluster.Client, key, "pod-a")
+	// Granted again: served again. A request asked for before the lapse
+	// is valid only until shortly after it, so grants go on until then.
+	stopRegranting := keepGranting(t, ctx, cluster.Client, key, "pod-a")
 	eventually(t, "served again once granted", func() (bool, string) {
-		err := listMine()
-		return err == nil, errString(err)
+		n, err := served()
+		return err == nil && n > 0, fmt.Sprintf("%d objects, %v", n, err)
 	})
+	stopRegranting()
 
 	// Rules the proxy refuses arrive (a limit naming a resource the API
 	// server does not serve), and the agent grants beside them: the
@@ -117,13 +133,10 @@ func TestRulesValidity(t *testing.T) {
 	}
 	checkMetric(t, a.health, `ctrlmesh_proxy_rules_loads_total{result="refused"} 1`)
 	stopGranting := keepGranting(t, ctx, cluster.Client, key, "pod-a")
-	eventually(t, "the last good rules lapse although grants go on beside refused ones", func() (bool, string) {
-		err := listMine()
-		return apierrors.IsServiceUnavailable(err) && strings.Contains(err.Error(), "not valid"), errString(err)
-	})
+	eventually(t, "the last good rules lapse although grants go on beside refused ones", lapsed)
 	time.Sleep(2 * time.Second)
-	if err := listMine(); !apierrors.IsServiceUnavailable(err) {
-		t.Errorf("sharded list while grants come beside refused rules: %v, want 503", err)
+	if ok, got := lapsed(); !ok {
+		t.Errorf("while grants come beside refused rules: %s, want still lapsed", got)
 	}
 	stopGranting()
 }
