@@ -43,7 +43,7 @@ func CacheOptions(cfg *rest.Config, s *runtime.Scheme) (cache.Options, error) {
 // informerConstructor is the hub cache's informer constructor
 // (cache.Options.NewInformer). It lists and watches Works through a client
 // of their own that decodes them without their manifests and managedFields
-// (LeanCodecs), which the cache drops anyway (CacheTransform), and that
+// (leanCodecs), which the cache drops anyway (CacheTransform), and that
 // hands on the cache's own Work for a watched Work the cache holds at the
 // same resourceVersion (cached); every other object is listed and watched
 // as controller-runtime does.
@@ -92,25 +92,15 @@ type cachedWorks struct {
 
 func (c *cachedWorks) set(indexer toolscache.Indexer) { c.indexer.Store(&indexer) }
 
-// held is the Work the cache holds under work's namespace and name, nil if
-// none (or no cache yet).
-func (c *cachedWorks) held(work *workv1alpha1.Work) *workv1alpha1.Work {
-	indexer := c.indexer.Load()
-	if indexer == nil {
-		return nil
-	}
-	obj, ok, err := (*indexer).GetByKey(toolscache.ObjectName{Namespace: work.Namespace, Name: work.Name}.String())
-	if err != nil || !ok {
-		return nil
-	}
-	held, _ := obj.(*workv1alpha1.Work)
-	return held
-}
-
 // same is the cache's own Work for work when the cache holds it at work's
 // UID and resourceVersion, whose content is work's; otherwise work.
 func (c *cachedWorks) same(work *workv1alpha1.Work) *workv1alpha1.Work {
-	if held := c.held(work); held != nil && held.UID == work.UID && held.ResourceVersion == work.ResourceVersion {
+	indexer := c.indexer.Load()
+	if indexer == nil {
+		return work
+	}
+	obj, ok, err := (*indexer).GetByKey(toolscache.ObjectName{Namespace: work.Namespace, Name: work.Name}.String())
+	if held, isWork := obj.(*workv1alpha1.Work); err == nil && ok && isWork && held.UID == work.UID && held.ResourceVersion == work.ResourceVersion {
 		return held
 	}
 	return work
@@ -128,7 +118,7 @@ func transformDecoded(obj any) (any, error) {
 	return CacheTransform(obj)
 }
 
-// leanWorks lists and watches all Works, decoded by LeanCodecs, as
+// leanWorks lists and watches all Works, decoded by leanCodecs, as
 // controller-runtime's informers list and watch typed objects (with
 // bookmarks).
 func leanWorks(cfg *rest.Config, httpClient *http.Client, s *runtime.Scheme, cached *cachedWorks) (*toolscache.ListWatch, error) {
@@ -161,19 +151,15 @@ func leanWorks(cfg *rest.Config, httpClient *http.Client, s *runtime.Scheme, cac
 	}, nil
 }
 
-// LeanCodecs decodes Works and WorkLists served as JSON without the
+// leanCodecs decodes Works and WorkLists served as JSON without the
 // Works' manifests and managedFields: their bytes are scanned, never
 // copied nor decoded. Every Work comes out as the cache holds it
 // (CacheTransform), its route status decoded among the rest: a Work
 // waiting for the cache, as each does while the informer streams every
 // Work again, holds no raw status (about 1 KB a Work at 1000 members x 100
 // configs, make bench-scale). Every other object, and any Work the lean
-// decoding refuses, is decoded by codecs (a Work then through
-// CacheTransform too).
-func LeanCodecs(codecs runtime.NegotiatedSerializer) runtime.NegotiatedSerializer {
-	return leanCodecs{NegotiatedSerializer: codecs}
-}
-
+// decoding refuses, is decoded by the codecs it wraps (a Work
+// then through CacheTransform too).
 type leanCodecs struct {
 	runtime.NegotiatedSerializer
 	// cached, when not nil, hands on the cache's own Work for a watched
