@@ -180,7 +180,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	if err := propagation.IndexByConfig(ctx, mgr.GetFieldIndexer()); err != nil {
+	if err := propagation.IndexByConfig(ctx, mgr.GetCache()); err != nil {
 		return fmt.Errorf("hub: indexing Works: %w", err)
 	}
 	writer := &propagation.Writer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Indexed: true, KarmadaFinalizer: opts.KarmadaFinalizer}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	toolscache "k8s.io/client-go/tools/cache"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
@@ -176,5 +178,56 @@ func BenchmarkCachedWorkBytes(b *testing.B) {
 		after := env.LiveHeap()
 		b.ReportMetric(float64(after-before)/float64(len(served)), "B/work")
 		runtime.KeepAlive(cached)
+	}
+}
+
+// BenchmarkConfigIndexBytes reports the live heap the index ConfigIndex
+// holds for each cached Work: as IndexByConfig indexes Works, under their
+// config's value for every namespace, and as controller-runtime's
+// IndexField would, under the value for the Work's own namespace too.
+func BenchmarkConfigIndexBytes(b *testing.B) {
+	const configs, clusters = 10, 1000
+	works := make([]*workv1alpha1.Work, 0, configs*clusters)
+	for c := range configs {
+		for m := range clusters {
+			work := routework.NewWork(routework.WorkKey(fmt.Sprintf("member-%04d", m), fmt.Sprintf("operators-%d", c), fmt.Sprintf("operator-%d", c)))
+			work.Labels[ctrlmeshv1alpha1.WorkConfigNamespaceLabel] = fmt.Sprintf("operators-%d", c)
+			work.Labels[ctrlmeshv1alpha1.WorkConfigNameLabel] = fmt.Sprintf("operator-%d", c)
+			cacheWork(work)
+			works = append(works, work)
+		}
+	}
+	// What controller-runtime's IndexField adds for a namespaced object.
+	perNamespaceToo := func(obj any) ([]string, error) {
+		values, err := configIndexValues(obj)
+		for _, value := range values {
+			values = append(values, obj.(*workv1alpha1.Work).Namespace+"/"+strings.TrimPrefix(value, allNamespaces))
+		}
+		return values, err
+	}
+	indexed := func(indexers toolscache.Indexers) uint64 {
+		indexers[toolscache.NamespaceIndex] = toolscache.MetaNamespaceIndexFunc
+		before := env.LiveHeap()
+		indexer := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, indexers)
+		for _, work := range works {
+			if err := indexer.Add(work); err != nil {
+				b.Fatal(err)
+			}
+		}
+		after := env.LiveHeap()
+		runtime.KeepAlive(indexer)
+		return after - before
+	}
+	for _, bc := range []struct {
+		name  string
+		index toolscache.IndexFunc
+	}{{"every-namespace", configIndexValues}, {"own-namespace-too", perNamespaceToo}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				without := indexed(toolscache.Indexers{})
+				with := indexed(toolscache.Indexers{configIndexName: bc.index})
+				b.ReportMetric((float64(with)-float64(without))/float64(len(works)), "B/work")
+			}
+		})
 	}
 }

@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	toolscache "k8s.io/client-go/tools/cache"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -562,7 +563,7 @@ func TestWriterReadsWhatItsCacheDoesNotShowYet(t *testing.T) {
 func TestWriterListsThroughIndex(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	_, cached := startCache(t, ctx, cache.Options{}, func(c cache.Cache) error { return IndexByConfig(ctx, c) })
+	informers, cached := startCache(t, ctx, cache.Options{}, func(c cache.Cache) error { return IndexByConfig(ctx, c) })
 	direct := &Writer{Client: writerClient(t)}
 	writer := &Writer{Client: cached, Indexed: true}
 	clusters := []string{newCluster(t, ctx, "index-a"), newCluster(t, ctx, "index-b")}
@@ -600,6 +601,17 @@ func TestWriterListsThroughIndex(t *testing.T) {
 		}
 		return nil
 	})
+	// One value a config, for every namespace: none for a Work in its
+	// own namespace (IndexByConfig).
+	informer, err := informers.GetInformer(ctx, &workv1alpha1.Work{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, value := range informer.(toolscache.SharedIndexInformer).GetIndexer().ListIndexFuncValues(configIndexName) {
+		if !strings.HasPrefix(value, allNamespaces) {
+			t.Errorf("the index holds Works under %q, a value of one namespace", value)
+		}
+	}
 	pruned, err := writer.Prune(ctx, mine, clusters[:1])
 	if err != nil || !slices.Equal(pruned, clusters[1:]) {
 		t.Fatalf("pruned %v (%v), want %v", pruned, err, clusters[1:])
