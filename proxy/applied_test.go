@@ -67,6 +67,54 @@ func TestAppliedWaitsForTheStreamedList(t *testing.T) {
 	f.waitApplied("b", "once the list streamed under b has ended")
 }
 
+// TestAppliedAfterARestartWaitsForTheRelist: a proxy restarted alone, its
+// operator running on, counts its first rules applied only once the
+// operator's informers have relisted under them: they hold what the proxy
+// before served them, here buckets 8-15 the new rules no longer give the
+// pod. Before, the new proxy knew none of the operator's streams and
+// reported its first rules applied at once, so the hub could grant those
+// buckets elsewhere while this operator reconciled their objects from its
+// cache.
+func TestAppliedAfterARestartWaitsForTheRelist(t *testing.T) {
+	upstream, state := holdingUpstream(t), t.TempDir()
+	before := newAppliedFixtureOn(t, upstream, state)
+	before.p.SetRules(before.compile("a", 1, "0-15"))
+	before.waitApplied("a", "once the first rules are in force")
+	before.watch("")
+	before.p.Stop()
+
+	after := newAppliedFixtureOn(t, upstream, state)
+	after.p.SetRules(after.compile("b", 2, "0-7"))
+	time.Sleep(100 * time.Millisecond)
+	after.checkApplied("", "by a restarted proxy before the operator relisted under its first rules")
+	// The reflector resumes from the resourceVersion the proxy before
+	// served: sent to relist.
+	rec := httptest.NewRecorder()
+	after.p.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/v1/configmaps?watch=true&resourceVersion=4", nil))
+	if rec.Code != http.StatusGone {
+		t.Fatalf("a watch resuming from the proxy before's resourceVersion: %d, want 410", rec.Code)
+	}
+	after.checkApplied("", "after the resumed watch was sent to relist")
+	// It relists and watches again: b is taken up.
+	after.watch("")
+	after.waitApplied("b", "once the operator watches under b")
+
+	// A stream that opens its first watch is recorded: a proxy restarted
+	// once more waits for both.
+	secrets := httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/api/v1/secrets?watch=true", nil)
+	go after.p.ServeHTTP(httptest.NewRecorder(), secrets)
+	<-upstream.watches
+	after.p.Stop()
+	again := newAppliedFixtureOn(t, upstream, state)
+	again.p.SetRules(again.compile("c", 3, "0-7"))
+	again.watch("")
+	time.Sleep(100 * time.Millisecond)
+	again.checkApplied("", "before the Secrets' informer relisted too")
+	go again.p.ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/api/v1/secrets?watch=true", nil))
+	<-upstream.watches
+	again.waitApplied("c", "once both informers watch under c")
+}
+
 // appliedFixture is a proxy for pod "p" (shard "0", label mode) in front of
 // a heldUpstream, with what the Applied tests do with it.
 type appliedFixture struct {
@@ -76,8 +124,13 @@ type appliedFixture struct {
 }
 
 func newAppliedFixture(t *testing.T) *appliedFixture {
-	upstream := holdingUpstream(t)
-	p, err := New(Config{Upstream: &rest.Config{Host: upstream.URL}, Scopes: clusterScoped, Log: testr.New(t), SettleTimeout: time.Hour})
+	return newAppliedFixtureOn(t, holdingUpstream(t), "")
+}
+
+// newAppliedFixtureOn is an appliedFixture in front of upstream, keeping
+// its state in stateDir ("" for none).
+func newAppliedFixtureOn(t *testing.T, upstream *heldUpstream, stateDir string) *appliedFixture {
+	p, err := New(Config{Upstream: &rest.Config{Host: upstream.URL}, Scopes: clusterScoped, Log: testr.New(t), SettleTimeout: time.Hour, StateDir: stateDir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +164,7 @@ func (f *appliedFixture) applied() string {
 func (f *appliedFixture) checkApplied(want, when string) {
 	f.t.Helper()
 	if got := f.applied(); got != want {
-		f.t.Fatalf("applied %q %s, want %s", got, when, want)
+		f.t.Fatalf("applied %q %s, want %q", got, when, want)
 	}
 }
 
@@ -120,7 +173,7 @@ func (f *appliedFixture) waitApplied(want, when string) {
 	deadline := time.Now().Add(10 * time.Second)
 	for f.applied() != want {
 		if time.Now().After(deadline) {
-			f.t.Fatalf("applied %q %s, want %s", f.applied(), when, want)
+			f.t.Fatalf("applied %q %s, want %q", f.applied(), when, want)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

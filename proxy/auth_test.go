@@ -2,11 +2,14 @@ package proxy_test
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -49,5 +52,49 @@ func TestOnlyTheOperatorUsesTheProxy(t *testing.T) {
 	}
 	if _, err := cs.Discovery().ServerVersion(); err != nil {
 		t.Errorf("the operator, with the kubeconfig's token: %v", err)
+	}
+}
+
+// TestRestartKeepsTheOperatorsToken: a proxy restarted alone (the sidecar
+// container, its operator running on, at the same address) takes the
+// client token from its state directory, so the operator, which read its
+// kubeconfig once at its start, is still served. Before, every start made
+// a new token, and the operator got 401 until it restarted too.
+func TestRestartKeepsTheOperatorsToken(t *testing.T) {
+	dir := t.TempDir()
+	rulesFile := filepath.Join(dir, "rules.yaml")
+	writeRules(t, rulesFile, route("t1", 1, "0-15", "16-31"))
+	opts := proxy.Options{
+		Upstream: fleet.Cluster("label").Config, Pod: "pod-a", RulesFile: rulesFile, RulesFileInterval: 50 * time.Millisecond,
+		Mode: rules.ModeLabel, OperatorKubeconfig: filepath.Join(dir, "operator.kubeconfig"), StateDir: t.TempDir(),
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	first := runProxy(t, ctx, opts)
+	cfg, err := clientcmd.BuildConfigFromFlags("", opts.OperatorKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ConfigMaps("team-1-prod").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Fatalf("the operator, before the restart: %v", err)
+	}
+	stop()
+	opts.ListenAddress = strings.TrimPrefix(first.config.Host, "http://")
+	for {
+		conn, err := net.Dial("tcp", opts.ListenAddress)
+		if err != nil {
+			break
+		}
+		_ = conn.Close()
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	runProxy(t, ctx, opts)
+	if _, err := cs.CoreV1().ConfigMaps("team-1-prod").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("the operator, with the kubeconfig it read before the restart: %v", err)
 	}
 }

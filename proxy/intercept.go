@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -129,13 +128,12 @@ func newInterceptionState(dir string) (*InterceptionState, error) {
 	if err != nil {
 		return nil, err
 	}
-	secret := make([]byte, 32)
-	if _, err := rand.Read(secret); err != nil {
-		return nil, fmt.Errorf("making the operator's client token: %w", err)
+	token, err := newClientToken()
+	if err != nil {
+		return nil, err
 	}
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
-	token := hex.EncodeToString(secret)
 	// The key and the token first: a CA certificate alone is refused at the
 	// next start.
 	for _, f := range []struct {

@@ -54,7 +54,7 @@ func TestInClusterInterception(t *testing.T) {
 	upstream := fleet.Cluster("label").Config
 	opts := proxy.Options{
 		Upstream: upstream, Pod: "pod-a", RulesFile: rulesFile, RulesFileInterval: 50 * time.Millisecond, Mode: rules.ModeLabel,
-		RulesNamespace: "operators", OperatorServiceAccountDir: sa, InterceptionStateDir: state, ServingNames: []string{"127.0.0.1", "localhost"},
+		RulesNamespace: "operators", OperatorServiceAccountDir: sa, StateDir: state, ServingNames: []string{"127.0.0.1", "localhost"},
 	}
 	p := runProxy(t, ctx, opts)
 	host := strings.Replace(p.config.Host, "http://", "https://", 1)

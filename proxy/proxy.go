@@ -80,6 +80,11 @@ type Config struct {
 	// selection change before the new rules count as applied anyway (an
 	// informer that was stopped never relists). Default DefaultSettleTimeout.
 	SettleTimeout time.Duration
+	// StateDir, when set, keeps the operator's watched streams across
+	// restarts of the proxy (see streamsFile): the first rules of a proxy
+	// restarted beside a running operator count as applied once those
+	// streams have relisted under them, as after any change.
+	StateDir string
 }
 
 // DefaultSettleTimeout is the default of Config.SettleTimeout.
@@ -211,6 +216,13 @@ func New(cfg Config) (*Proxy, error) {
 	if metrics == nil {
 		metrics = NewMetrics()
 	}
+	var record *streamRecord
+	if cfg.StateDir != "" {
+		var err error
+		if record, err = loadStreamRecord(cfg.StateDir); err != nil {
+			return nil, err
+		}
+	}
 	p := &Proxy{
 		log:               cfg.Log,
 		metrics:           metrics,
@@ -221,7 +233,7 @@ func New(cfg Config) (*Proxy, error) {
 			APIPrefixes:          sets.New[string]("api", "apis"),
 			GrouplessAPIPrefixes: sets.New[string]("api"),
 		},
-		selections:     newSelections(),
+		selections:     newSelections(record),
 		appliedChanged: make(chan struct{}),
 		settleTimeout:  cfg.SettleTimeout,
 		stopped:        make(chan struct{}),
@@ -830,7 +842,14 @@ func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, inf
 				"ctrlmesh proxy: the shard's selection changed since this resourceVersion was served: relist required", nil)
 			return
 		}
-		p.selections.watchOpened(key, st.epoch, streamsList)
+		if err := p.selections.watchOpened(key, st.epoch, streamsList); err != nil {
+			// Unrecorded, the watch would not be waited for by a proxy
+			// restarted after this one.
+			p.log.Error(err, "refusing a watch")
+			apistatus.Write(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+				"ctrlmesh proxy: "+err.Error(), nil)
+			return
+		}
 		if streamsList {
 			epoch := st.epoch
 			read.listStreamed = func() { p.selections.listStreamed(key, epoch) }

@@ -149,7 +149,10 @@ func runProxy(t *testing.T, ctx context.Context, opts proxy.Options) *runningPro
 	pod := opts.Pod
 	ready := make(chan [3]net.Addr, 1)
 	errc := make(chan error, 1)
-	opts.ListenAddress, opts.HealthAddress, opts.ForwardProxyAddress = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	if opts.ListenAddress == "" {
+		opts.ListenAddress = "127.0.0.1:0"
+	}
+	opts.HealthAddress, opts.ForwardProxyAddress = "127.0.0.1:0", "127.0.0.1:0"
 	opts.Ready = func(api, health, forward net.Addr) { ready <- [3]net.Addr{api, health, forward} }
 	opts.Log = testr.New(t).WithName(pod)
 	go func() { errc <- proxy.Run(ctx, opts) }()

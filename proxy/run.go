@@ -2,9 +2,7 @@ package proxy
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -53,8 +51,9 @@ type Options struct {
 	// Mode fixes the selector mode; "" detects it.
 	Mode rules.Mode
 	// OperatorKubeconfig, when set, receives a kubeconfig that points the
-	// operator at ListenAddress with a token made at start; the proxy then
-	// answers only requests that carry it (401 otherwise).
+	// operator at ListenAddress with a client token (kept in StateDir, made
+	// at start without one); the proxy then answers only requests that
+	// carry it (401 otherwise).
 	OperatorKubeconfig string
 	// OperatorServiceAccountDir, when set, makes the proxy serve the
 	// operator over TLS for in-cluster configuration (Environment and
@@ -63,10 +62,12 @@ type Options struct {
 	// namespace (RulesNamespace), as rest.InClusterConfig reads them.
 	// Exclusive with OperatorKubeconfig.
 	OperatorServiceAccountDir string
-	// InterceptionStateDir keeps the proxy's CA and the client token
-	// across restarts of the proxy; mounted in the proxy only. Needed with
-	// OperatorServiceAccountDir.
-	InterceptionStateDir string
+	// StateDir keeps, across restarts of the proxy alone, the client
+	// token, the interception CA and the operator's watched streams (see
+	// streamsFile); mounted in the proxy only, it lives as long as the pod.
+	// Needed with OperatorServiceAccountDir; without it, a restarted proxy
+	// makes a new token and counts its first rules applied at once.
+	StateDir string
 	// ServingNames are the addresses and DNS names the operator dials,
 	// which the serving certificate names (with OperatorServiceAccountDir).
 	ServingNames []string
@@ -129,10 +130,10 @@ func Run(ctx context.Context, opts Options) error {
 	case opts.OperatorServiceAccountDir != "" && opts.OperatorKubeconfig != "":
 		return errors.New("an operator kubeconfig and an operator service-account directory exclude each other: the operator reaches the proxy one way")
 	case opts.OperatorServiceAccountDir != "":
-		if opts.InterceptionStateDir == "" {
-			return errors.New("the interception state directory is needed with an operator service-account directory: the proxy keeps its CA there")
+		if opts.StateDir == "" {
+			return errors.New("the state directory is needed with an operator service-account directory: the proxy keeps its CA there")
 		}
-		if interception, err = LoadInterceptionState(opts.InterceptionStateDir); err != nil {
+		if interception, err = LoadInterceptionState(opts.StateDir); err != nil {
 			return err
 		}
 		if serving, err = interception.TLSConfig(opts.ServingNames); err != nil {
@@ -140,14 +141,12 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		clientToken = interception.ClientToken
 	case opts.OperatorKubeconfig != "":
-		secret := make([]byte, 32)
-		if _, err := rand.Read(secret); err != nil {
-			return fmt.Errorf("making the operator's client token: %w", err)
+		if clientToken, err = loadClientToken(opts.StateDir); err != nil {
+			return err
 		}
-		clientToken = hex.EncodeToString(secret)
 	}
 	p, err := New(Config{Upstream: opts.Upstream, LockUpstream: opts.OwnCluster, Scopes: scopes, ClientToken: clientToken,
-		ClientTokenBearer: interception != nil, Log: opts.Log})
+		ClientTokenBearer: interception != nil, StateDir: opts.StateDir, Log: opts.Log})
 	if err != nil {
 		return err
 	}

@@ -39,6 +39,10 @@ type stream struct {
 	closed time.Time
 	// active is when it was last served, opened or closed.
 	active time.Time
+	// restored marks a stream a proxy before this one recorded and this
+	// one has not yet served a watch of: the operator's informer may hold
+	// what that proxy served it.
+	restored bool
 }
 
 // selections tracks, per key, the selection epoch its last response was
@@ -62,10 +66,22 @@ type selections struct {
 	target  uint64
 	waiting map[selectionKey]bool
 	settled chan struct{}
+
+	// record keeps the streams that opened a watch in the proxy's state
+	// directory, for a proxy restarted alone; nil without one.
+	record *streamRecord
 }
 
-func newSelections() *selections {
-	return &selections{now: time.Now, streams: map[selectionKey]*stream{}}
+// newSelections starts with the streams of record, if any, as restored:
+// the first change waits for each of them as for a watch open at it.
+func newSelections(record *streamRecord) *selections {
+	s := &selections{now: time.Now, streams: map[selectionKey]*stream{}, record: record}
+	if record != nil {
+		for key := range record.keys {
+			s.stream(key).restored = true
+		}
+	}
+	return s
 }
 
 // stream returns key's record, made and marked active now.
@@ -128,15 +144,22 @@ func (s *selections) markServed(key selectionKey, epoch uint64) {
 // watchOpened records a watch of key opened under epoch. A watch that
 // streams its list first (sendInitialEvents, client-go's WatchListClient)
 // is served under epoch only once that list has ended (listStreamed): until
-// then the informer's cache holds what it held before.
-func (s *selections) watchOpened(key selectionKey, epoch uint64, streamsList bool) {
+// then the informer's cache holds what it held before. It fails when the
+// stream cannot be recorded: the caller refuses the watch.
+func (s *selections) watchOpened(key selectionKey, epoch uint64, streamsList bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.record != nil {
+		if err := s.record.add(key, func(k selectionKey) bool { return s.streams[k] != nil }); err != nil {
+			return err
+		}
+	}
 	st := s.stream(key)
 	st.open++
 	if !streamsList {
 		s.servedLocked(key, st, epoch)
 	}
+	return nil
 }
 
 // listStreamed records that a watch of key opened under epoch has streamed
@@ -151,6 +174,7 @@ func (s *selections) listStreamed(key selectionKey, epoch uint64) {
 // the caller holds mu.
 func (s *selections) servedLocked(key selectionKey, st *stream, epoch uint64) {
 	st.served = epoch
+	st.restored = false
 	if epoch == s.target && s.waiting[key] {
 		delete(s.waiting, key)
 		s.settleIfDone()
@@ -166,7 +190,7 @@ func (s *selections) watchClosed(key selectionKey) {
 }
 
 // beginChange starts waiting for every key of a changed resource with an
-// open watch to be served under epoch; the returned channel closes when
+// open watch (or one closed lately, or restored) to be served under epoch; the returned channel closes when
 // they all have (at once when none is open), or when a newer change
 // supersedes this one — the waiter then finds its rules are no longer the
 // current ones. Keys of resources whose selection is unchanged and that
@@ -190,7 +214,7 @@ func (s *selections) beginChange(epoch uint64, unchanged func(schema.GroupResour
 		if st.served == epoch {
 			continue
 		}
-		if st.open > 0 || (!st.closed.IsZero() && now.Sub(st.closed) < recentWatch) {
+		if st.open > 0 || st.restored || (!st.closed.IsZero() && now.Sub(st.closed) < recentWatch) {
 			s.waiting[key] = true
 		}
 	}

@@ -2,6 +2,9 @@ package proxy
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +25,7 @@ func TestSelectionsSettle(t *testing.T) {
 	}
 	allChanged := func(schema.GroupResource) bool { return false }
 	now := time.Unix(1000, 0)
-	s := newSelections()
+	s := newSelections(nil)
 	s.now = func() time.Time { return now }
 
 	if !settled(s.beginChange(1, allChanged)) {
@@ -30,13 +33,13 @@ func TestSelectionsSettle(t *testing.T) {
 	}
 
 	// Two informers watching; pods was watched long ago and is gone.
-	s.watchOpened(pods, 1, false)
+	opened(t, s, pods, 1, false)
 	s.watchClosed(pods)
 	now = now.Add(time.Hour)
 	s.markServed(cms, 1)
-	s.watchOpened(cms, 1, false)
+	opened(t, s, cms, 1, false)
 	s.markServed(secrets, 1)
-	s.watchOpened(secrets, 1, false)
+	opened(t, s, secrets, 1, false)
 	ch := s.beginChange(2, allChanged)
 	if settled(ch) {
 		t.Fatal("settled while watches of the old epoch are open")
@@ -51,15 +54,15 @@ func TestSelectionsSettle(t *testing.T) {
 	if settled(ch) {
 		t.Fatal("a list alone settled: the informer may not have stored it yet")
 	}
-	s.watchOpened(cms, 2, false)
+	opened(t, s, cms, 2, false)
 	// secrets: a watch opened under the old epoch does not count.
 	s.watchClosed(secrets)
-	s.watchOpened(secrets, 1, false)
+	opened(t, s, secrets, 1, false)
 	if settled(ch) {
 		t.Fatal("an old-epoch watch settled the change")
 	}
 	s.watchClosed(secrets)
-	s.watchOpened(secrets, 2, false)
+	opened(t, s, secrets, 2, false)
 	if !settled(ch) {
 		t.Fatalf("not settled after both re-watched; pending %v", s.pending())
 	}
@@ -78,12 +81,12 @@ func TestSelectionsSettle(t *testing.T) {
 	if !settled(ch) {
 		t.Fatal("the superseded change's waiter was not released")
 	}
-	s.watchOpened(cms, 3, false)
+	opened(t, s, cms, 3, false)
 	if settled(newer) {
 		t.Fatal("a watch of epoch 3 settled the change to 4")
 	}
-	s.watchOpened(cms, 4, false)
-	s.watchOpened(secrets, 4, false)
+	opened(t, s, cms, 4, false)
+	opened(t, s, secrets, 4, false)
 	if !settled(newer) {
 		t.Fatalf("change to 4 not settled; pending %v", s.pending())
 	}
@@ -92,9 +95,9 @@ func TestSelectionsSettle(t *testing.T) {
 	// list has ended, not when it opens.
 	ch = s.beginChange(5, allChanged)
 	s.watchClosed(cms)
-	s.watchOpened(cms, 5, true)
+	opened(t, s, cms, 5, true)
 	s.watchClosed(secrets)
-	s.watchOpened(secrets, 5, false)
+	opened(t, s, secrets, 5, false)
 	if settled(ch) {
 		t.Fatal("settled while a watch of epoch 5 was still streaming its list")
 	}
@@ -112,9 +115,9 @@ func TestSelectionsCarryUnchangedResources(t *testing.T) {
 	secrets := selectionKey{gr: schema.GroupResource{Resource: "secrets"}}
 	stale := selectionKey{gr: schema.GroupResource{Resource: "configmaps"}, namespace: "ns"}
 	onlySecretsChanged := func(gr schema.GroupResource) bool { return gr.Resource != "secrets" }
-	s := newSelections()
-	s.watchOpened(cms, 1, false)
-	s.watchOpened(secrets, 1, false)
+	s := newSelections(nil)
+	opened(t, s, cms, 1, false)
+	opened(t, s, secrets, 1, false)
 	// A configmaps stream last served under an older epoch is not carried.
 	s.markServed(stale, 0)
 
@@ -126,7 +129,7 @@ func TestSelectionsCarryUnchangedResources(t *testing.T) {
 		t.Fatalf("a stream served under epoch 0 was carried to %d", s.servedEpoch(stale))
 	}
 	s.watchClosed(secrets)
-	s.watchOpened(secrets, 2, false)
+	opened(t, s, secrets, 2, false)
 	select {
 	case <-ch:
 	default:
@@ -140,14 +143,14 @@ func TestSelectionsCarryUnchangedResources(t *testing.T) {
 // watch is sent to relist (servedEpoch 0).
 func TestSelectionsBounded(t *testing.T) {
 	now := time.Unix(1000, 0)
-	s := newSelections()
+	s := newSelections(nil)
 	s.now = func() time.Time { return now }
 	cms := schema.GroupResource{Resource: "configmaps"}
 	informer := selectionKey{gr: cms, labelSel: "app=x"}
 	s.markServed(informer, 1)
-	s.watchOpened(informer, 1, false)
+	opened(t, s, informer, 1, false)
 	closedRecently := selectionKey{gr: cms, labelSel: "app=y"}
-	s.watchOpened(closedRecently, 1, false)
+	opened(t, s, closedRecently, 1, false)
 	s.watchClosed(closedRecently)
 	ch := s.beginChange(2, func(schema.GroupResource) bool { return false })
 
@@ -169,11 +172,87 @@ func TestSelectionsBounded(t *testing.T) {
 	if _, ok := s.streams[closedRecently]; !ok {
 		t.Error("a stream the change waits for was forgotten")
 	}
-	s.watchOpened(informer, 2, false)
-	s.watchOpened(closedRecently, 2, false)
+	opened(t, s, informer, 2, false)
+	opened(t, s, closedRecently, 2, false)
 	select {
 	case <-ch:
 	default:
 		t.Errorf("the change did not settle once both informers watched again; pending %v", s.pending())
+	}
+}
+
+// opened is s.watchOpened, failing t on an error.
+func opened(t *testing.T, s *selections, key selectionKey, epoch uint64, streamsList bool) {
+	t.Helper()
+	if err := s.watchOpened(key, epoch, streamsList); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStreamRecord: the streams that opened a watch are kept in the state
+// directory as they open, read back by the next proxy as restored streams
+// its first change waits for, and pruned of streams no longer remembered
+// at the next rewrite; a record that does not parse, or cannot be
+// written, is an error rather than a stream forgotten.
+func TestStreamRecord(t *testing.T) {
+	cms := selectionKey{gr: schema.GroupResource{Resource: "configmaps"}, namespace: "team-1", labelSel: "app=a"}
+	secrets := selectionKey{gr: schema.GroupResource{Resource: "secrets"}}
+	deployments := selectionKey{gr: schema.GroupResource{Group: "apps", Resource: "deployments"}, fieldSel: "metadata.name=x"}
+	dir := t.TempDir()
+	record, err := loadStreamRecord(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSelections(record)
+	opened(t, s, cms, 1, false)
+	opened(t, s, secrets, 1, true)
+	opened(t, s, cms, 1, false)
+
+	restarted := func() *selections {
+		t.Helper()
+		record, err := loadStreamRecord(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newSelections(record)
+	}
+	s = restarted()
+	settled := s.beginChange(1, func(schema.GroupResource) bool { return false })
+	for _, key := range []selectionKey{cms, secrets} {
+		select {
+		case <-settled:
+			t.Fatalf("settled before %v relisted", key.gr)
+		default:
+		}
+		opened(t, s, key, 1, false)
+	}
+	select {
+	case <-settled:
+	default:
+		t.Fatal("not settled once every restored stream watched under the first rules")
+	}
+
+	// A stream the selections forgot is dropped at the next rewrite.
+	delete(s.streams, secrets)
+	opened(t, s, deployments, 1, false)
+	s = restarted()
+	if got := len(s.streams); got != 2 || s.streams[cms] == nil || s.streams[deployments] == nil {
+		t.Errorf("restored %v, want configmaps and deployments", s.streams)
+	}
+
+	if err := os.WriteFile(filepath.Join(dir, streamsFile), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadStreamRecord(dir); err == nil || !strings.Contains(err.Error(), "restart the pod") {
+		t.Errorf("a record that does not parse: %v, want an error saying to restart the pod", err)
+	}
+
+	record = &streamRecord{path: filepath.Join(dir, "gone", streamsFile), keys: map[selectionKey]bool{}}
+	s = newSelections(record)
+	if err := s.watchOpened(cms, 1, false); err == nil {
+		t.Fatal("a watch whose stream cannot be recorded was let through")
+	}
+	if s.streams[cms] != nil && s.streams[cms].open > 0 || record.keys[cms] {
+		t.Errorf("an unrecorded watch counted as open (%+v) or recorded (%v)", s.streams[cms], record.keys)
 	}
 }

@@ -53,8 +53,9 @@ const (
 	// ca.crt and namespace.
 	ServiceAccountMountPath = "/var/run/secrets/kubernetes.io/serviceaccount"
 	// StateVolume is the emptyDir, in memory and mounted in the proxy only
-	// (at StateDir), where the proxy keeps its CA's key and the client token
-	// across its own restarts.
+	// (at StateDir), where the proxy keeps across its own restarts the
+	// client token, its CA's key (under interception) and the operator's
+	// watched streams (--state-dir).
 	StateVolume = "ctrlmesh-proxy-state"
 	StateDir    = "/var/run/ctrlmesh/state"
 )
@@ -160,8 +161,9 @@ func mutate(pod *corev1.Pod, namespace string, routes []ctrlmeshv1alpha1.ShardRo
 	if mode == ctrlmeshv1alpha1.InterceptKubeconfig {
 		pod.Spec.Volumes = append(pod.Spec.Volumes, emptyDir(KubeconfigVolume, corev1.StorageMediumDefault))
 	} else {
-		pod.Spec.Volumes = append(pod.Spec.Volumes, emptyDir(ServiceAccountVolume, corev1.StorageMediumMemory), emptyDir(StateVolume, corev1.StorageMediumMemory))
+		pod.Spec.Volumes = append(pod.Spec.Volumes, emptyDir(ServiceAccountVolume, corev1.StorageMediumMemory))
 	}
+	pod.Spec.Volumes = append(pod.Spec.Volumes, emptyDir(StateVolume, corev1.StorageMediumMemory))
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
 		switch mode {
@@ -463,6 +465,7 @@ func proxyContainer(rules string, mode ctrlmeshv1alpha1.Interception, certMount 
 			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagListenAddress, fmt.Sprintf("127.0.0.1:%d", ctrlmeshv1alpha1.ProxyListenPort)),
 			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagHealthAddress, fmt.Sprintf(":%d", ctrlmeshv1alpha1.ProxyHealthPort)),
 			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagForwardProxyAddress, fmt.Sprintf("127.0.0.1:%d", ctrlmeshv1alpha1.ProxyForwardPort)),
+			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagStateDir, StateDir),
 		}),
 		Env: []corev1.EnvVar{
 			fieldEnv(ctrlmeshv1alpha1.ProxyEnvPodName, "metadata.name"),
@@ -474,7 +477,7 @@ func proxyContainer(rules string, mode ctrlmeshv1alpha1.Interception, certMount 
 			Requests: corev1.ResourceList{corev1.ResourceCPU: opts.CPURequest, corev1.ResourceMemory: opts.MemoryRequest},
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: opts.MemoryLimit},
 		},
-		VolumeMounts: []corev1.VolumeMount{{Name: KubeconfigVolume, MountPath: KubeconfigDir}},
+		VolumeMounts: []corev1.VolumeMount{{Name: KubeconfigVolume, MountPath: KubeconfigDir}, {Name: StateVolume, MountPath: StateDir}},
 		// Ready means the rules are loaded and the kubeconfig written, so
 		// the operator containers, started after this probe passes, never
 		// run a moment unsharded.
@@ -507,7 +510,6 @@ func proxyContainer(rules string, mode ctrlmeshv1alpha1.Interception, certMount 
 		}
 		c.Args = append(c.Args,
 			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagOperatorServiceAccountDir, ServiceAccountDir),
-			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagInterceptionStateDir, StateDir),
 			ctrlmeshv1alpha1.ProxyFlag(ctrlmeshv1alpha1.ProxyFlagServingNames, strings.Join(names, ",")))
 		c.VolumeMounts = []corev1.VolumeMount{{Name: ServiceAccountVolume, MountPath: ServiceAccountDir}, {Name: StateVolume, MountPath: StateDir}}
 	}

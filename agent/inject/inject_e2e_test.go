@@ -127,6 +127,7 @@ func checkInjected(t *testing.T, pod *corev1.Pod, rules string, extraArgs ...str
 		"--listen-address=127.0.0.1:15080",
 		"--health-address=:15081",
 		"--forward-proxy-address=127.0.0.1:15082",
+		"--state-dir=" + inject.StateDir,
 	}, extraArgs...)
 	if !slices.Equal(proxy.Args, wantArgs) {
 		t.Errorf("proxy args %q, want %q", proxy.Args, wantArgs)
@@ -267,7 +268,7 @@ func TestInjectsWebhookRouter(t *testing.T) {
 	if reason := bare.Annotations[ctrlmeshv1alpha1.ProxyInjectionReasonAnnotation]; !strings.Contains(reason, "without the webhook router") || !strings.Contains(reason, certDir) {
 		t.Errorf("reason %q does not say why the webhook router is missing", reason)
 	}
-	if len(proxy.VolumeMounts) != 1 {
+	if len(proxy.VolumeMounts) != 2 { // the kubeconfig and the state, no certificate
 		t.Errorf("proxy without router mounts %+v", proxy.VolumeMounts)
 	}
 }

@@ -81,11 +81,11 @@ func TestInterceptionMutation(t *testing.T) {
 	}{
 		{
 			mode: "", initContainers: []string{"setup", ctrlmeshv1alpha1.ProxyContainerName},
-			volumes: []string{"kube-api-access-abcde", "data", KubeconfigVolume}, kubeconfig: []string{KubeconfigPath},
+			volumes: []string{"kube-api-access-abcde", "data", KubeconfigVolume, StateVolume}, kubeconfig: []string{KubeconfigPath},
 		},
 		{
 			mode: ctrlmeshv1alpha1.InterceptKubeconfig, initContainers: []string{"setup", ctrlmeshv1alpha1.ProxyContainerName},
-			volumes: []string{"kube-api-access-abcde", "data", KubeconfigVolume}, kubeconfig: []string{KubeconfigPath},
+			volumes: []string{"kube-api-access-abcde", "data", KubeconfigVolume, StateVolume}, kubeconfig: []string{KubeconfigPath},
 		},
 		{
 			mode: ctrlmeshv1alpha1.InterceptEnvironment, initContainers: []string{"setup", ctrlmeshv1alpha1.ProxyContainerName},
@@ -173,16 +173,34 @@ func TestInterceptionMutation(t *testing.T) {
 				if got := argsWith(proxy, ctrlmeshv1alpha1.ProxyFlagOperatorKubeconfig); got != nil {
 					t.Errorf("operator kubeconfig %v under %s", got, tt.mode)
 				}
-				if !slices.Equal(argsWith(proxy, ctrlmeshv1alpha1.ProxyFlagOperatorServiceAccountDir), []string{ServiceAccountDir}) ||
-					!slices.Equal(argsWith(proxy, ctrlmeshv1alpha1.ProxyFlagInterceptionStateDir), []string{StateDir}) {
+				if !slices.Equal(argsWith(proxy, ctrlmeshv1alpha1.ProxyFlagOperatorServiceAccountDir), []string{ServiceAccountDir}) {
 					t.Errorf("proxy args %v", proxy.Args)
 				}
 				want := []corev1.VolumeMount{{Name: ServiceAccountVolume, MountPath: ServiceAccountDir}, {Name: StateVolume, MountPath: StateDir}}
 				if !slices.Equal(proxy.VolumeMounts, want) {
 					t.Errorf("proxy mounts %+v, want %+v (the state in the proxy only)", proxy.VolumeMounts, want)
 				}
-			} else if got := argsWith(proxy, ctrlmeshv1alpha1.ProxyFlagOperatorKubeconfig); !slices.Equal(got, []string{KubeconfigPath}) {
-				t.Errorf("operator kubeconfig %v", got)
+			} else {
+				if got := argsWith(proxy, ctrlmeshv1alpha1.ProxyFlagOperatorKubeconfig); !slices.Equal(got, []string{KubeconfigPath}) {
+					t.Errorf("operator kubeconfig %v", got)
+				}
+				want := []corev1.VolumeMount{{Name: KubeconfigVolume, MountPath: KubeconfigDir}, {Name: StateVolume, MountPath: StateDir}}
+				if !slices.Equal(proxy.VolumeMounts, want) {
+					t.Errorf("proxy mounts %+v, want %+v (the state in the proxy only)", proxy.VolumeMounts, want)
+				}
+			}
+			// Every mode: the state directory, in the proxy only, which
+			// keeps the client token and the operator's streams across the
+			// proxy's restarts.
+			if !slices.Equal(argsWith(proxy, ctrlmeshv1alpha1.ProxyFlagStateDir), []string{StateDir}) {
+				t.Errorf("proxy state directory %v, want %s", argsWith(proxy, ctrlmeshv1alpha1.ProxyFlagStateDir), StateDir)
+			}
+			for _, c := range pod.Spec.Containers {
+				for _, m := range c.VolumeMounts {
+					if m.Name == StateVolume {
+						t.Errorf("%s mounts the proxy's state", c.Name)
+					}
+				}
 			}
 			if !equalPtr(proxy.SecurityContext.RunAsUser, tt.proxyUser) || !equalPtr(proxy.SecurityContext.RunAsGroup, tt.proxyUser) {
 				t.Errorf("proxy user %v/%v, want %v", proxy.SecurityContext.RunAsUser, proxy.SecurityContext.RunAsGroup, tt.proxyUser)

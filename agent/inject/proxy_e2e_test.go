@@ -62,6 +62,7 @@ func TestInjectedProxyServesTheOperator(t *testing.T) {
 		"--health-address":        healthAddress,
 		"--operator-kubeconfig":   kubeconfig,
 		"--forward-proxy-address": forwardAddress,
+		"--state-dir":             t.TempDir(),
 	})
 	args = append(args, "--upstream-kubeconfig="+member.KubeconfigPath)
 	cmd := exec.CommandContext(ctx, bin, args...)

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -195,9 +196,25 @@ func TestNoDoubleReconcileOnRealPods(t *testing.T) {
 	r.step("scale up (2 to 3)", time.Now(), func(m *realMember) error { return r.scale(m, 3) })
 	r.step("scale down (3 to 2)", time.Now(), func(m *realMember) error { return r.scale(m, 2) })
 	r.step("pod deleted", time.Now(), r.deletePod)
+	// A proxy restarted alone: its operator runs on with the kubeconfig it
+	// read at its start and the informers the proxy before served. Every
+	// object reconciled by its owner after the restart shows the operator
+	// served again (the client token kept) without a double reconcile.
+	restarts := r.containerRestarts()
+	killed := r.killProxies()
+	r.step("proxy restarted", time.Now(), nil)
+	for key, n := range r.containerRestarts() {
+		want := restarts[key]
+		if killed[key] {
+			want++
+		}
+		if n != want {
+			t.Errorf("%s restarted %d times over the proxies' restart, want %d", key, n, want)
+		}
+	}
 	r.step("rolling update", time.Now(), func(m *realMember) error { return r.setImage(m, operatorImageV2) })
 	before := r.current
-	restarts := r.containerRestarts()
+	restarts = r.containerRestarts()
 	r.step("kubelet restart", time.Now(), r.restartKubelet)
 	// The pods ran on: the same pods serve the same buckets, and the
 	// kubelet that took them over restarted none of their containers.
@@ -602,6 +619,53 @@ func (r *run) deletePod(m *realMember) error {
 		}
 	}
 	return fmt.Errorf("%s: no pod placed", m.name)
+}
+
+// killProxies kills, as a crash would, the proxy container of one placed
+// pod in each member, and waits until the kubelet has restarted it and it
+// is ready again; it returns the killed containers as containerRestarts
+// names them.
+func (r *run) killProxies() map[string]bool {
+	t := r.t
+	t.Helper()
+	killed := map[string]bool{}
+	for _, m := range r.members {
+		var pod corev1.Pod
+		for _, p := range r.current.Status.Placement {
+			if p.Cluster == m.name && len(p.Pods) > 0 {
+				pod.Namespace, pod.Name = shardedNamespace, p.Pods[0]
+				break
+			}
+		}
+		if err := m.cluster.Client.Get(r.ctx, client.ObjectKeyFromObject(&pod), &pod); err != nil {
+			t.Fatalf("%s: no placed pod to kill the proxy of: %v", m.name, err)
+		}
+		i := slices.IndexFunc(pod.Status.InitContainerStatuses, func(s corev1.ContainerStatus) bool { return s.Name == ctrlmeshv1alpha1.ProxyContainerName })
+		if i < 0 {
+			t.Fatalf("%s: pod %s has no %s container status", m.name, pod.Name, ctrlmeshv1alpha1.ProxyContainerName)
+		}
+		proxy := pod.Status.InitContainerStatuses[i]
+		pid, err := m.cluster.Node.ContainerPID(r.ctx, strings.TrimPrefix(proxy.ContainerID, "containerd://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("%s: killing the proxy of %s (pid %d): %v", m.name, pod.Name, pid, err)
+		}
+		r.logf("%s: killed the proxy of pod %s (pid %d)", m.name, pod.Name, pid)
+		killed[m.name+"/"+pod.Name+"/"+proxy.Name] = true
+		env.Eventually(t, settleWithin, m.name+": the proxy of "+pod.Name+" restarted and ready", func() error {
+			if err := m.cluster.Client.Get(r.ctx, client.ObjectKeyFromObject(&pod), &pod); err != nil {
+				return err
+			}
+			s := pod.Status.InitContainerStatuses[i]
+			if s.RestartCount <= proxy.RestartCount || !s.Ready {
+				return fmt.Errorf("proxy status %+v", s)
+			}
+			return nil
+		})
+	}
+	return killed
 }
 
 // restartKubelet stops the member's kubelet for kubeletDown and starts it

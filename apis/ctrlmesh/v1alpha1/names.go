@@ -115,10 +115,10 @@ const (
 	ProxyFlagWebhookListenAddress = "webhook-listen-address"
 	ProxyFlagWebhookCertDir       = "webhook-cert-dir"
 	ProxyFlagForwardProxyAddress  = "forward-proxy-address"
+	ProxyFlagStateDir             = "state-dir"
 
 	// Flags of the in-cluster interceptions (Environment, Iptables).
 	ProxyFlagOperatorServiceAccountDir = "operator-serviceaccount-dir"
-	ProxyFlagInterceptionStateDir      = "interception-state-dir"
 	ProxyFlagServingNames              = "serving-names"
 
 	// RedirectContainerName names the init container of Iptables
