@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"runtime"
 	"strings"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
 	"github.com/ctrlmesh/ctrlmesh/pkg/routework"
@@ -181,12 +183,9 @@ func BenchmarkCachedWorkBytes(b *testing.B) {
 	}
 }
 
-// BenchmarkConfigIndexBytes reports the live heap the index ConfigIndex
-// holds for each cached Work: as IndexByConfig indexes Works, under their
-// config's value for every namespace, and as controller-runtime's
-// IndexField would, under the value for the Work's own namespace too.
-func BenchmarkConfigIndexBytes(b *testing.B) {
-	const configs, clusters = 10, 1000
+// cachedWorksOf is configs x clusters Works as the hub's cache holds them,
+// without their status.
+func cachedWorksOf(configs, clusters int) []*workv1alpha1.Work {
 	works := make([]*workv1alpha1.Work, 0, configs*clusters)
 	for c := range configs {
 		for m := range clusters {
@@ -197,16 +196,14 @@ func BenchmarkConfigIndexBytes(b *testing.B) {
 			works = append(works, work)
 		}
 	}
-	// What controller-runtime's IndexField adds for a namespaced object.
-	perNamespaceToo := func(obj any) ([]string, error) {
-		values, err := configIndexValues(obj)
-		for _, value := range values {
-			values = append(values, obj.(*workv1alpha1.Work).Namespace+"/"+strings.TrimPrefix(value, allNamespaces))
-		}
-		return values, err
-	}
-	indexed := func(indexers toolscache.Indexers) uint64 {
-		indexers[toolscache.NamespaceIndex] = toolscache.MetaNamespaceIndexFunc
+	return works
+}
+
+// indexBytes is the live heap a client-go indexer of indexers holds for
+// works beyond what one without them holds.
+func indexBytes(b *testing.B, works []*workv1alpha1.Work, indexers toolscache.Indexers) uint64 {
+	b.Helper()
+	fill := func(indexers toolscache.Indexers) uint64 {
 		before := env.LiveHeap()
 		indexer := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, indexers)
 		for _, work := range works {
@@ -218,15 +215,94 @@ func BenchmarkConfigIndexBytes(b *testing.B) {
 		runtime.KeepAlive(indexer)
 		return after - before
 	}
+	return fill(indexers) - fill(toolscache.Indexers{})
+}
+
+// BenchmarkConfigIndexBytes reports the live heap the index ConfigIndex
+// holds for each cached Work: as IndexByConfig indexes Works, under their
+// config's value for every namespace, and as controller-runtime's
+// IndexField would, under the value for the Work's own namespace too.
+func BenchmarkConfigIndexBytes(b *testing.B) {
+	works := cachedWorksOf(10, 1000)
+	// What controller-runtime's IndexField adds for a namespaced object.
+	perNamespaceToo := func(obj any) ([]string, error) {
+		values, err := configIndexValues(obj)
+		for _, value := range values {
+			values = append(values, obj.(*workv1alpha1.Work).Namespace+"/"+strings.TrimPrefix(value, allNamespaces))
+		}
+		return values, err
+	}
 	for _, bc := range []struct {
 		name  string
 		index toolscache.IndexFunc
 	}{{"every-namespace", configIndexValues}, {"own-namespace-too", perNamespaceToo}} {
 		b.Run(bc.name, func(b *testing.B) {
 			for b.Loop() {
-				without := indexed(toolscache.Indexers{})
-				with := indexed(toolscache.Indexers{configIndexName: bc.index})
-				b.ReportMetric((float64(with)-float64(without))/float64(len(works)), "B/work")
+				held := indexBytes(b, works, toolscache.Indexers{configIndexName: bc.index})
+				b.ReportMetric(float64(held)/float64(len(works)), "B/work")
+			}
+		})
+	}
+}
+
+// BenchmarkNamespaceIndexBytes reports the live heap the index by
+// namespace, which the Works' informer keeps no more
+// (informerConstructor), held for each cached Work: 100 Works a namespace,
+// as at 1000 members x 100 configs.
+func BenchmarkNamespaceIndexBytes(b *testing.B) {
+	works := cachedWorksOf(100, 100)
+	for b.Loop() {
+		held := indexBytes(b, works, toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc})
+		b.ReportMetric(float64(held)/float64(len(works)), "B/work")
+	}
+}
+
+// cachedKnownWorks is n Works as the hub's cache holds them.
+func cachedKnownWorks(n int) []*workv1alpha1.Work {
+	works := make([]*workv1alpha1.Work, 0, n)
+	for i := range n {
+		work := routework.NewWork(routework.WorkKey(fmt.Sprintf("member-%04d", i%1000), "operators", fmt.Sprintf("operator-%d", i/1000)))
+		work.UID, work.Generation = uuid.NewUUID(), 1
+		work.Annotations = map[string]string{ctrlmeshv1alpha1.WorkRulesHashAnnotation: fmt.Sprintf("%064d", i), ctrlmeshv1alpha1.WorkAgentNamespaceAnnotation: "ctrlmesh-system"}
+		cacheWork(work)
+		works = append(works, work)
+	}
+	return works
+}
+
+// BenchmarkKnownBytes reports the live heap the Writer's records of the
+// Works it knows hold for each Work: with the UIDs of the API server's
+// answers (remember: the same Works, each with its own copy of its
+// strings), and once readBack asked the Writer about each Work as cached
+// (Known), with the cache's.
+func BenchmarkKnownBytes(b *testing.B) {
+	const n = 10000
+	for _, bc := range []struct {
+		name  string
+		asked bool
+	}{{"answered", false}, {"asked", true}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				cached := cachedKnownWorks(n)
+				before := env.LiveHeap()
+				w := &Writer{}
+				for _, work := range cached {
+					answered := work.DeepCopy()
+					answered.UID = types.UID(strings.Clone(string(work.UID)))
+					answered.Annotations = maps.Clone(work.Annotations)
+					w.remember(client.ObjectKeyFromObject(answered), answered)
+				}
+				if bc.asked {
+					for _, work := range cached {
+						if _, ok := w.Known(work); !ok {
+							b.Fatalf("Work %s unknown", work.Name)
+						}
+					}
+				}
+				after := env.LiveHeap()
+				b.ReportMetric((float64(after)-float64(before))/n, "B/work")
+				runtime.KeepAlive(w)
+				runtime.KeepAlive(cached)
 			}
 		})
 	}

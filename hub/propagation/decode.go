@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -61,6 +62,12 @@ func CacheOptions(cfg *rest.Config, s *runtime.Scheme) (cache.Options, error) {
 // for the Works' informer carry no selector, so this ListWatch applies
 // none. httpClient is the cache's (cache.Options.HTTPClient), so that the
 // Works' watch shares its connections.
+//
+// The Works' informer keeps no index by namespace, which
+// controller-runtime gives every informer for lists within one namespace:
+// the hub lists Works in every namespace (Writer.List), and that index held
+// each Work's key once more, 36 bytes a Work (BenchmarkNamespaceIndexBytes).
+// A list of Works within one namespace through the cache fails.
 func informerConstructor(cfg *rest.Config, httpClient *http.Client, s *runtime.Scheme, cached *cachedWorks) (func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer, error) {
 	works, err := leanWorks(cfg, httpClient, s, cached)
 	if err != nil {
@@ -70,6 +77,8 @@ func informerConstructor(cfg *rest.Config, httpClient *http.Client, s *runtime.S
 		if _, ok := obj.(*workv1alpha1.Work); !ok {
 			return toolscache.NewSharedIndexInformer(lw, obj, resync, indexers)
 		}
+		indexers = maps.Clone(indexers)
+		delete(indexers, toolscache.NamespaceIndex)
 		informer := toolscache.NewSharedIndexInformer(works, obj, resync, indexers)
 		cached.set(informer.GetIndexer())
 		return informer
@@ -93,16 +102,24 @@ type cachedWorks struct {
 func (c *cachedWorks) set(indexer toolscache.Indexer) { c.indexer.Store(&indexer) }
 
 // same is the cache's own Work for work when the cache holds it at work's
-// UID and resourceVersion, whose content is work's; otherwise work.
+// UID and resourceVersion, whose content is work's; otherwise work, which
+// takes the cache's copy of its UID when the cache holds it at another
+// resourceVersion: the Writer's record of the Work holds that copy too
+// (Writer.Known), and it stays the one copy as the Work changes.
 func (c *cachedWorks) same(work *workv1alpha1.Work) *workv1alpha1.Work {
 	indexer := c.indexer.Load()
 	if indexer == nil {
 		return work
 	}
 	obj, ok, err := (*indexer).GetByKey(toolscache.ObjectName{Namespace: work.Namespace, Name: work.Name}.String())
-	if held, isWork := obj.(*workv1alpha1.Work); err == nil && ok && isWork && held.UID == work.UID && held.ResourceVersion == work.ResourceVersion {
+	held, isWork := obj.(*workv1alpha1.Work)
+	if err != nil || !ok || !isWork || held.UID != work.UID {
+		return work
+	}
+	if held.ResourceVersion == work.ResourceVersion {
 		return held
 	}
+	work.UID = held.UID
 	return work
 }
 

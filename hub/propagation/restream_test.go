@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"testing"
 	"time"
+	"unsafe"
 
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
@@ -138,11 +141,14 @@ func TestRestreamDecodesChangedWorks(t *testing.T) {
 		name   string
 		held   func(*workv1alpha1.Work)
 		handed bool
+		// heldUID: the Work decoded afresh takes the cache's copy of its
+		// UID.
+		heldUID bool
 	}{
-		{"same resourceVersion and UID", func(*workv1alpha1.Work) {}, true},
-		{"another resourceVersion", func(w *workv1alpha1.Work) { w.ResourceVersion += "0" }, false},
-		{"another UID", func(w *workv1alpha1.Work) { w.UID += "x" }, false},
-		{"not held", nil, false},
+		{"same resourceVersion and UID", func(*workv1alpha1.Work) {}, true, false},
+		{"another resourceVersion", func(w *workv1alpha1.Work) { w.ResourceVersion += "0" }, false, true},
+		{"another UID", func(w *workv1alpha1.Work) { w.UID += "x" }, false, false},
+		{"not held", nil, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			indexer := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
@@ -168,6 +174,36 @@ func TestRestreamDecodesChangedWorks(t *testing.T) {
 			if !tc.handed && !equality.Semantic.DeepEqual(got, want) {
 				t.Fatalf("decoded\n%#v\nwant, as the cache holds it,\n%#v", got, want)
 			}
+			if tc.heldUID && unsafe.StringData(string(got.UID)) != unsafe.StringData(string(held.UID)) {
+				t.Errorf("the Work decoded afresh holds a copy of its UID of its own, not the cache's")
+			}
 		})
+	}
+}
+
+// TestWorksInformerKeepsNoNamespaceIndex: the Works' informer of the hub's
+// cache keeps no index by namespace, which held each Work's key once more;
+// the informers of other objects keep it, as controller-runtime makes them.
+func TestWorksInformerKeepsNoNamespaceIndex(t *testing.T) {
+	httpClient, err := rest.HTTPClientFor(hub.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newInformer, err := informerConstructor(hub.Config, httpClient, fleet.Scheme, &cachedWorks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		obj  runtime.Object
+		want bool
+	}{{&workv1alpha1.Work{}, false}, {&corev1.ConfigMap{}, true}} {
+		indexers := toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc}
+		informer := newInformer(&toolscache.ListWatch{}, tc.obj, 0, indexers)
+		if _, got := informer.GetIndexer().GetIndexers()[toolscache.NamespaceIndex]; got != tc.want {
+			t.Errorf("the informer of %T keeps the index by namespace: %v, want %v", tc.obj, got, tc.want)
+		}
+		if len(indexers) != 1 {
+			t.Errorf("the informer of %T changed controller-runtime's indexers", tc.obj)
+		}
 	}
 }

@@ -105,13 +105,21 @@ func (w *Writer) knownToCarry(key client.ObjectKey, current *workv1alpha1.Work, 
 // the Writer's knowledge: ok when the Writer wrote or read the Work at
 // work's generation or a later one, in which case work itself may show
 // older rules (the cache lags), or none (CacheTransform).
+//
+// The Writer's record keeps work's UID from then on: the cache's copy,
+// which the cache keeps as the Work changes (cachedWorks.same), rather
+// than the copy the API server's answer brought (remember), 63 bytes a
+// Work (BenchmarkKnownBytes).
 func (w *Writer) Known(work *workv1alpha1.Work) (rulesHash string, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	last, ok := w.known[client.ObjectKeyFromObject(work)]
+	key := client.ObjectKeyFromObject(work)
+	last, ok := w.known[key]
 	if !ok || last.uid != work.UID || work.Generation > last.generation {
 		return "", false
 	}
+	last.uid = work.UID
+	w.known[key] = last
 	return last.rulesHash, true
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	workv1alpha1 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha1"
 	workv1alpha2 "github.com/karmada-io/karmada/pkg/apis/work/v1alpha2"
@@ -18,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -618,5 +620,28 @@ func TestWriterListsThroughIndex(t *testing.T) {
 	}
 	if left, err := direct.List(ctx, other); err != nil || len(left) != 2 {
 		t.Errorf("the other config's Works: %v (%v), want both kept", keys(left), err)
+	}
+}
+
+// TestKnownHoldsTheCachedUID: once asked about a Work as cached, the
+// Writer's record of it holds the cache's copy of its UID, not the copy
+// the API server's answer brought, and still tells its rules.
+func TestKnownHoldsTheCachedUID(t *testing.T) {
+	answered := routework.NewWork(types.NamespacedName{Namespace: "karmada-es-m1", Name: "op-1234"})
+	answered.UID, answered.Generation = "6f1c2b9e-0d3a-4c59-9a57-3b1f0e2d4c6a", 2
+	answered.Annotations = map[string]string{ctrlmeshv1alpha1.WorkRulesHashAnnotation: "hash"}
+	cached := answered.DeepCopy()
+	cached.UID = types.UID(strings.Clone(string(answered.UID)))
+	w := &Writer{}
+	key := client.ObjectKeyFromObject(answered)
+	w.remember(key, answered)
+	if hash, ok := w.Known(cached); !ok || hash != "hash" {
+		t.Fatalf("Known: %q, %v; want the rules hash remembered", hash, ok)
+	}
+	if unsafe.StringData(string(w.known[key].uid)) != unsafe.StringData(string(cached.UID)) {
+		t.Errorf("the record holds a copy of the UID of its own, not the cached Work's")
+	}
+	if hash, ok := w.Known(cached); !ok || hash != "hash" {
+		t.Errorf("Known asked again: %q, %v; want the rules hash remembered", hash, ok)
 	}
 }
