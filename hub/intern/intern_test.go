@@ -1,10 +1,14 @@
 package intern_test
 
 import (
+	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/ctrlmesh/ctrlmesh/hub/intern"
@@ -77,4 +81,64 @@ func copyFresh(m map[string]string) map[string]string {
 		out[fresh(k)] = fresh(v)
 	}
 	return out
+}
+
+// TestInternOutlivesCollections: a string interned after a collection
+// shares the copy of one interned before it, which a string still holds.
+func TestInternOutlivesCollections(t *testing.T) {
+	before := intern.String(fresh("karmada-es-member-0001"))
+	runtime.GC()
+	runtime.GC()
+	if after := intern.String(fresh("karmada-es-member-0001")); !same(before, after) {
+		t.Errorf("%q interned after a collection is a second copy", after)
+	}
+	runtime.KeepAlive(before)
+}
+
+// TestInternForgetsDroppedStrings: the canonical copies no string holds
+// any more go, with their entries.
+func TestInternForgetsDroppedStrings(t *testing.T) {
+	start := intern.Held()
+	kept := intern.String(fresh("kept"))
+	for i := range 10000 {
+		intern.String(fmt.Sprintf("dropped-%064d", i))
+	}
+	deadline := time.Now().Add(time.Minute)
+	for intern.Held() > start+1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d canonical copies held a minute after their strings were dropped, want %d", intern.Held(), start+1)
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if again := intern.String(fresh("kept")); !same(kept, again) {
+		t.Errorf("%q held, interned again, is a second copy", kept)
+	}
+}
+
+// TestInternConcurrently: strings interned at once from many goroutines,
+// while collections drop others, share one copy each.
+func TestInternConcurrently(t *testing.T) {
+	const goroutines, strs = 8, 200
+	got := make([][]string, goroutines)
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range strs {
+				got[g] = append(got[g], intern.String(fmt.Sprintf("shared-%d", i)))
+				intern.String(fmt.Sprintf("own-%d-%d", g, i))
+				if i%50 == 0 {
+					runtime.GC()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for g := 1; g < goroutines; g++ {
+		for i := range strs {
+			if !same(got[0][i], got[g][i]) {
+				t.Fatalf("%q: two copies", got[g][i])
+			}
+		}
+	}
 }
