@@ -101,17 +101,14 @@ func TestAppliedAfterARestartWaitsForTheRelist(t *testing.T) {
 
 	// A stream that opens its first watch is recorded: a proxy restarted
 	// once more waits for both.
-	secrets := httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/api/v1/secrets?watch=true", nil)
-	go after.p.ServeHTTP(httptest.NewRecorder(), secrets)
-	<-upstream.watches
+	after.watchOf("secrets", "")
 	after.p.Stop()
 	again := newAppliedFixtureOn(t, upstream, state)
 	again.p.SetRules(again.compile("c", 3, "0-7"))
 	again.watch("")
 	time.Sleep(100 * time.Millisecond)
 	again.checkApplied("", "before the Secrets' informer relisted too")
-	go again.p.ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/api/v1/secrets?watch=true", nil))
-	<-upstream.watches
+	again.watchOf("secrets", "")
 	again.waitApplied("c", "once both informers watch under c")
 }
 
@@ -184,9 +181,15 @@ func (f *appliedFixture) waitApplied(want, when string) {
 // watch's end.
 func (f *appliedFixture) watch(query string) <-chan struct{} {
 	f.t.Helper()
+	return f.watchOf("configmaps", query)
+}
+
+// watchOf is watch of the core resource named resource.
+func (f *appliedFixture) watchOf(resource, query string) <-chan struct{} {
+	f.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	f.t.Cleanup(cancel)
-	req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/api/v1/configmaps?watch=true"+query, nil)
+	req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/api/v1/"+resource+"?watch=true"+query, nil)
 	ended := make(chan struct{})
 	go func() {
 		defer close(ended)

@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/ctrlmesh/ctrlmesh/proxy"
 	"github.com/ctrlmesh/ctrlmesh/proxy/rules"
+	"github.com/ctrlmesh/ctrlmesh/test/env"
 )
 
 // TestOnlyTheOperatorUsesTheProxy: with an operator kubeconfig written, a
@@ -83,14 +85,14 @@ func TestRestartKeepsTheOperatorsToken(t *testing.T) {
 	}
 	stop()
 	opts.ListenAddress = strings.TrimPrefix(first.config.Host, "http://")
-	for {
+	env.Eventually(t, 30*time.Second, "the first proxy to stop listening", func() error {
 		conn, err := net.Dial("tcp", opts.ListenAddress)
 		if err != nil {
-			break
+			return nil
 		}
 		_ = conn.Close()
-		time.Sleep(10 * time.Millisecond)
-	}
+		return errors.New("still listening on " + opts.ListenAddress)
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	runProxy(t, ctx, opts)
