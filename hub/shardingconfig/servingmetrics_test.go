@@ -81,7 +81,7 @@ func TestServingMetricsObserveStatus(t *testing.T) {
 		{"ctrlmesh_hub_shards", "health=Unhealthy,name=operator,namespace=ops,state=Pending", 1},
 		{"ctrlmesh_hub_unserved_buckets", "name=operator,namespace=ops", 32},
 		{"ctrlmesh_hub_clusters_selected", "name=operator,namespace=ops", 2},
-		{"ctrlmesh_hub_proxies_behind", "cluster=a,name=operator,namespace=ops", 1},
+		{"ctrlmesh_hub_proxies_behind", "name=operator,namespace=ops", 1},
 	} {
 		if got, ok := value(t, reg, c.name, c.labels); !ok || got != c.want {
 			t.Errorf("%s{%s} = %v (present %v), want %v", c.name, c.labels, got, ok, c.want)
@@ -99,8 +99,8 @@ func TestServingMetricsObserveStatus(t *testing.T) {
 	if _, ok := value(t, reg, "ctrlmesh_hub_shards", "health=Unhealthy,name=operator,namespace=ops,state=Pending"); ok {
 		t.Error("the Pending shard series outlived the status that had it")
 	}
-	if s := series(t, reg, "ctrlmesh_hub_proxies_behind"); len(s) != 0 {
-		t.Errorf("ctrlmesh_hub_proxies_behind: series %v with no proxy behind, want none", s)
+	if got, ok := value(t, reg, "ctrlmesh_hub_proxies_behind", "name=operator,namespace=ops"); !ok || got != 0 {
+		t.Errorf("ctrlmesh_hub_proxies_behind = %v (present %v) with no proxy behind, want 0", got, ok)
 	}
 	if got, _ := value(t, reg, "ctrlmesh_hub_unserved_buckets", "name=operator,namespace=ops"); got != 0 {
 		t.Errorf("unserved = %v, want 0", got)
@@ -120,9 +120,10 @@ func TestServingMetricsObserveStatus(t *testing.T) {
 	}
 }
 
-// TestServingMetricsPerConfig: a config's per-cluster series follow its own
-// status alone — another config's stay, and observing the same status
-// again counts nothing twice.
+// TestServingMetricsPerConfig: a config's series follow its own status
+// alone — another config's stay, and observing the same status again
+// counts nothing twice —, and they grow with configs, not with their
+// clusters: proxies behind in two clusters are one series.
 func TestServingMetricsPerConfig(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)
@@ -149,8 +150,7 @@ func TestServingMetricsPerConfig(t *testing.T) {
 	want := map[string]float64{}
 	for _, name := range []string{"one", "two"} {
 		want["ctrlmesh_hub_shards{health=Healthy,name="+name+",namespace=ops,state=Serving}"] = 3
-		want["ctrlmesh_hub_proxies_behind{cluster=a,name="+name+",namespace=ops}"] = 2
-		want["ctrlmesh_hub_proxies_behind{cluster=b,name="+name+",namespace=ops}"] = 1
+		want["ctrlmesh_hub_proxies_behind{name="+name+",namespace=ops}"] = 3
 	}
 	check := func(when string) {
 		t.Helper()
@@ -170,17 +170,17 @@ func TestServingMetricsPerConfig(t *testing.T) {
 	onlyA := &outcome{members: members([]string{"a"}), domains: placed.domains[:1]}
 	m.serving.observeStatus(config("one"), onlyA, &ctrlmeshv1alpha1.ShardingConfigStatus{Placement: status.Placement[:2]}, t0)
 	want["ctrlmesh_hub_shards{health=Healthy,name=one,namespace=ops,state=Serving}"] = 2
-	delete(want, "ctrlmesh_hub_proxies_behind{cluster=b,name=one,namespace=ops}")
+	want["ctrlmesh_hub_proxies_behind{name=one,namespace=ops}"] = 2
 	check("one without cluster b")
 
-	// Two's proxies in b report enforcing generation 1: b's series of two
-	// goes — a cluster whose proxies all enforce has none.
+	// Two's proxy in b reports enforcing generation 1: two has the two of
+	// a behind.
 	enforcing := members([]string{"a", "b"})
 	enforcing["b"].published = &state.Published{Revision: state.Revision{Generation: 1, RulesHash: "h1"}, History: []state.Revision{{Generation: 1, RulesHash: "h1"}}}
 	enforcing["b"].report = &state.Report{Pods: []state.Pod{{Name: "b-0", AppliedRulesHash: "h1"}}}
 	m.serving.observeStatus(config("two"), &outcome{members: enforcing, domains: placed.domains}, status, t0)
-	delete(want, "ctrlmesh_hub_proxies_behind{cluster=b,name=two,namespace=ops}")
-	check("two's proxies in b enforcing")
+	want["ctrlmesh_hub_proxies_behind{name=two,namespace=ops}"] = 2
+	check("two's proxy in b enforcing")
 
 	m.forget(config("two"))
 	for key := range want {
