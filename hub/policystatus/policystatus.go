@@ -107,18 +107,17 @@ func (r *Reconciler[P]) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 func (r *Reconciler[P]) policiesOfWork(ctx context.Context, obj client.Object) []reconcile.Request {
-	l := obj.GetLabels()
-	ns, name := l[ctrlmeshv1alpha1.WorkConfigNamespaceLabel], l[ctrlmeshv1alpha1.WorkConfigNameLabel]
-	if ns == "" || name == "" {
+	config, ok := propagation.ConfigOf(obj)
+	if !ok {
 		return nil
 	}
 	list := r.NewList()
-	if err := r.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+	if err := r.Client.List(ctx, list, client.InNamespace(config.Namespace)); err != nil {
 		return nil
 	}
 	var out []reconcile.Request
 	for _, p := range r.Items(list) {
-		if p.ShardingConfigName() == name {
+		if p.ShardingConfigName() == config.Name {
 			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(p)})
 		}
 	}

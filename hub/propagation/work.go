@@ -486,17 +486,27 @@ func configIndexValues(obj any) ([]string, error) {
 	if !ok {
 		return nil, fmt.Errorf("index %s: %T is not a Work", ConfigIndex, obj)
 	}
-	namespace, name := work.Labels[ctrlmeshv1alpha1.WorkConfigNamespaceLabel], work.Labels[ctrlmeshv1alpha1.WorkConfigNameLabel]
-	if namespace == "" || name == "" {
+	config, ok := ConfigOf(work)
+	if !ok {
 		return nil, nil
 	}
-	return []string{allNamespaces + configIndexKey(namespace, name)}, nil
+	return []string{allNamespaces + configIndexKey(config.Namespace, config.Name)}, nil
 }
 
 func configIndexKey(namespace, name string) string { return namespace + "/" + name }
 
+// configLabels are the labels by which a Work names the ShardingConfig it
+// carries rules of (ConfigOf).
 func configLabels(config *ctrlmeshv1alpha1.ShardingConfig) map[string]string {
 	return map[string]string{ctrlmeshv1alpha1.WorkConfigNamespaceLabel: config.Namespace, ctrlmeshv1alpha1.WorkConfigNameLabel: config.Name}
+}
+
+// ConfigOf is the ShardingConfig whose rules work carries, as its labels
+// name it (configLabels); ok is false for a Work that names none.
+func ConfigOf(work metav1.Object) (config types.NamespacedName, ok bool) {
+	l := work.GetLabels()
+	config = types.NamespacedName{Namespace: l[ctrlmeshv1alpha1.WorkConfigNamespaceLabel], Name: l[ctrlmeshv1alpha1.WorkConfigNameLabel]}
+	return config, config.Namespace != "" && config.Name != ""
 }
 
 // workKey is the namespace and name of the Work of config for cluster. The

@@ -31,7 +31,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
@@ -142,12 +141,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // reports, learn of them through the model once that config read them
 // back (tellPeers).
 func configOfWork(_ context.Context, obj client.Object) []reconcile.Request {
-	l := obj.GetLabels()
-	ns, name := l[ctrlmeshv1alpha1.WorkConfigNamespaceLabel], l[ctrlmeshv1alpha1.WorkConfigNameLabel]
-	if ns == "" || name == "" {
+	config, ok := propagation.ConfigOf(obj)
+	if !ok {
 		return nil
 	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
+	return []reconcile.Request{{NamespacedName: config}}
 }
 
 // peerChangesBuffer is how many configs' changed views wait for the
