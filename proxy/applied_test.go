@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,6 +112,33 @@ func TestAppliedAfterARestartWaitsForTheRelist(t *testing.T) {
 	again.checkApplied("", "before the Secrets' informer relisted too")
 	again.watchOf("secrets", "")
 	again.waitApplied("c", "once both informers watch under c")
+}
+
+// TestUnrecordableWatchRefused: a watch whose stream the proxy cannot
+// record in its state directory is refused with 503 and never reaches the
+// API server. Served unrecorded, a proxy restarted after this one would not
+// wait for the stream to relist before reporting its first rules applied.
+func TestUnrecordableWatchRefused(t *testing.T) {
+	upstream, state := holdingUpstream(t), t.TempDir()
+	f := newAppliedFixtureOn(t, upstream, state)
+	f.p.SetRules(f.compile("a", 1, "0-15"))
+	f.waitApplied("a", "once the first rules are in force")
+	// The pod's emptyDir gone: nothing can be written there.
+	if err := os.RemoveAll(state); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rec := httptest.NewRecorder()
+	f.p.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/api/v1/configmaps?watch=true", nil))
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "streams.json") {
+		t.Errorf("a watch whose stream cannot be recorded: %d %s, want 503 naming the record", rec.Code, rec.Body)
+	}
+	select {
+	case <-upstream.watches:
+		t.Error("the unrecorded watch reached the API server")
+	default:
+	}
 }
 
 // appliedFixture is a proxy for pod "p" (shard "0", label mode) in front of
