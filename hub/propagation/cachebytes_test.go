@@ -91,7 +91,8 @@ func servedWork(b testing.TB, config types.NamespacedName, cluster string) []byt
 // decodes them, hold one copy of what they repeat once through the
 // transform (the config's labels, the conditions, the pods the members
 // report, the rules hash a Work carries and each pod of its member
-// acknowledges), and read as they read raw.
+// acknowledges), and read as they read raw, but for the route's
+// conditions: RulesApplied alone is kept, the one the hub reads.
 func TestCacheTransformSharesStrings(t *testing.T) {
 	s, err := scheme.New()
 	if err != nil {
@@ -110,6 +111,10 @@ func TestCacheTransformSharesStrings(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if len(want.Route.Conditions) != 2 {
+			t.Fatalf("%s: the served route status has conditions %v, want RulesApplied and ProxiesReady", cluster, want.Route.Conditions)
+		}
+		want.Route.Conditions = []metav1.Condition{*meta.FindStatusCondition(want.Route.Conditions, ctrlmeshv1alpha1.ConditionRulesApplied)}
 		kept, err := CacheTransform(obj)
 		if err != nil {
 			t.Fatal(err)
@@ -320,5 +325,26 @@ func BenchmarkKnownBytes(b *testing.B) {
 				runtime.KeepAlive(cached)
 			}
 		})
+	}
+}
+
+// TestReadConditions: the cache keeps a route status's RulesApplied
+// condition alone, whatever else the agent wrote beside it.
+func TestReadConditions(t *testing.T) {
+	rules := metav1.Condition{Type: ctrlmeshv1alpha1.ConditionRulesApplied, Status: metav1.ConditionTrue}
+	proxies := metav1.Condition{Type: ctrlmeshv1alpha1.ConditionProxiesReady, Status: metav1.ConditionFalse}
+	for _, tc := range []struct {
+		name string
+		in   []metav1.Condition
+		want []metav1.Condition
+	}{
+		{"none", nil, nil},
+		{"RulesApplied alone", []metav1.Condition{rules}, []metav1.Condition{rules}},
+		{"both", []metav1.Condition{proxies, rules}, []metav1.Condition{rules}},
+		{"without RulesApplied", []metav1.Condition{proxies}, nil},
+	} {
+		if got := readConditions(tc.in); !equality.Semantic.DeepEqual(got, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
