@@ -202,7 +202,7 @@ FUZZ_TARGETS := \
 	./proxy/webhook:FuzzRouteReview ./proxy:FuzzRenameProtobufBody \
 	./proxy/redirect:FuzzParseDestination ./proxy/internal/request:FuzzSameAsAPIServer \
 	./proxy:FuzzForwardRoute ./proxy:FuzzCheckListGzip \
-	./hub/propagation:FuzzLeanDecode
+	./hub/propagation:FuzzLeanDecode ./hub/propagation:FuzzWorkIdentity
 FUZZTIME ?= 30s
 
 .PHONY: fuzz

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ctrlmeshv1alpha1 "github.com/ctrlmesh/ctrlmesh/apis/ctrlmesh/v1alpha1"
@@ -49,20 +50,16 @@ func decodersWith(t testing.TB, cached *cachedWorks) (full, lean runtime.Decoder
 }
 
 // withoutDropped is obj as the lean decoding leaves it: a Work or the
-// Works of a list without their manifests and managedFields, their route
-// status decoded.
+// Works of a list as the cache holds them (cacheWork: without their
+// manifests and managedFields, their route status decoded with the
+// conditions the hub reads).
 func withoutDropped(obj runtime.Object) runtime.Object {
-	strip := func(w *workv1alpha1.Work) {
-		w.ManagedFields = nil
-		w.Spec.Workload = workv1alpha1.WorkloadTemplate{}
-		routework.DecodeStatus(w)
-	}
 	switch obj := obj.(type) {
 	case *workv1alpha1.Work:
-		strip(obj)
+		cacheWork(obj)
 	case *workv1alpha1.WorkList:
 		for i := range obj.Items {
-			strip(&obj.Items[i])
+			cacheWork(&obj.Items[i])
 		}
 	}
 	return obj
@@ -293,4 +290,92 @@ func BenchmarkDecodeWork(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkDecodeHeldWork decodes a watched Work the cache holds: at
+// another resourceVersion (changed: decoded whole, as every Work was
+// before the cache's own was handed on for one it holds unchanged), and at
+// the same one (held: only its identity is read).
+func BenchmarkDecodeHeldWork(b *testing.B) {
+	full, _ := decoders(b)
+	served := servedWork(b, types.NamespacedName{Namespace: "operators", Name: "op"}, "m1")
+	obj, _, err := full.Decode(served, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name string
+		held func(*workv1alpha1.Work)
+	}{
+		{"changed", func(w *workv1alpha1.Work) { w.ResourceVersion += "0" }},
+		{"held", func(*workv1alpha1.Work) {}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			held := obj.(*workv1alpha1.Work).DeepCopy()
+			cacheWork(held)
+			bc.held(held)
+			indexer := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
+			if err := indexer.Add(held); err != nil {
+				b.Fatal(err)
+			}
+			cached := &cachedWorks{}
+			cached.set(indexer)
+			_, lean := decodersWith(b, cached)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, err := lean.Decode(served, nil, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestWorkIdentityOf: the identity of a Work as JSON is read from its
+// apiVersion, kind and metadata wherever they stand, as its decoding reads
+// them; anything else is no Work's.
+func TestWorkIdentityOf(t *testing.T) {
+	meta := `"metadata":{"namespace":"karmada-es-m1","name":"w","uid":"u1","resourceVersion":"7","labels":{"a":"b"}}`
+	w := workIdentity{Namespace: "karmada-es-m1", Name: "w", UID: "u1", ResourceVersion: "7"}
+	for _, tc := range []struct {
+		name, data string
+		want       workIdentity
+		ok         bool
+	}{
+		{"as the API server writes it", `{"apiVersion":"work.karmada.io/v1alpha1","kind":"Work",` + meta + `,"spec":{},"status":{}}`, w, true},
+		{"metadata first", `{` + meta + `,"status":{"x":[1,2]},"kind":"Work","apiVersion":"work.karmada.io/v1alpha1"}`, w, true},
+		{"metadata repeated: the last", `{"apiVersion":"work.karmada.io/v1alpha1","kind":"Work","metadata":{"name":"x"},` + meta + `}`, w, true},
+		{"no metadata", `{"apiVersion":"work.karmada.io/v1alpha1","kind":"Work"}`, workIdentity{}, true},
+		{"keys of another case: none", `{"apiVersion":"work.karmada.io/v1alpha1","kind":"Work","Metadata":{"name":"w"}}`, workIdentity{}, true},
+		{"another kind", `{"apiVersion":"work.karmada.io/v1alpha1","kind":"WorkList",` + meta + `}`, workIdentity{}, false},
+		{"another group", `{"apiVersion":"v1","kind":"Work",` + meta + `}`, workIdentity{}, false},
+		{"a Status", `{"kind":"Status","apiVersion":"v1","status":"Failure","code":410}`, workIdentity{}, false},
+		{"no object", `[1]`, workIdentity{}, false},
+		{"cut short", `{"apiVersion":"work.karmada.io/v1alpha1","kind":"Work",` + meta + `,"status":{`, workIdentity{}, false},
+	} {
+		if got, ok := workIdentityOf([]byte(tc.data)); ok != tc.ok || got != tc.want {
+			t.Errorf("%s: %+v, %v; want %+v, %v", tc.name, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// FuzzWorkIdentity: the identity read of a Work as JSON is the one its
+// decoding holds, whatever the JSON.
+func FuzzWorkIdentity(f *testing.F) {
+	f.Add(servedWork(f, types.NamespacedName{Namespace: "operators", Name: "op"}, "m1"))
+	f.Add([]byte(`{"apiVersion":"work.karmada.io/v1alpha1","kind":"Work","metadata":{"name":"a\\u0062","resourceVersion":"1"},"metadata":{"uid":"u"}}`))
+	f.Add([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","code":410}`))
+	full, _ := decoders(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		id, ok := workIdentityOf(data)
+		obj, _, err := full.Decode(data, nil, nil)
+		work, isWork := obj.(*workv1alpha1.Work)
+		if err != nil || !isWork {
+			return
+		}
+		want := workIdentity{Namespace: work.Namespace, Name: work.Name, UID: work.UID, ResourceVersion: work.ResourceVersion}
+		if !ok || id != want {
+			t.Fatalf("the identity of %q: %+v, %v; want %+v", data, id, ok, want)
+		}
+	})
 }
