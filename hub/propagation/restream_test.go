@@ -151,19 +151,12 @@ func TestRestreamDecodesChangedWorks(t *testing.T) {
 		{"not held", nil, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			indexer := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
 			var held *workv1alpha1.Work
 			if tc.held != nil {
 				held = want.DeepCopy()
 				tc.held(held)
-				if err := indexer.Add(held); err != nil {
-					t.Fatal(err)
-				}
 			}
-			cached := &cachedWorks{}
-			cached.set(indexer)
-			_, lean := decodersWith(t, cached)
-			obj, _, err := lean.Decode(served, nil, nil)
+			obj, _, err := leanHolding(t, held).Decode(served, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -206,4 +199,20 @@ func TestWorksInformerKeepsNoNamespaceIndex(t *testing.T) {
 			t.Errorf("the informer of %T changed controller-runtime's indexers", tc.obj)
 		}
 	}
+}
+
+// leanHolding is the lean decoder of a hub whose cache holds held, or no
+// Work when held is nil.
+func leanHolding(t testing.TB, held *workv1alpha1.Work) runtime.Decoder {
+	t.Helper()
+	indexer := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
+	if held != nil {
+		if err := indexer.Add(held); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cached := &cachedWorks{}
+	cached.set(indexer)
+	_, lean := decodersWith(t, cached)
+	return lean
 }
