@@ -102,44 +102,32 @@ type cachedWorks struct {
 
 func (c *cachedWorks) set(indexer toolscache.Indexer) { c.indexer.Store(&indexer) }
 
-// held is the cache's own Work for data, a watched object as JSON, when
-// data is a Work the cache holds at the UID and resourceVersion data's
-// metadata names: that Work's content is data's. Only data's identity is
-// read (workIdentityOf), not the rest of it: a Work streamed again
-// unchanged was decoded whole, status and all, and dropped, 8.9 KB of
-// allocations against 0.9 KB for its identity (BenchmarkDecodeHeldWork),
-// for each of 100,000 Works at every stream at 1000 members x 100
-// configs.
-func (c *cachedWorks) held(data []byte) *workv1alpha1.Work {
+// held is the cache's own Work of the UID data, a watched object as JSON,
+// names in its metadata, and whether the cache holds it at data's
+// resourceVersion: then that Work's content is data's. Only data's
+// identity is read (workIdentityOf), not the rest of it: a Work streamed
+// again unchanged was decoded whole, status and all, and dropped, 8.9 KB
+// of allocations against 0.9 KB for its identity
+// (BenchmarkDecodeHeldWork), for each of 100,000 Works at every stream at
+// 1000 members x 100 configs. A Work held at another resourceVersion has
+// changed: it is decoded, and takes the held Work's copy of its UID
+// (Decode), which the Writer's record of the Work holds too
+// (Writer.Known), so it stays the one copy as the Work changes.
+func (c *cachedWorks) held(data []byte) (work *workv1alpha1.Work, unchanged bool) {
 	indexer := c.indexer.Load()
 	if indexer == nil {
-		return nil
+		return nil, false
 	}
 	id, ok := workIdentityOf(data)
-	if !ok || id.ResourceVersion == "" {
-		return nil
+	if !ok {
+		return nil, false
 	}
 	obj, exists, err := (*indexer).GetByKey(toolscache.ObjectName{Namespace: id.Namespace, Name: id.Name}.String())
-	held, isWork := obj.(*workv1alpha1.Work)
-	if err != nil || !exists || !isWork || held.UID != id.UID || held.ResourceVersion != id.ResourceVersion {
-		return nil
+	work, isWork := obj.(*workv1alpha1.Work)
+	if err != nil || !exists || !isWork || work.UID != id.UID {
+		return nil, false
 	}
-	return held
-}
-
-// shareUID gives work, decoded afresh, the cache's copy of its UID when
-// the cache holds it at another resourceVersion: the Writer's record of
-// the Work holds that copy too (Writer.Known), and it stays the one copy
-// as the Work changes.
-func (c *cachedWorks) shareUID(work *workv1alpha1.Work) {
-	indexer := c.indexer.Load()
-	if indexer == nil {
-		return
-	}
-	obj, ok, err := (*indexer).GetByKey(toolscache.ObjectName{Namespace: work.Namespace, Name: work.Name}.String())
-	if held, isWork := obj.(*workv1alpha1.Work); err == nil && ok && isWork && held.UID == work.UID {
-		work.UID = held.UID
-	}
+	return work, id.ResourceVersion != "" && work.ResourceVersion == id.ResourceVersion
 }
 
 // workIdentity is what workIdentityOf reads of a Work as JSON.
@@ -247,9 +235,10 @@ var (
 func (d leanDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
 	// A Work decoded into a caller's object is the caller's: only a
 	// watched one may be the cache's own.
-	watched := into == nil && d.cached != nil
-	if watched {
-		if held := d.cached.held(data); held != nil {
+	var held *workv1alpha1.Work
+	if into == nil && d.cached != nil {
+		var unchanged bool
+		if held, unchanged = d.cached.held(data); unchanged {
 			gvk := workKind
 			return held, &gvk, nil
 		}
@@ -260,8 +249,8 @@ func (d leanDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into
 	}
 	switch obj := obj.(type) {
 	case *workv1alpha1.Work:
-		if watched {
-			d.cached.shareUID(obj)
+		if held != nil && held.UID == obj.UID {
+			obj.UID = held.UID
 		}
 		cacheWork(obj)
 	case *workv1alpha1.WorkList:

@@ -107,7 +107,7 @@ func (w *Writer) knownToCarry(key client.ObjectKey, current *workv1alpha1.Work, 
 // older rules (the cache lags), or none (CacheTransform).
 //
 // The Writer's record keeps work's UID from then on: the cache's copy,
-// which the cache keeps as the Work changes (cachedWorks.shareUID), rather
+// which the cache keeps as the Work changes (cachedWorks.held), rather
 // than the copy the API server's answer brought (remember), 46 bytes a
 // Work (BenchmarkKnownBytes).
 func (w *Writer) Known(work *workv1alpha1.Work) (rulesHash string, ok bool) {
