@@ -59,30 +59,29 @@ func (s seriesSet) add(value float64, labels ...string) {
 	s[key] = e
 }
 
-// setSeries gives config's series in vec the values of next, and deletes
-// those it had (in had, the config's series in vec by config) and next
-// has not. A deletion by partial match (namespace
-// and name) would find them too, but scans every series of the vector:
-// one per config and member, and more, so at 10 members x 1000 configs it
-// took half the hub's CPU (make bench-scale). Gauges are set rather than
-// deleted and counted up again, so a scrape never sees a config's series
-// half counted.
-func (m *servingMetrics) setSeries(vec *prometheus.GaugeVec, had map[types.NamespacedName]seriesSet, config types.NamespacedName, next seriesSet) {
+// setShards gives config's series in shards the values of next, and
+// deletes those it had (shardSeries) and next has not. A deletion by
+// partial match (namespace and name) would find them too, but scans every
+// series of the vector, so at 10 members x 1000 configs it took half the
+// hub's CPU when the vector had a series per config and member (make
+// bench-scale). Gauges are set rather than deleted and counted up again,
+// so a scrape never sees a config's series half counted.
+func (m *servingMetrics) setShards(config types.NamespacedName, next seriesSet) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, e := range next {
-		vec.WithLabelValues(e.labels...).Set(e.value)
+		m.shards.WithLabelValues(e.labels...).Set(e.value)
 	}
-	for key, e := range had[config] {
+	for key, e := range m.shardSeries[config] {
 		if _, ok := next[key]; !ok {
-			vec.DeleteLabelValues(e.labels...)
+			m.shards.DeleteLabelValues(e.labels...)
 		}
 	}
 	if next == nil {
-		delete(had, config)
+		delete(m.shardSeries, config)
 		return
 	}
-	had[config] = next
+	m.shardSeries[config] = next
 }
 
 func newServingMetrics(reg prometheus.Registerer) (*servingMetrics, error) {
@@ -143,7 +142,7 @@ func (m *servingMetrics) observeStatus(sc *ctrlmeshv1alpha1.ShardingConfig, out 
 	for _, p := range status.Placement {
 		shards.add(1, sc.Namespace, sc.Name, string(p.State), string(p.Health))
 	}
-	m.setSeries(m.shards, m.shardSeries, key, shards)
+	m.setShards(key, shards)
 	unserved := unservedBuckets(sc, len(out.domains), status.Placement)
 	m.unserved.WithLabelValues(sc.Namespace, sc.Name).Set(float64(unserved))
 
@@ -226,7 +225,7 @@ func unservedBuckets(sc *ctrlmeshv1alpha1.ShardingConfig, domains int, placement
 // forget drops the series and intervals of a deleted ShardingConfig.
 func (m *servingMetrics) forget(sc *ctrlmeshv1alpha1.ShardingConfig) {
 	key := types.NamespacedName{Namespace: sc.Namespace, Name: sc.Name}
-	m.setSeries(m.shards, m.shardSeries, key, nil)
+	m.setShards(key, nil)
 	m.proxiesBehind.DeleteLabelValues(sc.Namespace, sc.Name)
 	m.unserved.DeleteLabelValues(sc.Namespace, sc.Name)
 	m.clustersChosen.DeleteLabelValues(sc.Namespace, sc.Name)
