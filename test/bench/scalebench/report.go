@@ -12,6 +12,7 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgsvg"
@@ -107,47 +108,86 @@ func report(out io.Writer, results []*result, opts options) {
 	}
 }
 
-// plotCurves draws time to Ready, hub memory and hub requests per second
-// over the scales, three panels side by side, into an SVG file.
+// plotCurves draws three panels over the members' count, one curve for
+// each count of configs (10 configs at 10, 100 and 1000 members is one
+// curve, 100 configs another), so that a reader sees how each cost grows
+// with the members and with the configs: apply to every config Ready, the
+// hub's RSS at its peak, and its requests a second during the apply. The
+// goals of issue 17 are drawn as dashed lines where they apply.
 func plotCurves(path string, results []*result) error {
-	type series struct {
+	type panel struct {
 		title, y string
 		value    func(*result) float64
+		goal     float64
+		// log draws the values on a log scale: apply to Ready spans 30 s
+		// to an hour over the scales measured.
+		log bool
 	}
-	panels := []series{
-		{"apply → all Ready", "seconds", func(r *result) float64 { return r.ready.Seconds() }},
-		{"hub memory (RSS)", "MiB", func(r *result) float64 { return float64(r.rss >> 20) }},
-		{"hub API requests", "per second during apply", func(r *result) float64 { return total(r.requests) / max(r.ready.Seconds(), 1e-3) }},
+	panels := []panel{
+		{"apply → all Ready", "seconds", func(r *result) float64 { return r.ready.Seconds() }, goalReady.Seconds(), true},
+		{"hub memory (RSS at the peak)", "MiB", func(r *result) float64 { return float64(r.peak >> 20) }, goalRSS >> 20, false},
+		{"hub API requests", "per second during apply", func(r *result) float64 { return total(r.requests) / max(r.ready.Seconds(), 1e-3) }, 0, false},
 	}
+	groups := curves(results)
 	row := make([]*plot.Plot, len(panels))
 	for i, s := range panels {
 		p := plot.New()
 		p.Title.Text = s.title
-		p.X.Label.Text = "member clusters (× configs)"
+		p.X.Label.Text = "member clusters"
 		p.Y.Label.Text = s.y
 		p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
-		p.Y.Min = 0
+		p.Legend.Top, p.Legend.Left = true, true
 		p.Add(plotter.NewGrid())
-		var pts plotter.XYs
-		var labels []string
-		for _, r := range results {
-			pts = append(pts, plotter.XY{X: float64(r.clusters), Y: s.value(r)})
-			l := fmt.Sprintf("%d×%d", r.clusters, r.configs)
-			if !r.readyDone {
-				l += " (not Ready)"
+		minX, maxX, maxY := 0.0, 0.0, s.goal
+		for n, g := range groups {
+			var pts plotter.XYs
+			var labels []string
+			for _, r := range g.results {
+				x := float64(r.clusters)
+				if minX == 0 || x < minX {
+					minX = x
+				}
+				maxX = max(maxX, x)
+				y := s.value(r)
+				maxY = max(maxY, y)
+				pts = append(pts, plotter.XY{X: x, Y: y})
+				l := fmt.Sprintf("%d×%d", r.clusters, r.configs)
+				if !r.readyDone {
+					l += " (not Ready)"
+				}
+				labels = append(labels, l)
 			}
-			labels = append(labels, l)
+			line, points, err := plotter.NewLinePoints(pts)
+			if err != nil {
+				return err
+			}
+			line.Color = plotutil.Color(n)
+			points.Color, points.Shape = plotutil.Color(n), draw.CircleGlyph{}
+			lbls, err := plotter.NewLabels(plotter.XYLabels{XYs: pts, Labels: labels})
+			if err != nil {
+				return err
+			}
+			p.Add(line, points, lbls)
+			p.Legend.Add(fmt.Sprintf("%d configs", g.configs), line, points)
 		}
-		line, points, err := plotter.NewLinePoints(pts)
-		if err != nil {
-			return err
+		if s.goal > 0 && maxX > 0 {
+			goal, err := plotter.NewLine(plotter.XYs{{X: minX, Y: s.goal}, {X: maxX, Y: s.goal}})
+			if err != nil {
+				return err
+			}
+			goal.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+			p.Add(goal)
+			p.Legend.Add(fmt.Sprintf("goal at %d×%d", goalScale.clusters, goalScale.configs), goal)
 		}
-		points.Shape = draw.CircleGlyph{}
-		lbls, err := plotter.NewLabels(plotter.XYLabels{XYs: pts, Labels: labels})
-		if err != nil {
-			return err
+		// Room on the right for the last run's label, and above the curves
+		// for the legend.
+		p.X.Max = maxX * 3
+		if s.log {
+			p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+			p.Y.Min, p.Y.Max = max(p.Y.Min, 1), maxY*20
+		} else {
+			p.Y.Min, p.Y.Max = 0, maxY*1.4
 		}
-		p.Add(line, points, lbls)
 		row[i] = p
 	}
 	const w, h = 15 * vg.Inch, 4 * vg.Inch
@@ -167,6 +207,31 @@ func plotCurves(path string, results []*result) error {
 		return err
 	}
 	return f.Close()
+}
+
+// curve is the results of one count of configs, by members.
+type curve struct {
+	configs int
+	results []*result
+}
+
+// curves groups results by their count of configs, fewest configs first,
+// each curve ordered by members.
+func curves(results []*result) []curve {
+	var out []curve
+	for _, r := range results {
+		i := slices.IndexFunc(out, func(c curve) bool { return c.configs == r.configs })
+		if i < 0 {
+			out = append(out, curve{configs: r.configs})
+			i = len(out) - 1
+		}
+		out[i].results = append(out[i].results, r)
+	}
+	slices.SortFunc(out, func(a, b curve) int { return a.configs - b.configs })
+	for _, c := range out {
+		slices.SortStableFunc(c.results, func(a, b *result) int { return a.clusters - b.clusters })
+	}
+	return out
 }
 
 // steadyRate is the hub's requests per second at rest without its Event
