@@ -167,6 +167,11 @@ func plotCurves(path string, results []*result) error {
 			if err != nil {
 				return err
 			}
+			if n%2 == 0 {
+				// Every other curve labelled below its points, so that
+				// two curves' labels at one member count do not overlap.
+				lbls.Offset = vg.Point{X: vg.Points(3), Y: -vg.Points(12)}
+			}
 			p.Add(line, points, lbls)
 			p.Legend.Add(fmt.Sprintf("%d configs", g.configs), line, points)
 		}
