@@ -119,8 +119,8 @@ func plotCurves(path string, results []*result) error {
 		title, y string
 		value    func(*result) float64
 		goal     float64
-		// log draws the values on a log scale: apply to Ready spans 30 s
-		// to an hour over the scales measured.
+		// log draws the values on a log scale, from 1 up: apply to Ready
+		// spans 3 s to an hour over the scales measured.
 		log bool
 	}
 	panels := []panel{
@@ -149,6 +149,11 @@ func plotCurves(path string, results []*result) error {
 				}
 				maxX = max(maxX, x)
 				y := s.value(r)
+				if s.log {
+					// A log scale has no place for 0 (a run whose hub
+					// exited before it measured anything).
+					y = max(y, 1)
+				}
 				maxY = max(maxY, y)
 				pts = append(pts, plotter.XY{X: x, Y: y})
 				l := fmt.Sprintf("%d×%d", r.clusters, r.configs)
@@ -189,7 +194,7 @@ func plotCurves(path string, results []*result) error {
 		p.X.Max = maxX * 3
 		if s.log {
 			p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
-			p.Y.Min, p.Y.Max = max(p.Y.Min, 1), maxY*20
+			p.Y.Min, p.Y.Max = 1, maxY*20
 		} else {
 			p.Y.Min, p.Y.Max = 0, maxY*1.4
 		}
