@@ -60,7 +60,7 @@ func report(out io.Writer, results []*result, opts options) {
 	for _, r := range results {
 		row := []string{fmt.Sprintf("%d × %d", r.clusters, r.configs), fmt.Sprint(r.works), readyCell(r),
 			fmt.Sprintf("%.1f s", r.cpu), memoryCell(r),
-			fmt.Sprintf("%.0f (%.0f/s): %s", total(r.requests), total(r.requests)/max(r.ready.Seconds(), 1e-3), methods(r.requests))}
+			fmt.Sprintf("%.0f (%.0f/s): %s", total(r.requests), r.applyRate(), methods(r.requests))}
 		if r.readyDone {
 			row = append(row,
 				fmt.Sprintf("%.2f (%.1f, each member every %s)", r.steadyRate(), r.heartbeatsPerSec, secs(time.Duration(float64(r.clusters)/r.heartbeatsPerSec*float64(time.Second)))),
@@ -126,7 +126,7 @@ func plotCurves(path string, results []*result) error {
 	panels := []panel{
 		{"apply → all Ready", "seconds", func(r *result) float64 { return r.ready.Seconds() }, goalReady.Seconds(), true},
 		{"hub memory (RSS at the peak)", "MiB", func(r *result) float64 { return float64(r.peak >> 20) }, goalRSS >> 20, false},
-		{"hub API requests", "per second during apply", func(r *result) float64 { return total(r.requests) / max(r.ready.Seconds(), 1e-3) }, 0, false},
+		{"hub API requests", "per second during apply", (*result).applyRate, 0, false},
 	}
 	groups := curves(results)
 	row := make([]*plot.Plot, len(panels))
@@ -242,6 +242,12 @@ func curves(results []*result) []curve {
 		slices.SortStableFunc(c.results, func(a, b *result) int { return a.clusters - b.clusters })
 	}
 	return out
+}
+
+// applyRate is the hub's requests per second from the apply to every
+// config Ready.
+func (r *result) applyRate() float64 {
+	return total(r.requests) / max(r.ready.Seconds(), 1e-3)
 }
 
 // steadyRate is the hub's requests per second at rest without its Event
