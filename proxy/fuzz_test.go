@@ -207,7 +207,7 @@ func FuzzNarrow(f *testing.F) {
 		if shardSel != "" {
 			query.Set("shardSelector", shardSel)
 		}
-		if _, err := narrow(query, snap, &snap.Limits[0]); err != nil {
+		if _, err := snap.Narrow(query, &snap.Limits[0]); err != nil {
 			return
 		}
 		// Range mode with no limit selector adds no label requirement and

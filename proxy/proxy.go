@@ -795,7 +795,7 @@ func (p *Proxy) serveRead(w http.ResponseWriter, r *http.Request, st *state, inf
 	if empty {
 		err = narrowToNothing(query)
 	} else if limit != nil {
-		ranges, err = narrow(query, snap, limit)
+		ranges, err = snap.Narrow(query, limit)
 	} else {
 		err = narrowIsolated(query, snap, info.Namespace)
 	}
@@ -911,48 +911,6 @@ func framableAccept(values []string) string {
 		return watchstream.MediaTypeJSON
 	}
 	return strings.Join(kept, ", ")
-}
-
-// narrow adds the shard's selection and the limit's selector to a list or
-// watch query. A selector the client already sent on the same key is
-// intersected with the shard's, never overridden. In range mode it returns
-// the hash ranges of the shardSelector it set, which the response must be
-// proven against.
-func narrow(query url.Values, snap *rules.Snapshot, limit *rules.Limit) ([]sharding.HashRange, error) {
-	reqs := append(labels.Requirements{}, limit.Requirements...)
-	var ranges []sharding.HashRange
-	switch snap.Mode {
-	case rules.ModeRange:
-		ranges = snap.Ownership.HashRanges()
-		if theirs := query.Get("shardSelector"); theirs != "" {
-			parsed, err := sharding.ParseShardSelector(theirs)
-			if err != nil {
-				return nil, fmt.Errorf("the request's shardSelector: %w", err)
-			}
-			ranges = sharding.IntersectRanges(ranges, parsed)
-			if len(ranges) == 0 {
-				return nil, fmt.Errorf("the request's shardSelector %q selects nothing of this pod's shard (%s)", theirs, snap.Ownership)
-			}
-		}
-		query.Set("shardSelector", sharding.FormatShardSelector(ranges))
-	case rules.ModeLabel:
-		own, err := snap.Ownership.LabelRequirements()
-		if err != nil {
-			return nil, err
-		}
-		reqs = append(reqs, own...)
-	}
-	if len(reqs) == 0 {
-		return ranges, nil
-	}
-	sel, err := labels.Parse(query.Get("labelSelector"))
-	if err != nil {
-		return nil, fmt.Errorf("the request's labelSelector: %w", err)
-	}
-	// labels.Selector.Add ANDs: a requirement on a key the client already
-	// constrains narrows it further.
-	query.Set("labelSelector", sel.Add(reqs...).String())
-	return ranges, nil
 }
 
 // narrowToNothing narrows a list or watch to no object at all: the

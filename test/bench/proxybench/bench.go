@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -22,8 +21,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
@@ -62,10 +63,14 @@ type bench struct {
 	start    time.Time
 	selector string
 	// direct talks to kube-apiserver; hopped to the bare hop and proxied
-	// to the proxy, which both forward to the same kube-apiserver.
-	direct, hopped, proxied kubernetes.Interface
-	proxyURL                string
-	hop, proxy              *proxyProcess
+	// to the proxy, which both forward to the same kube-apiserver. The
+	// narrowed clients narrow every request as the proxy narrows a list
+	// (narrowing): they only list.
+	direct, hopped, proxied     kubernetes.Interface
+	directNarrowed, hopNarrowed kubernetes.Interface
+	upstream                    *rest.Config
+	proxyURL, hopURL            string
+	hop, proxy                  *proxyProcess
 }
 
 // way is a path the measured requests take to kube-apiserver.
@@ -77,31 +82,44 @@ const (
 	// forwarding alone, the floor of any sidecar's cost.
 	wayHop
 	wayProxy
+	// wayDirectNarrowed and wayHopNarrowed list narrowed as the proxy
+	// narrows (rules.Snapshot.Narrow: in range mode the same shardSelector,
+	// in label mode the same label requirement), directly and through the
+	// bare hop. Lists only: their p50 over direct's is kube-apiserver's
+	// share of a sharded list, and the proxy's over the narrowed hop's is
+	// the proxy's own.
+	wayDirectNarrowed
+	wayHopNarrowed
 	numWays
 )
 
-var ways = [numWays]way{wayDirect, wayHop, wayProxy}
+var (
+	// ways are the ways of GETs and of the concurrent clients.
+	ways = []way{wayDirect, wayHop, wayProxy}
+	// listWays are the ways of LISTs.
+	listWays = []way{wayDirect, wayDirectNarrowed, wayHop, wayHopNarrowed, wayProxy}
+)
 
 func (w way) String() string {
-	return [numWays]string{"direct", "through the bare hop", "through the proxy"}[w]
+	return [numWays]string{"direct", "through the bare hop", "through the proxy", "direct, narrowed as the proxy narrows", "through the bare hop, narrowed as the proxy narrows"}[w]
 }
 
 func (b *bench) client(w way) kubernetes.Interface {
-	return [numWays]kubernetes.Interface{b.direct, b.hopped, b.proxied}[w]
+	return [numWays]kubernetes.Interface{b.direct, b.hopped, b.proxied, b.directNarrowed, b.hopNarrowed}[w]
 }
 
-// process is the process w's requests go through; nil for direct.
+// process is the process w's requests go through; nil for the direct ways.
 func (b *bench) process(w way) *proxyProcess {
-	return [numWays]*proxyProcess{nil, b.hop, b.proxy}[w]
+	return [numWays]*proxyProcess{nil, b.hop, b.proxy, nil, b.hop}[w]
 }
 
-// order is the order of the ways in round i of an interleaved measurement:
-// rotated each round, so every way goes first, second and last equally
-// often and drift and ordering effects fall on all alike.
-func order(i int) [numWays]way {
-	var o [numWays]way
+// order is the order of set's ways in round i of an interleaved
+// measurement: rotated each round, so every way goes first, second and
+// last equally often and drift and ordering effects fall on all alike.
+func order(i int, set []way) []way {
+	o := make([]way, len(set))
 	for j := range o {
-		o[j] = ways[(i+j)%int(numWays)]
+		o[j] = set[(i+j)%len(set)]
 	}
 	return o
 }
@@ -116,13 +134,14 @@ type results struct {
 	modeCheck        string
 	seedTime         time.Duration
 
-	// Latencies of each measurement, by way.
+	// Latencies of each measurement, by way: GETs the ways, LISTs the
+	// listWays.
 	get, list1k, list10k      [numWays][]time.Duration
 	list1kItems, list10kItems int
 
 	// cpu* are the bare hop's and the proxy's CPU time over each
-	// measurement's requests through them (warm-up included); none for
-	// direct.
+	// measurement's requests through them (warm-up included; the hop's
+	// over both its ways' LISTs), at wayHop and wayProxy.
 	cpuGet, cpuList1k, cpuList10k, cpuConcurrent [numWays]cpuCost
 	conc                                         [numWays][]concurrentRun
 	// proxyRSSIdle is the proxy's VmRSS once serving, before the
@@ -155,9 +174,9 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 		b.progress("stopping the control plane")
 		err = errors.Join(err, fleet.Stop())
 	}()
-	upstream := fleet.Cluster("bench").Config
+	b.upstream = fleet.Cluster("bench").Config
 
-	if b.direct, err = kubernetes.NewForConfig(tune(rest.CopyConfig(upstream), o.content)); err != nil {
+	if b.direct, err = kubernetes.NewForConfig(tune(rest.CopyConfig(b.upstream), o.content)); err != nil {
 		return err
 	}
 	var res results
@@ -183,6 +202,9 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, stopHop()) }()
+	if err := b.startNarrowed(); err != nil {
+		return err
+	}
 	if res.modeCheck, err = b.checkMode(ctx); err != nil {
 		return err
 	}
@@ -415,7 +437,8 @@ func (b *bench) startHop(ctx context.Context, upstreamKubeconfig string) (func()
 		defer func() { _ = os.RemoveAll(dir) }()
 		return b.hop.stop()
 	}
-	if b.hopped, err = kubernetes.NewForConfig(tune(&rest.Config{Host: "http://" + api}, b.o.content)); err == nil {
+	b.hopURL = "http://" + api
+	if b.hopped, err = kubernetes.NewForConfig(tune(&rest.Config{Host: b.hopURL}, b.o.content)); err == nil {
 		err = b.awaitServing(ctx, b.hopped)
 	}
 	if err != nil {
@@ -443,25 +466,43 @@ func (b *bench) awaitServing(ctx context.Context, cs kubernetes.Interface) error
 
 // checkMode confirms that the proxy narrows lists the way -mode says: in
 // range mode the API server applied a shardSelector and says so in
-// metadata.shardInfo; in label mode there is none.
+// metadata.shardInfo; in label mode there is none. The narrowed ways must
+// get the same answer as the proxy: the same shardSelector, or none.
 func (b *bench) checkMode(ctx context.Context) (string, error) {
-	q := url.Values{"limit": {"1"}, "labelSelector": {b.selector}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.proxyURL+"/api/v1/configmaps?"+q.Encode(), nil)
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	proxied, err := shardInfo(ctx, b.proxied)
 	if err != nil {
 		return "", fmt.Errorf("checking the proxy's mode: %w", err)
 	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", fmt.Errorf("checking the proxy's mode: %w", err)
+	for _, w := range []way{wayDirectNarrowed, wayHopNarrowed} {
+		got, err := shardInfo(ctx, b.client(w))
+		if err != nil {
+			return "", fmt.Errorf("checking the narrowing %s: %w", w, err)
+		}
+		if got != proxied {
+			return "", fmt.Errorf("a list %s got metadata.shardInfo %q, through the proxy %q: the benchmark does not narrow as the proxy does", w, got, proxied)
+		}
 	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("checking the proxy's mode: HTTP %d: %s", resp.StatusCode, body)
+	switch {
+	case b.o.mode == string(rules.ModeRange) && proxied == "":
+		return "", errors.New("range mode: a list through the proxy has no metadata.shardInfo, so the API server applied no shardSelector")
+	case b.o.mode == string(rules.ModeRange):
+		return "proxy detected range mode; the API server applied shardSelector " + proxied + " (the narrowed ways' lists too)", nil
+	case proxied != "":
+		return "", fmt.Errorf("label mode: a list through the proxy has metadata.shardInfo %q", proxied)
+	default:
+		return "label selector " + ctrlmeshv1alpha1.ShardingHashLabel + " in (0..31) added by the proxy (and by the narrowed ways)", nil
+	}
+}
+
+// shardInfo lists one of the benchmark's ConfigMaps through cs, in JSON,
+// and returns the shardSelector the API server says it applied
+// (metadata.shardInfo.selector), or "" for none.
+func shardInfo(ctx context.Context, cs kubernetes.Interface) (string, error) {
+	body, err := cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/configmaps").
+		Param("limit", "1").Param("labelSelector", benchLabel+"="+benchValue).
+		SetHeader("Accept", "application/json").DoRaw(ctx)
+	if err != nil {
+		return "", fmt.Errorf("listing: %w: %s", err, body)
 	}
 	var list struct {
 		Metadata struct {
@@ -471,29 +512,68 @@ func (b *bench) checkMode(ctx context.Context) (string, error) {
 		} `json:"metadata"`
 	}
 	if err := json.Unmarshal(body, &list); err != nil {
-		return "", fmt.Errorf("checking the proxy's mode: %w", err)
+		return "", err
 	}
-	info := list.Metadata.ShardInfo
-	switch {
-	case b.o.mode == string(rules.ModeRange) && info == nil:
-		return "", errors.New("range mode: a list through the proxy has no metadata.shardInfo, so the API server applied no shardSelector")
-	case b.o.mode == string(rules.ModeRange):
-		return "proxy detected range mode; the API server applied shardSelector " + info.Selector, nil
-	case info != nil:
-		return "", fmt.Errorf("label mode: a list through the proxy has metadata.shardInfo %q", info.Selector)
-	default:
-		return "label selector " + ctrlmeshv1alpha1.ShardingHashLabel + " in (0..31) added by the proxy", nil
+	if list.Metadata.ShardInfo == nil {
+		return "", nil
 	}
+	return list.Metadata.ShardInfo.Selector, nil
+}
+
+// narrowing narrows every request it sends as the proxy narrows a list of
+// the benchmark's ConfigMaps: with the proxy's rules compiled for its pod
+// by the proxy's own code (rules.Compile, rules.Snapshot.Narrow).
+type narrowing struct {
+	next  http.RoundTripper
+	snap  *rules.Snapshot
+	limit *rules.Limit
+}
+
+func (n *narrowing) RoundTrip(r *http.Request) (*http.Response, error) {
+	query := r.URL.Query()
+	if _, err := n.snap.Narrow(query, n.limit); err != nil {
+		return nil, fmt.Errorf("narrowing %s as the proxy does: %w", r.URL.Path, err)
+	}
+	r = r.Clone(r.Context())
+	r.URL.RawQuery = query.Encode()
+	return n.next.RoundTrip(r)
+}
+
+// startNarrowed makes the narrowed ways' clients, direct and through the
+// bare hop (started before): the proxy's rules compiled in -mode against
+// kube-apiserver's discovery, as the proxy compiles them.
+func (b *bench) startNarrowed() error {
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(b.direct.Discovery()))
+	snap, err := rules.Compile(shardRoute(b.o.policies), podName, rules.Mode(b.o.mode), rules.NewMapperScopes(mapper))
+	if err != nil {
+		return fmt.Errorf("compiling the proxy's rules: %w", err)
+	}
+	limit, ok := snap.LimitFor(corev1.SchemeGroupVersion.WithResource("configmaps").GroupResource())
+	if !ok {
+		return errors.New("the proxy's rules do not shard ConfigMaps")
+	}
+	narrowed := func(cfg *rest.Config) (kubernetes.Interface, error) {
+		cfg = tune(cfg, b.o.content)
+		cfg.Wrap(func(next http.RoundTripper) http.RoundTripper {
+			return &narrowing{next: next, snap: snap, limit: limit}
+		})
+		return kubernetes.NewForConfig(cfg)
+	}
+	if b.directNarrowed, err = narrowed(rest.CopyConfig(b.upstream)); err != nil {
+		return err
+	}
+	b.hopNarrowed, err = narrowed(&rest.Config{Host: b.hopURL})
+	return err
 }
 
 // timed is one request of a measurement; it returns the request's latency
 // and how many objects it returned.
 type timed func(ctx context.Context, cs kubernetes.Interface) (time.Duration, int, error)
 
-// interleave runs warmup then n rounds of the request, once each way per
-// round, rotating which way goes first (order). Every response must have
-// want objects.
-func (b *bench) interleave(ctx context.Context, what string, warmup, n, want int, call timed) ([numWays][]time.Duration, error) {
+// interleave runs warmup then n rounds of the request, once each of set's
+// ways per round, rotating which way goes first (order). Every response
+// must have want objects.
+func (b *bench) interleave(ctx context.Context, what string, set []way, warmup, n, want int, call timed) ([numWays][]time.Duration, error) {
 	var latencies [numWays][]time.Duration
 	one := func(w way) (time.Duration, error) {
 		d, got, err := call(ctx, b.client(w))
@@ -506,17 +586,17 @@ func (b *bench) interleave(ctx context.Context, what string, warmup, n, want int
 		return d, nil
 	}
 	for range warmup {
-		for _, w := range ways {
+		for _, w := range set {
 			if _, err := one(w); err != nil {
 				return latencies, err
 			}
 		}
 	}
-	for w := range latencies {
+	for _, w := range set {
 		latencies[w] = make([]time.Duration, 0, n)
 	}
 	for i := range n {
-		for _, w := range order(i) {
+		for _, w := range order(i, set) {
 			d, err := one(w)
 			if err != nil {
 				return latencies, err
@@ -531,8 +611,8 @@ func (b *bench) measure(ctx context.Context, res *results) error {
 	ns, name := objectKey(0)
 	b.progress("GET %s/%s: %d warm-up + %d interleaved requests each way", ns, name, getWarmup, b.o.gets)
 	var err error
-	res.cpuGet, err = b.measureCPU(getWarmup+b.o.gets, func() (err error) {
-		res.get, err = b.interleave(ctx, "GET", getWarmup, b.o.gets, 1, func(ctx context.Context, cs kubernetes.Interface) (time.Duration, int, error) {
+	res.cpuGet, err = b.measureCPU(getWarmup+b.o.gets, ways, func() (err error) {
+		res.get, err = b.interleave(ctx, "GET", ways, getWarmup, b.o.gets, 1, func(ctx context.Context, cs kubernetes.Interface) (time.Duration, int, error) {
 			start := time.Now()
 			_, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
 			return time.Since(start), 1, err
@@ -555,16 +635,16 @@ func (b *bench) measure(ctx context.Context, res *results) error {
 		}
 	}
 	res.list1kItems, res.list10kItems = perNamespace, totalObjects
-	b.progress("LIST %d ConfigMaps (namespace %s): %d warm-up + %d interleaved lists each way", perNamespace, ns, listWarmup, b.o.lists)
-	if res.cpuList1k, err = b.measureCPU(listWarmup+b.o.lists, func() (err error) {
-		res.list1k, err = b.interleave(ctx, "LIST 1k", listWarmup, b.o.lists, perNamespace, list(ns))
+	b.progress("LIST %d ConfigMaps (namespace %s): %d warm-up + %d interleaved lists each of %d ways", perNamespace, ns, listWarmup, b.o.lists, len(listWays))
+	if res.cpuList1k, err = b.measureCPU(listWarmup+b.o.lists, listWays, func() (err error) {
+		res.list1k, err = b.interleave(ctx, "LIST 1k", listWays, listWarmup, b.o.lists, perNamespace, list(ns))
 		return err
 	}); err != nil {
 		return err
 	}
-	b.progress("LIST %d ConfigMaps (all namespaces): %d warm-up + %d interleaved lists each way", totalObjects, listWarmup, b.o.lists)
-	if res.cpuList10k, err = b.measureCPU(listWarmup+b.o.lists, func() (err error) {
-		res.list10k, err = b.interleave(ctx, "LIST 10k", listWarmup, b.o.lists, totalObjects, list(""))
+	b.progress("LIST %d ConfigMaps (all namespaces): %d warm-up + %d interleaved lists each of %d ways", totalObjects, listWarmup, b.o.lists, len(listWays))
+	if res.cpuList10k, err = b.measureCPU(listWarmup+b.o.lists, listWays, func() (err error) {
+		res.list10k, err = b.interleave(ctx, "LIST 10k", listWays, listWarmup, b.o.lists, totalObjects, list(""))
 		return err
 	}); err != nil {
 		return err

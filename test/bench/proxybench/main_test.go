@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,13 +56,14 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
-// TestThreeWays is the benchmark's path in small, in make test, against a
-// real kube-apiserver in range mode (the default): one namespace's 1,000
+// TestWays is the benchmark's path in small, in make test, against a real
+// kube-apiserver in range mode (the default): one namespace's 1,000
 // ConfigMaps seeded; ctrlmesh-proxy and the bare hop built and started each
-// in its own process as the benchmark starts them; GETs, LISTs of 1,000 and
-// a short concurrent run interleaved the three ways, each response checked,
-// and the hop's and the proxy's CPU time read.
-func TestThreeWays(t *testing.T) {
+// in its own process as the benchmark starts them; the narrowed ways'
+// lists carrying the shardSelector the proxy sends (checkMode); GETs and a
+// short concurrent run interleaved the three ways, LISTs of 1,000 the five,
+// each response checked, and the hop's and the proxy's CPU time read.
+func TestWays(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	o, err := parseFlags([]string{"-clients=4", "-concurrent-duration=500ms", "-rounds=3"}, io.Discard)
@@ -78,7 +80,7 @@ func TestThreeWays(t *testing.T) {
 		}
 	})
 	cluster := fleet.Cluster("bench")
-	b := &bench{o: o, log: testWriter{t}, start: time.Now(), selector: benchLabel + "=" + benchValue}
+	b := &bench{o: o, log: testWriter{t}, start: time.Now(), selector: benchLabel + "=" + benchValue, upstream: cluster.Config}
 	if b.direct, err = kubernetes.NewForConfig(tune(rest.CopyConfig(cluster.Config), o.content)); err != nil {
 		t.Fatal(err)
 	}
@@ -96,15 +98,22 @@ func TestThreeWays(t *testing.T) {
 			}
 		})
 	}
-	if _, err := b.checkMode(ctx); err != nil {
+	if err := b.startNarrowed(); err != nil {
 		t.Fatal(err)
+	}
+	mode, err := b.checkMode(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(mode, "shardSelector shardRange(") {
+		t.Errorf("checkMode = %q, want the shardSelector the proxy and the narrowed ways sent", mode)
 	}
 
 	ns, name := objectKey(0)
 	const rounds = 3
 	var gets [numWays][]time.Duration
-	cost, err := b.measureCPU(rounds, func() (err error) {
-		gets, err = b.interleave(ctx, "GET", 1, rounds, 1, func(ctx context.Context, cs kubernetes.Interface) (time.Duration, int, error) {
+	cost, err := b.measureCPU(rounds, ways, func() (err error) {
+		gets, err = b.interleave(ctx, "GET", ways, 1, rounds, 1, func(ctx context.Context, cs kubernetes.Interface) (time.Duration, int, error) {
 			start := time.Now()
 			cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
 			if err == nil && cm.Labels[benchLabel] != benchValue {
@@ -117,24 +126,37 @@ func TestThreeWays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lists, err := b.interleave(ctx, "LIST 1k", 0, 2, perNamespace, func(ctx context.Context, cs kubernetes.Interface) (time.Duration, int, error) {
-		start := time.Now()
-		l, err := cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: b.selector})
-		if err != nil {
-			return 0, 0, err
-		}
-		return time.Since(start), len(l.Items), nil
+	var lists [numWays][]time.Duration
+	listCost, err := b.measureCPU(2, listWays, func() (err error) {
+		lists, err = b.interleave(ctx, "LIST 1k", listWays, 0, 2, perNamespace, func(ctx context.Context, cs kubernetes.Interface) (time.Duration, int, error) {
+			start := time.Now()
+			l, err := cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: b.selector})
+			if err != nil {
+				return 0, 0, err
+			}
+			return time.Since(start), len(l.Items), nil
+		})
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, w := range listWays {
+		if len(lists[w]) != 2 {
+			t.Errorf("%s: %d LISTs timed, want 2", w, len(lists[w]))
+		}
+	}
+	// The hop served both its ways' lists, the proxy its own.
+	if listCost[wayHop].requests != 4 || listCost[wayProxy].requests != 2 {
+		t.Errorf("LIST CPU over %d requests through the hop and %d through the proxy, want 4 and 2", listCost[wayHop].requests, listCost[wayProxy].requests)
 	}
 	var res results
 	if err := b.measureConcurrent(ctx, &res); err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range ways {
-		if len(gets[w]) != rounds || len(lists[w]) != 2 {
-			t.Errorf("%s: %d GETs and %d LISTs timed, want %d and 2", w, len(gets[w]), len(lists[w]), rounds)
+		if len(gets[w]) != rounds {
+			t.Errorf("%s: %d GETs timed, want %d", w, len(gets[w]), rounds)
 		}
 		if len(res.conc[w]) != o.rounds || throughput(res.conc[w]) <= 0 {
 			t.Errorf("%s: concurrent runs %+v, want %d with requests", w, res.conc[w], o.rounds)
@@ -148,19 +170,32 @@ func TestThreeWays(t *testing.T) {
 	}
 }
 
-// TestOrder: over numWays rounds, every way goes once in every position.
+// TestOrder: over as many rounds as a set has ways, each of its ways goes
+// once in every position.
 func TestOrder(t *testing.T) {
-	var seen [numWays][numWays]int
-	for i := range int(numWays) {
-		for pos, w := range order(i) {
-			seen[w][pos]++
-		}
-	}
-	for w, positions := range seen {
-		for pos, n := range positions {
-			if n != 1 {
-				t.Errorf("%s went %d times in position %d over %d rounds, want once", way(w), n, pos, numWays)
+	for _, set := range [][]way{ways, listWays} {
+		seen := map[way][]int{}
+		for i := range set {
+			got := order(i, set)
+			if len(got) != len(set) {
+				t.Fatalf("order(%d, %v) = %v: %d ways, want %d", i, set, got, len(got), len(set))
 			}
+			for pos, w := range got {
+				if seen[w] == nil {
+					seen[w] = make([]int, len(set))
+				}
+				seen[w][pos]++
+			}
+		}
+		for _, w := range set {
+			for pos, n := range seen[w] {
+				if n != 1 {
+					t.Errorf("%v: %s went %d times in position %d over %d rounds, want once", set, w, n, pos, len(set))
+				}
+			}
+		}
+		if len(seen) != len(set) {
+			t.Errorf("%v: %d ways ordered, want %d", set, len(seen), len(set))
 		}
 	}
 }

@@ -161,24 +161,34 @@ func (c cpuCost) perThousand() float64 {
 	return c.cpu.Seconds() * 1000 / float64(c.requests)
 }
 
+// processWays are the ways whose process (process) is the bare hop's and
+// the proxy's own: their CPU costs are kept at these ways.
+var processWays = []way{wayHop, wayProxy}
+
 // measureCPU measures the CPU time of the bare hop and of the proxy over
-// f, which sends requests requests through each.
-func (b *bench) measureCPU(requests int, f func() error) (costs [numWays]cpuCost, err error) {
+// f, which sends perWay requests each of set's ways: the hop's cost is over
+// all the requests of the ways through it.
+func (b *bench) measureCPU(perWay int, set []way, f func() error) (costs [numWays]cpuCost, err error) {
 	var before [numWays]time.Duration
-	for _, w := range ways[wayHop:] {
-		if before[w], err = b.process(w).cpu(); err != nil {
+	for _, p := range processWays {
+		if before[p], err = b.process(p).cpu(); err != nil {
 			return costs, err
 		}
 	}
 	if err := f(); err != nil {
 		return costs, err
 	}
-	for _, w := range ways[wayHop:] {
-		after, err := b.process(w).cpu()
+	for _, p := range processWays {
+		after, err := b.process(p).cpu()
 		if err != nil {
 			return costs, err
 		}
-		costs[w] = cpuCost{requests: requests, cpu: after - before[w]}
+		costs[p].cpu = after - before[p]
+		for _, w := range set {
+			if b.process(w) == b.process(p) {
+				costs[p].requests += perWay
+			}
+		}
 	}
 	return costs, nil
 }
@@ -244,9 +254,9 @@ func (b *bench) concurrent(ctx context.Context, cs kubernetes.Interface) (concur
 // their own runs.
 func (b *bench) measureConcurrent(ctx context.Context, res *results) error {
 	for round := range b.o.rounds {
-		for _, w := range order(round) {
+		for _, w := range order(round, ways) {
 			var run concurrentRun
-			cost, err := b.measureCPU(0, func() (err error) {
+			cost, err := b.measureCPU(0, []way{w}, func() (err error) {
 				run, err = b.concurrent(ctx, b.client(w))
 				return err
 			})

@@ -52,14 +52,14 @@ func report(w io.Writer, o options, res *results) {
 	p := func(format string, args ...any) { _, _ = fmt.Fprintf(w, format+"\n", args...) }
 
 	p("")
-	p("ctrlmesh-proxy overhead vs direct and vs a bare hop: one run, the three ways' requests interleaved; the proxy and the hop each in its own process, built as the proxy's image is")
+	p("ctrlmesh-proxy overhead vs direct and vs a bare hop: one run, the ways' requests interleaved; the proxy and the hop each in its own process, built as the proxy's image is")
 	p("machine:  %s/%s, NumCPU=%d, GOMAXPROCS=%d, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
 	p("server:   kube-apiserver %s + etcd on this machine; they, the proxy and the clients share its CPUs", res.apiserverVersion)
 	p("mode:     %s: %s", o.mode, res.modeCheck)
 	p("policies: %d CircuitBreakers and %d faults in the proxy's rules, matching no request measured (their check's cost per request: go test -bench BenchmarkCheck ./proxy/policy)", o.policies, o.policies)
 	p("clients:  typed client-go clientset, %s, no client-side rate limit; direct = HTTPS/HTTP2 to kube-apiserver; hop and proxy = plain HTTP/1.1 on loopback, then their HTTPS/HTTP1.1", wire)
 	p("hop:      the bare hop (test/bench/proxybench/barehop): ctrlmesh-proxy's forwarding alone (proxy.UpstreamReverseProxy), no rules, no checks: the floor of any sidecar's cost here")
-	p("data:     %d ConfigMaps (%d namespaces x %d, %d-byte payload, labeled), seeded in %s; the pod owns all %d buckets, so both ways return the same objects",
+	p("data:     %d ConfigMaps (%d namespaces x %d, %d-byte payload, labeled), seeded in %s; the pod owns all %d buckets, so every way returns the same objects",
 		totalObjects, namespaces, perNamespace, payloadBytes, res.seedTime.Round(100*time.Millisecond), buckets)
 	p("")
 
@@ -75,7 +75,7 @@ func report(w io.Writer, o options, res *results) {
 	}
 	row("REQUEST", "N", "DIRECT p50", "HOP p50", "PROXY p50", "HOP x", "PROXY x", "PROXY/HOP", "DIRECT p99", "HOP +p99", "PROXY +p99", "HOP CPU s/1000", "PROXY CPU s/1000")
 	latencyRow := func(name string, latencies [numWays][]time.Duration, cost [numWays]cpuCost) (s [numWays]benchstat.Summary) {
-		for _, w := range ways {
+		for _, w := range listWays {
 			s[w] = benchstat.Summarize(latencies[w])
 		}
 		d, h, pr := s[wayDirect], s[wayHop], s[wayProxy]
@@ -87,12 +87,26 @@ func report(w io.Writer, o options, res *results) {
 		return s
 	}
 	get := latencyRow("GET 1 ConfigMap", res.get, res.cpuGet)
-	list1k := latencyRow(fmt.Sprintf("LIST %d (1 namespace)", res.list1kItems), res.list1k, res.cpuList1k)
-	latencyRow(fmt.Sprintf("LIST %d (all namespaces)", res.list10kItems), res.list10k, res.cpuList10k)
+	list1kName, list10kName := fmt.Sprintf("LIST %d (1 namespace)", res.list1kItems), fmt.Sprintf("LIST %d (all namespaces)", res.list10kItems)
+	list1k := latencyRow(list1kName, res.list1k, res.cpuList1k)
+	list10k := latencyRow(list10kName, res.list10k, res.cpuList10k)
 	_ = tw.Flush()
-	p("GET: sequential; LIST: unpaginated, resourceVersion unset (consistent read), label selector %s=%s both ways. Times include client-side decoding.", benchLabel, benchValue)
+	p("GET: sequential; LIST: unpaginated, resourceVersion unset (consistent read), label selector %s=%s every way. Times include client-side decoding.", benchLabel, benchValue)
 	p("x: p50 over direct's; PROXY/HOP: the proxy's p50 over the bare hop's; +p99: p99 over direct's.")
-	p("CPU s/1000: the process's user+system CPU seconds (/proc/<pid>/stat) over the row's measurement, warm-up included, per 1,000 of its requests.")
+	p("CPU s/1000: the process's user+system CPU seconds (/proc/<pid>/stat) over the row's measurement, warm-up included, per 1,000 of its requests (the hop's LISTs: both its ways').")
+	p("")
+
+	row("LIST, NARROWED AS THE PROXY NARROWS", "N", "DIRECT p50", "NARROWED p50", "HOP NARROWED p50", "PROXY p50", "NARROWED/DIRECT", "PROXY/HOP NARROWED", "PROXY/NARROWED")
+	narrowedRow := func(name string, s [numWays]benchstat.Summary) {
+		d, dn, hn, pr := s[wayDirect], s[wayDirectNarrowed], s[wayHopNarrowed], s[wayProxy]
+		row(name, fmt.Sprint(dn.N), fmtMs(d.P50), fmtMs(dn.P50), fmtMs(hn.P50), fmtMs(pr.P50),
+			fmtRatio(dn.P50, d.P50), fmtRatio(pr.P50, hn.P50), fmtRatio(pr.P50, dn.P50))
+	}
+	narrowedRow(list1kName, list1k)
+	narrowedRow(list10kName, list10k)
+	_ = tw.Flush()
+	p("NARROWED: direct, each list narrowed as the proxy narrows it (mode above); HOP NARROWED: the same lists through the bare hop.")
+	p("NARROWED/DIRECT is kube-apiserver's share of a sharded list; PROXY/HOP NARROWED the proxy's own code's, the same requests forwarded bare; PROXY/NARROWED the sidecar's whole cost over a sharded list sent directly.")
 	p("")
 
 	var conc [numWays]float64
