@@ -69,7 +69,7 @@ type bench struct {
 	direct, hopped, proxied     kubernetes.Interface
 	directNarrowed, hopNarrowed kubernetes.Interface
 	upstream                    *rest.Config
-	proxyURL, hopURL            string
+	hopURL                      string
 	hop, proxy                  *proxyProcess
 }
 
@@ -398,8 +398,7 @@ func (b *bench) startProxy(ctx context.Context, upstreamKubeconfig string) (func
 	fail := func(err error) (func() error, error) {
 		return nil, errors.Join(err, stop())
 	}
-	b.proxyURL = "http://" + api
-	if b.proxied, err = kubernetes.NewForConfig(tune(&rest.Config{Host: b.proxyURL}, b.o.content)); err != nil {
+	if b.proxied, err = kubernetes.NewForConfig(tune(&rest.Config{Host: "http://" + api}, b.o.content)); err != nil {
 		return fail(err)
 	}
 	// The proxy answers 503 for sharded requests until the rules are in force.
