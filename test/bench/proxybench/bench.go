@@ -68,7 +68,6 @@ type bench struct {
 	// (narrowing): they only list.
 	direct, hopped, proxied     kubernetes.Interface
 	directNarrowed, hopNarrowed kubernetes.Interface
-	upstream                    *rest.Config
 	hopURL                      string
 	hop, proxy                  *proxyProcess
 }
@@ -174,9 +173,9 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 		b.progress("stopping the control plane")
 		err = errors.Join(err, fleet.Stop())
 	}()
-	b.upstream = fleet.Cluster("bench").Config
+	upstream := fleet.Cluster("bench").Config
 
-	if b.direct, err = kubernetes.NewForConfig(tune(rest.CopyConfig(b.upstream), o.content)); err != nil {
+	if b.direct, err = kubernetes.NewForConfig(tune(rest.CopyConfig(upstream), o.content)); err != nil {
 		return err
 	}
 	var res results
@@ -202,7 +201,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, stopHop()) }()
-	if err := b.startNarrowed(); err != nil {
+	if err := b.startNarrowed(upstream); err != nil {
 		return err
 	}
 	if res.modeCheck, err = b.checkMode(ctx); err != nil {
@@ -468,12 +467,12 @@ func (b *bench) awaitServing(ctx context.Context, cs kubernetes.Interface) error
 // metadata.shardInfo; in label mode there is none. The narrowed ways must
 // get the same answer as the proxy: the same shardSelector, or none.
 func (b *bench) checkMode(ctx context.Context) (string, error) {
-	proxied, err := shardInfo(ctx, b.proxied)
+	proxied, err := b.shardInfo(ctx, b.proxied)
 	if err != nil {
 		return "", fmt.Errorf("checking the proxy's mode: %w", err)
 	}
 	for _, w := range []way{wayDirectNarrowed, wayHopNarrowed} {
-		got, err := shardInfo(ctx, b.client(w))
+		got, err := b.shardInfo(ctx, b.client(w))
 		if err != nil {
 			return "", fmt.Errorf("checking the narrowing %s: %w", w, err)
 		}
@@ -496,9 +495,9 @@ func (b *bench) checkMode(ctx context.Context) (string, error) {
 // shardInfo lists one of the benchmark's ConfigMaps through cs, in JSON,
 // and returns the shardSelector the API server says it applied
 // (metadata.shardInfo.selector), or "" for none.
-func shardInfo(ctx context.Context, cs kubernetes.Interface) (string, error) {
+func (b *bench) shardInfo(ctx context.Context, cs kubernetes.Interface) (string, error) {
 	body, err := cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/configmaps").
-		Param("limit", "1").Param("labelSelector", benchLabel+"="+benchValue).
+		Param("limit", "1").Param("labelSelector", b.selector).
 		SetHeader("Accept", "application/json").DoRaw(ctx)
 	if err != nil {
 		return "", fmt.Errorf("listing: %w: %s", err, body)
@@ -538,10 +537,10 @@ func (n *narrowing) RoundTrip(r *http.Request) (*http.Response, error) {
 	return n.next.RoundTrip(r)
 }
 
-// startNarrowed makes the narrowed ways' clients, direct and through the
-// bare hop (started before): the proxy's rules compiled in -mode against
-// kube-apiserver's discovery, as the proxy compiles them.
-func (b *bench) startNarrowed() error {
+// startNarrowed makes the narrowed ways' clients, direct to upstream and
+// through the bare hop (started before): the proxy's rules compiled in
+// -mode against kube-apiserver's discovery, as the proxy compiles them.
+func (b *bench) startNarrowed(upstream *rest.Config) error {
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(b.direct.Discovery()))
 	snap, err := rules.Compile(shardRoute(b.o.policies), podName, rules.Mode(b.o.mode), rules.NewMapperScopes(mapper))
 	if err != nil {
@@ -558,7 +557,7 @@ func (b *bench) startNarrowed() error {
 		})
 		return kubernetes.NewForConfig(cfg)
 	}
-	if b.directNarrowed, err = narrowed(rest.CopyConfig(b.upstream)); err != nil {
+	if b.directNarrowed, err = narrowed(rest.CopyConfig(upstream)); err != nil {
 		return err
 	}
 	b.hopNarrowed, err = narrowed(&rest.Config{Host: b.hopURL})

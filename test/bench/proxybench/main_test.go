@@ -80,7 +80,7 @@ func TestWays(t *testing.T) {
 		}
 	})
 	cluster := fleet.Cluster("bench")
-	b := &bench{o: o, log: testWriter{t}, start: time.Now(), selector: benchLabel + "=" + benchValue, upstream: cluster.Config}
+	b := &bench{o: o, log: testWriter{t}, start: time.Now(), selector: benchLabel + "=" + benchValue}
 	if b.direct, err = kubernetes.NewForConfig(tune(rest.CopyConfig(cluster.Config), o.content)); err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestWays(t *testing.T) {
 			}
 		})
 	}
-	if err := b.startNarrowed(); err != nil {
+	if err := b.startNarrowed(cluster.Config); err != nil {
 		t.Fatal(err)
 	}
 	mode, err := b.checkMode(ctx)
@@ -108,6 +108,14 @@ func TestWays(t *testing.T) {
 	if !strings.Contains(mode, "shardSelector shardRange(") {
 		t.Errorf("checkMode = %q, want the shardSelector the proxy and the narrowed ways sent", mode)
 	}
+	// A "narrowed" way that does not narrow stops the run rather than
+	// comparing different requests.
+	narrowed := b.directNarrowed
+	b.directNarrowed = b.direct
+	if _, err := b.checkMode(ctx); err == nil || !strings.Contains(err.Error(), "does not narrow as the proxy does") {
+		t.Errorf("checkMode with an unnarrowed direct way: %v, want it refused", err)
+	}
+	b.directNarrowed = narrowed
 
 	ns, name := objectKey(0)
 	const rounds = 3
